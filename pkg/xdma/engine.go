@@ -1,0 +1,819 @@
+package xdma
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// Source feeds a C2H stream channel, like the AXI4-Stream master on the
+// card. Read fills p with the next bytes of the current packet and reports
+// whether the packet ended with the last byte returned; it never returns
+// bytes of two packets at once. n == 0 with a nil error means no data yet.
+type Source interface {
+	Read(p []byte) (n int, eop bool, err error)
+}
+
+// Sink receives an H2C stream channel's data, like the AXI4-Stream slave on
+// the card.
+type Sink interface {
+	Write(p []byte, eop bool) error
+}
+
+// ChannelConfig describes one channel of an engine.
+type ChannelConfig struct {
+	Stream bool   // AXI4-Stream rather than memory mapped
+	Source Source // C2H stream channels
+	Sink   Sink   // H2C stream channels
+}
+
+// Config describes an engine: its channels and what they connect to.
+type Config struct {
+	H2C, C2H []ChannelConfig // at most MaxChannels each
+	Bus      Memory          // host bus addresses (descriptors, data)
+	Card     Memory          // card AXI memory for memory-mapped channels
+	// Raise delivers an interrupt vector (MSI-X). It is called with the
+	// engine locked and must not call back into the engine.
+	Raise func(vector int)
+	// Version is the IP version in the identifier registers; 0 means 6.
+	Version int
+	// Chunk is the most bytes a channel moves per Step; 0 means 64 KiB.
+	Chunk int
+}
+
+// Fault is a fault to inject into a channel.
+type Fault int
+
+// Injectable faults. All but FaultStall fire once, at the next matching
+// access; FaultStall holds the channel busy until software clears RUN.
+const (
+	FaultNone      Fault = iota
+	FaultBadMagic        // the next descriptor fetched has a corrupt magic
+	FaultDescRead        // the next descriptor fetch fails on the bus
+	FaultDataRead        // the next data read fails
+	FaultDataWrite       // the next data write fails
+	FaultStall           // the channel stops making progress
+)
+
+func (f Fault) String() string {
+	switch f {
+	case FaultNone:
+		return "none"
+	case FaultBadMagic:
+		return "bad-magic"
+	case FaultDescRead:
+		return "desc-read"
+	case FaultDataRead:
+		return "data-read"
+	case FaultDataWrite:
+		return "data-write"
+	case FaultStall:
+		return "stall"
+	}
+	return fmt.Sprintf("Fault(%d)", int(f))
+}
+
+// ParseFault parses the String form of a fault.
+func ParseFault(s string) (Fault, error) {
+	for f := FaultNone; f <= FaultStall; f++ {
+		if f.String() == s {
+			return f, nil
+		}
+	}
+	return FaultNone, fmt.Errorf("xdma: unknown fault %q", s)
+}
+
+// ErrNoChannel is returned for a channel the engine does not have.
+var ErrNoChannel = errors.New("xdma: no such channel")
+
+// Engine models the XDMA register space and its SGDMA channels (PG195). It
+// is safe for concurrent use: register accesses and Step serialise on one
+// lock, so a register write never lands in the middle of a chunk.
+type Engine struct {
+	mu       sync.Mutex
+	cfg      Config
+	h2c, c2h []*channel
+	chunk    int
+
+	chanIntEnable uint32
+	userIntEnable uint32
+	userVectors   [4]uint32
+	chanVectors   [2]uint32
+	halt          uint32 // descriptor halt, RegDescHalt layout
+	creditMode    uint32
+	pendingRaised uint32 // channel interrupts already delivered
+	linkDown      bool
+	pollWBScratch [4]byte
+	resultScratch [8]byte
+	descriptorBuf [(MaxNextAdjacent + 1) * DescSize]byte
+}
+
+type fetched struct {
+	addr uint64
+	d    Descriptor
+}
+
+type channel struct {
+	dir   Direction
+	index int
+	cfg   ChannelConfig
+	irq   uint32 // bit in the interrupt block
+
+	control, status, completed, intMask uint32
+	wbLo, wbHi                          uint32
+	descLo, descHi, descAdj, credits    uint32
+
+	busy     bool
+	queue    []fetched // fetched, not yet started
+	nextAddr uint64    // next block to fetch
+	nextAdj  int
+	cur      fetched
+	active   bool   // cur is being processed
+	done     uint64 // bytes of cur moved
+	fault    Fault
+	stalled  bool
+	scratch  []byte
+}
+
+// NewEngine returns an engine for cfg.
+func NewEngine(cfg Config) (*Engine, error) {
+	if len(cfg.H2C) > MaxChannels || len(cfg.C2H) > MaxChannels {
+		return nil, fmt.Errorf("xdma: at most %d channels per direction", MaxChannels)
+	}
+	if cfg.Bus == nil {
+		return nil, errors.New("xdma: engine needs a bus")
+	}
+	if cfg.Version == 0 {
+		cfg.Version = 6
+	}
+	e := &Engine{cfg: cfg, chunk: cfg.Chunk}
+	if e.chunk <= 0 {
+		e.chunk = 64 << 10
+	}
+	for i, cc := range cfg.H2C {
+		if cc.Stream && cc.Sink == nil || !cc.Stream && cfg.Card == nil {
+			return nil, fmt.Errorf("xdma: H2C channel %d has nothing to write to", i)
+		}
+		e.h2c = append(e.h2c, e.newChannel(H2C, i, cc, uint32(i)))
+	}
+	for i, cc := range cfg.C2H {
+		if cc.Stream && cc.Source == nil || !cc.Stream && cfg.Card == nil {
+			return nil, fmt.Errorf("xdma: C2H channel %d has nothing to read from", i)
+		}
+		e.c2h = append(e.c2h, e.newChannel(C2H, i, cc, uint32(len(cfg.H2C)+i)))
+	}
+	return e, nil
+}
+
+func (e *Engine) newChannel(dir Direction, i int, cc ChannelConfig, irq uint32) *channel {
+	return &channel{dir: dir, index: i, cfg: cc, irq: irq, scratch: make([]byte, e.chunk)}
+}
+
+func (e *Engine) channel(dir Direction, i int) *channel {
+	list := e.h2c
+	if dir == C2H {
+		list = e.c2h
+	}
+	if i < 0 || i >= len(list) {
+		return nil
+	}
+	return list[i]
+}
+
+// InjectFault arms a fault on a channel.
+func (e *Engine) InjectFault(dir Direction, ch int, f Fault) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.channel(dir, ch)
+	if c == nil {
+		return fmt.Errorf("%w: %v %d", ErrNoChannel, dir, ch)
+	}
+	c.fault = f
+	c.stalled = false
+	return nil
+}
+
+// SetLinkDown makes every register read return all ones and every write
+// vanish, and stops all data movement, as a device that fell off the bus.
+func (e *Engine) SetLinkDown(down bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.linkDown = down
+}
+
+// ReadReg returns the 32-bit register at off. Reads of RegStatusRC clear
+// the status bits they return.
+func (e *Engine) ReadReg(off uint32) uint32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.linkDown {
+		return 0xFFFFFFFF
+	}
+	v := e.readReg(off)
+	e.updateIRQ()
+	return v
+}
+
+// WriteReg writes the 32-bit register at off.
+func (e *Engine) WriteReg(off, v uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.linkDown {
+		return
+	}
+	e.writeReg(off, v)
+	e.updateIRQ()
+}
+
+func (e *Engine) readReg(off uint32) uint32 {
+	if off%4 != 0 || off >= RegSpaceSize {
+		return 0
+	}
+	target, ch, reg := int(off>>12&0xF), int(off>>8&0xF), off&0xFF
+	switch target {
+	case TargetH2C, TargetC2H:
+		c := e.channel(Direction(target), ch)
+		if c == nil {
+			return 0
+		}
+		return c.readChannel(reg, e.cfg.Version)
+	case TargetH2CSGDMA, TargetC2HSGDMA:
+		c := e.channel(Direction(target-TargetH2CSGDMA), ch)
+		if c == nil {
+			return 0
+		}
+		return c.readSGDMA(reg, e.cfg.Version)
+	case TargetIRQ:
+		if ch == 0 {
+			return e.readIRQ(reg)
+		}
+	case TargetConfig:
+		if ch == 0 {
+			return e.readConfig(reg)
+		}
+	case TargetSGDMACommon:
+		if ch == 0 {
+			return e.readCommon(reg)
+		}
+	}
+	return 0
+}
+
+func (e *Engine) writeReg(off, v uint32) {
+	if off%4 != 0 || off >= RegSpaceSize {
+		return
+	}
+	target, ch, reg := int(off>>12&0xF), int(off>>8&0xF), off&0xFF
+	switch target {
+	case TargetH2C, TargetC2H:
+		if c := e.channel(Direction(target), ch); c != nil {
+			c.writeChannel(reg, v)
+		}
+	case TargetH2CSGDMA, TargetC2HSGDMA:
+		if c := e.channel(Direction(target-TargetH2CSGDMA), ch); c != nil {
+			c.writeSGDMA(reg, v)
+		}
+	case TargetIRQ:
+		if ch == 0 {
+			e.writeIRQ(reg, v)
+		}
+	case TargetSGDMACommon:
+		if ch == 0 {
+			e.writeCommon(reg, v)
+		}
+	}
+}
+
+func (c *channel) readChannel(reg uint32, version int) uint32 {
+	switch reg {
+	case RegIdentifier:
+		return Identifier{Target: c.dir.ChannelTarget(), Stream: c.cfg.Stream, Channel: c.index, Version: version}.Encode()
+	case RegControl:
+		return c.control
+	case RegStatus:
+		return c.statusWord()
+	case RegStatusRC:
+		v := c.statusWord()
+		c.status = 0
+		return v
+	case RegCompletedCount:
+		return c.completed
+	case RegAlignments:
+		// Byte alignment, byte granularity, 64 address bits: the
+		// engine supports unaligned transfers.
+		return 1<<16 | 1<<8 | 64
+	case RegPollWBLo:
+		return c.wbLo
+	case RegPollWBHi:
+		return c.wbHi
+	case RegIntEnable:
+		return c.intMask
+	}
+	return 0
+}
+
+func (c *channel) statusWord() uint32 {
+	v := c.status
+	if c.busy {
+		v |= CtrlRun
+	}
+	return v
+}
+
+func (c *channel) writeChannel(reg, v uint32) {
+	switch reg {
+	case RegControl:
+		c.setControl(v)
+	case RegControlW1S:
+		c.setControl(c.control | v)
+	case RegControlW1C:
+		c.setControl(c.control &^ v)
+	case RegPollWBLo:
+		c.wbLo = v
+	case RegPollWBHi:
+		c.wbHi = v
+	case RegIntEnable:
+		c.intMask = v & statusBitsMask
+	case RegIntEnableW1S:
+		c.intMask |= v & statusBitsMask
+	case RegIntEnableW1C:
+		c.intMask &^= v
+	}
+}
+
+func (c *channel) setControl(v uint32) {
+	v &= controlWritableMask
+	was := c.control&CtrlRun != 0
+	c.control = v
+	switch run := v&CtrlRun != 0; {
+	case run && !was:
+		c.start()
+	case !run && was:
+		c.stop()
+	}
+}
+
+// start begins a chain on the rising edge of RUN: status and the completed
+// count reset, and the first block comes from the SGDMA registers.
+func (c *channel) start() {
+	c.status = 0
+	c.completed = 0
+	c.busy = true
+	c.queue = c.queue[:0]
+	c.active = false
+	c.nextAddr = uint64(c.descHi)<<32 | uint64(c.descLo)
+	c.nextAdj = int(c.descAdj & 0x3F)
+}
+
+// stop ends a chain when software clears RUN; a busy channel stops at the
+// chunk boundary it is at.
+func (c *channel) stop() {
+	if c.busy {
+		c.log(StatIdleStopped)
+	}
+	c.busy = false
+	c.active = false
+	c.queue = c.queue[:0]
+	c.stalled = false
+	if c.fault == FaultStall {
+		c.fault = FaultNone
+	}
+}
+
+// log records status bits whose logging the control register enables.
+func (c *channel) log(bits uint32) {
+	c.status |= bits & c.control
+}
+
+func (c *channel) readSGDMA(reg uint32, version int) uint32 {
+	switch reg {
+	case RegIdentifier:
+		return Identifier{Target: c.dir.SGDMATarget(), Stream: c.cfg.Stream, Channel: c.index, Version: version}.Encode()
+	case RegDescLo:
+		return c.descLo
+	case RegDescHi:
+		return c.descHi
+	case RegDescAdjacent:
+		return c.descAdj
+	case RegDescCredits:
+		return c.credits
+	}
+	return 0
+}
+
+func (c *channel) writeSGDMA(reg, v uint32) {
+	switch reg {
+	case RegDescLo:
+		c.descLo = v
+	case RegDescHi:
+		c.descHi = v
+	case RegDescAdjacent:
+		c.descAdj = v & 0x3F
+	case RegDescCredits:
+		// Writes add credits; the counter is 10 bits wide.
+		c.credits = min(c.credits+v&0x3FF, 0x3FF)
+	}
+}
+
+func (e *Engine) readIRQ(reg uint32) uint32 {
+	switch reg {
+	case RegIdentifier:
+		return Identifier{Target: TargetIRQ, Version: e.cfg.Version}.Encode()
+	case RegUserIntEnable:
+		return e.userIntEnable
+	case RegChanIntEnable:
+		return e.chanIntEnable
+	case RegChanIntRequest:
+		return e.chanRequest()
+	case RegChanIntPending:
+		return e.chanRequest() & e.chanIntEnable
+	case RegUserVector, RegUserVector + 4, RegUserVector + 8, RegUserVector + 12:
+		return e.userVectors[(reg-RegUserVector)/4]
+	case RegChanVector, RegChanVector + 4:
+		return e.chanVectors[(reg-RegChanVector)/4]
+	}
+	return 0
+}
+
+func (e *Engine) writeIRQ(reg, v uint32) {
+	switch reg {
+	case RegUserIntEnable:
+		e.userIntEnable = v
+	case RegUserIntEnableW1S:
+		e.userIntEnable |= v
+	case RegUserIntEnableW1C:
+		e.userIntEnable &^= v
+	case RegChanIntEnable:
+		e.chanIntEnable = v
+	case RegChanIntEnableW1S:
+		e.chanIntEnable |= v
+	case RegChanIntEnableW1C:
+		e.chanIntEnable &^= v
+	case RegUserVector, RegUserVector + 4, RegUserVector + 8, RegUserVector + 12:
+		e.userVectors[(reg-RegUserVector)/4] = v & 0x1F1F1F1F
+	case RegChanVector, RegChanVector + 4:
+		e.chanVectors[(reg-RegChanVector)/4] = v & 0x1F1F1F1F
+	}
+}
+
+func (e *Engine) readConfig(reg uint32) uint32 {
+	switch reg {
+	case RegIdentifier:
+		return Identifier{Target: TargetConfig, Version: e.cfg.Version}.Encode()
+	case RegConfigMaxPayload:
+		return 1 // 256 bytes
+	case RegConfigMaxReadReq:
+		return 2 // 512 bytes
+	case RegConfigDataWidth:
+		return 3 // 512 bits
+	case RegConfigMSIEnable:
+		return 1 << 1 // MSI-X
+	}
+	return 0
+}
+
+func (e *Engine) readCommon(reg uint32) uint32 {
+	switch reg {
+	case RegIdentifier:
+		return Identifier{Target: TargetSGDMACommon, Version: e.cfg.Version}.Encode()
+	case RegDescHalt:
+		return e.halt
+	case RegCreditMode:
+		return e.creditMode
+	}
+	return 0
+}
+
+func (e *Engine) writeCommon(reg, v uint32) {
+	const mask = 0xF | 0xF<<commonC2HBitShift
+	switch reg {
+	case RegDescHalt:
+		e.halt = v & mask
+	case RegDescHaltW1S:
+		e.halt |= v & mask
+	case RegDescHaltW1C:
+		e.halt &^= v
+	case RegCreditMode:
+		e.creditMode = v & mask
+	case RegCreditModeW1S:
+		e.creditMode |= v & mask
+	case RegCreditModeW1C:
+		e.creditMode &^= v
+	}
+}
+
+// commonBit returns c's bit in the SGDMA common registers.
+func (c *channel) commonBit() uint32 {
+	if c.dir == C2H {
+		return 1 << (commonC2HBitShift + c.index)
+	}
+	return 1 << c.index
+}
+
+func (e *Engine) chanRequest() uint32 {
+	var req uint32
+	for _, list := range [][]*channel{e.h2c, e.c2h} {
+		for _, c := range list {
+			if c.status&c.intMask != 0 {
+				req |= 1 << c.irq
+			}
+		}
+	}
+	return req
+}
+
+// updateIRQ raises the vector of every channel whose interrupt has become
+// pending: MSI-X is edge-triggered, so a pending channel raises once until
+// its request drops (its status is read-cleared) or it is masked.
+func (e *Engine) updateIRQ() {
+	pending := e.chanRequest() & e.chanIntEnable
+	fresh := pending &^ e.pendingRaised
+	e.pendingRaised = pending
+	if e.cfg.Raise == nil {
+		return
+	}
+	for bit := uint32(0); fresh != 0; bit++ {
+		if fresh&(1<<bit) == 0 {
+			continue
+		}
+		fresh &^= 1 << bit
+		reg := e.chanVectors[bit/vectorsPerRegister]
+		vec := reg >> (bit % vectorsPerRegister * vectorFieldBitStride) & vectorFieldMask
+		e.cfg.Raise(int(vec))
+	}
+}
+
+// Busy reports whether any channel is running a chain.
+func (e *Engine) Busy() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, list := range [][]*channel{e.h2c, e.c2h} {
+		for _, c := range list {
+			if c.busy {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Step advances every running channel by one unit of work (a descriptor
+// fetch or one chunk of data) and reports whether any channel progressed.
+// A channel waiting for stream data, credits, a halt to lift or a stall to
+// clear does not progress.
+func (e *Engine) Step() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.linkDown {
+		return false
+	}
+	progress := false
+	for _, list := range [][]*channel{e.h2c, e.c2h} {
+		for _, c := range list {
+			if e.stepChannel(c) {
+				progress = true
+			}
+		}
+	}
+	e.updateIRQ()
+	return progress
+}
+
+// RunUntilIdle steps until no channel progresses.
+func (e *Engine) RunUntilIdle() {
+	for e.Step() {
+	}
+}
+
+func (e *Engine) stepChannel(c *channel) bool {
+	if !c.busy || c.stalled {
+		return false
+	}
+	if c.fault == FaultStall {
+		c.stalled = true
+		return false
+	}
+	if !c.active {
+		return e.nextDescriptor(c)
+	}
+	return e.moveChunk(c)
+}
+
+// nextDescriptor starts the next descriptor, fetching a block if needed.
+func (e *Engine) nextDescriptor(c *channel) bool {
+	if len(c.queue) == 0 {
+		if e.halt&c.commonBit() != 0 {
+			return false
+		}
+		n := c.nextAdj + 1
+		if e.creditMode&c.commonBit() != 0 {
+			if c.credits == 0 {
+				return false
+			}
+			n = min(n, int(c.credits))
+			c.credits -= uint32(n)
+		}
+		if !e.fetch(c, n) {
+			return true
+		}
+	}
+	c.cur = c.queue[0]
+	c.queue = c.queue[1:]
+	d := &c.cur.d
+	if d.Magic != DescMagic {
+		e.fail(c, StatMagicStopped)
+		return true
+	}
+	if d.Len == 0 {
+		e.fail(c, StatInvalidLength)
+		return true
+	}
+	c.active = true
+	c.done = 0
+	return true
+}
+
+// fetch reads n descriptors at the channel's next block address.
+func (e *Engine) fetch(c *channel, n int) bool {
+	addr := c.nextAddr
+	if addr%DescAlign != 0 || !adjacentFits(addr, n-1) {
+		// The engine fetches adjacent descriptors in one read that must
+		// not cross a 4 KiB block; the model stops rather than guess.
+		e.fail(c, ErrCodeUnexpectedComp<<descErrorShift)
+		return false
+	}
+	buf := e.descriptorBuf[:n*DescSize]
+	err := e.cfg.Bus.Read(addr, buf)
+	if c.fault == FaultDescRead {
+		c.fault = FaultNone
+		err = &BusError{Addr: addr, Len: len(buf), Code: ErrCodeUnsupportedRequest}
+	}
+	if err != nil {
+		e.fail(c, errorCode(err)<<descErrorShift)
+		return false
+	}
+	c.queue = c.queue[:0]
+	for i := range n {
+		var d Descriptor
+		d.Unmarshal(buf[i*DescSize:])
+		c.queue = append(c.queue, fetched{addr + uint64(i)*DescSize, d})
+		if d.Flags&FlagStop != 0 {
+			break
+		}
+	}
+	if c.fault == FaultBadMagic {
+		c.fault = FaultNone
+		c.queue[0].d.Magic ^= 0xFFFF
+	}
+	if n <= c.nextAdj {
+		// Credits cut the block short: the rest of it comes next.
+		c.nextAddr += uint64(n) * DescSize
+		c.nextAdj -= n
+		return true
+	}
+	last := c.queue[len(c.queue)-1].d
+	c.nextAddr, c.nextAdj = last.Next, int(last.NextAdjacent)
+	return true
+}
+
+func errorCode(err error) uint32 {
+	var be *BusError
+	if errors.As(err, &be) && be.Code != 0 {
+		return be.Code & errorFieldMask
+	}
+	return ErrCodeUnsupportedRequest
+}
+
+// moveChunk moves up to one chunk of the current descriptor.
+func (e *Engine) moveChunk(c *channel) bool {
+	d := &c.cur.d
+	n := min(uint64(d.Len)-c.done, uint64(e.chunk))
+	buf := c.scratch[:n]
+	eop := false
+	var err error
+	var errBits uint32
+	switch {
+	case c.dir == H2C:
+		if err = e.dataRead(c, e.cfg.Bus, d.Src+c.done, buf); err != nil {
+			errBits = errorCode(err) << readErrorShift
+			break
+		}
+		last := c.done+n == uint64(d.Len)
+		if c.cfg.Stream {
+			err = c.cfg.Sink.Write(buf, last && d.Flags&FlagEOP != 0)
+		} else {
+			err = e.dataWrite(c, e.cfg.Card, c.cardAddr(d.Dst), buf)
+		}
+		if err != nil {
+			errBits = errorCode(err) << writeErrorShift
+		}
+	case c.cfg.Stream:
+		var got int
+		got, eop, err = c.cfg.Source.Read(buf)
+		if err != nil {
+			errBits = errorCode(err) << readErrorShift
+			break
+		}
+		if got == 0 && !eop {
+			return false // waiting for the stream
+		}
+		buf = buf[:got]
+		n = uint64(got)
+		if err = e.dataWrite(c, e.cfg.Bus, d.Dst+c.done, buf); err != nil {
+			errBits = errorCode(err) << writeErrorShift
+		}
+	default:
+		if err = e.dataRead(c, e.cfg.Card, c.cardAddr(d.Src), buf); err != nil {
+			errBits = errorCode(err) << readErrorShift
+			break
+		}
+		if err = e.dataWrite(c, e.cfg.Bus, d.Dst+c.done, buf); err != nil {
+			errBits = errorCode(err) << writeErrorShift
+		}
+	}
+	if errBits != 0 {
+		e.fail(c, errBits)
+		return true
+	}
+	c.done += n
+	if c.done == uint64(d.Len) || eop {
+		e.complete(c, eop)
+	}
+	return true
+}
+
+// cardAddr returns the card address for the current offset, honouring the
+// non-incrementing address mode.
+func (c *channel) cardAddr(base uint64) uint64 {
+	if c.control&CtrlNonIncAddr != 0 {
+		return base
+	}
+	return base + c.done
+}
+
+func (e *Engine) dataRead(c *channel, m Memory, addr uint64, p []byte) error {
+	if c.fault == FaultDataRead {
+		c.fault = FaultNone
+		return &BusError{Addr: addr, Len: len(p), Code: ErrCodeCompleterAbort}
+	}
+	return m.Read(addr, p)
+}
+
+func (e *Engine) dataWrite(c *channel, m Memory, addr uint64, p []byte) error {
+	if c.fault == FaultDataWrite {
+		c.fault = FaultNone
+		return &BusError{Addr: addr, Len: len(p), Code: ErrCodeCompleterAbort}
+	}
+	return m.Write(addr, p)
+}
+
+// complete finishes the current descriptor.
+func (e *Engine) complete(c *channel, eop bool) {
+	d := c.cur.d
+	c.active = false
+	c.completed = (c.completed + 1) & pollWBCountMask
+	if c.dir == C2H && c.cfg.Stream && d.Src != 0 && c.control&CtrlStreamWBDisable == 0 {
+		status := uint32(ResultMagic) << 16
+		if eop {
+			status |= resultEOP
+		}
+		binary.LittleEndian.PutUint32(e.resultScratch[0:], status)
+		binary.LittleEndian.PutUint32(e.resultScratch[4:], uint32(c.done))
+		if err := e.cfg.Bus.Write(d.Src, e.resultScratch[:]); err != nil {
+			e.fail(c, errorCode(err)<<writeErrorShift)
+			return
+		}
+	}
+	if d.Flags&FlagCompleted != 0 {
+		c.log(StatDescCompleted)
+	}
+	if d.Flags&FlagStop != 0 {
+		c.log(StatDescStopped)
+		c.busy = false
+		c.queue = c.queue[:0]
+	}
+	e.writeback(c, false)
+}
+
+// fail stops the channel with error status bits, which are always logged.
+func (e *Engine) fail(c *channel, bits uint32) {
+	c.status |= bits
+	c.busy = false
+	c.active = false
+	c.queue = c.queue[:0]
+	e.writeback(c, true)
+}
+
+// writeback writes the poll-mode writeback word when it is enabled.
+func (e *Engine) writeback(c *channel, failed bool) {
+	if c.control&CtrlPollModeWB == 0 {
+		return
+	}
+	addr := uint64(c.wbHi)<<32 | uint64(c.wbLo)
+	binary.LittleEndian.PutUint32(e.pollWBScratch[:], PollWriteback{Completed: c.completed, Error: failed}.encode())
+	// A failed writeback has nowhere to be reported but the status.
+	if err := e.cfg.Bus.Write(addr, e.pollWBScratch[:]); err != nil {
+		c.status |= errorCode(err) << writeErrorShift
+	}
+}
