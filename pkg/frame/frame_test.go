@@ -1,0 +1,75 @@
+package frame
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestEncodeParse(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 8, 4064} {
+		b := make([]byte, Size(n))
+		Encode(b, 42, 1000, n)
+		h, err := Parse(b)
+		if err != nil {
+			t.Fatalf("payload %d: %v", n, err)
+		}
+		if h.Seq != 42 || h.Timestamp != 1000 || h.PayloadLen != uint32(n) {
+			t.Fatalf("payload %d: header %+v", n, h)
+		}
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	good := make([]byte, Size(100))
+	Encode(good, 1, 2, 100)
+	tests := []struct {
+		name string
+		mod  func([]byte) []byte
+		err  error
+	}{
+		{"short header", func(b []byte) []byte { return b[:10] }, ErrShort},
+		{"short payload", func(b []byte) []byte { return b[:50] }, ErrShort},
+		{"magic", func(b []byte) []byte { b[0] ^= 1; return b }, ErrMagic},
+		{"version", func(b []byte) []byte { b[4] = 2; return b }, ErrVersion},
+		{"payload bit flip", func(b []byte) []byte { b[60] ^= 0x80; return b }, ErrCRC},
+		{"sequence changed", func(b []byte) []byte { b[8]++; return b }, ErrCRC},
+	}
+	for _, tc := range tests {
+		b := append([]byte(nil), good...)
+		if _, err := Parse(tc.mod(b)); !errors.Is(err, tc.err) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.err)
+		}
+	}
+}
+
+func TestPayloadDiffersBySequence(t *testing.T) {
+	a, b := make([]byte, 64), make([]byte, 64)
+	FillPayload(a, 1)
+	FillPayload(b, 2)
+	if string(a) == string(b) {
+		t.Fatal("payloads of frames 1 and 2 are equal")
+	}
+}
+
+func TestChecker(t *testing.T) {
+	var c Checker
+	f := func(seq uint64) []byte {
+		b := make([]byte, Size(16))
+		Encode(b, seq, 0, 16)
+		return b
+	}
+	for _, s := range []uint64{5, 6, 9, 9, 3, 10} {
+		if _, err := c.Check(f(s)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	bad := f(11)
+	bad[40] ^= 1
+	if _, err := c.Check(bad); !errors.Is(err, ErrCRC) {
+		t.Fatalf("corrupt frame: %v", err)
+	}
+	want := Stats{Frames: 4, Bytes: 4 * 48, Gaps: 2, Duplicates: 2, CRCFailures: 1}
+	if c.Stats != want {
+		t.Fatalf("stats %+v, want %+v", c.Stats, want)
+	}
+}
