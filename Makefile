@@ -14,8 +14,10 @@ DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils
 
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/...
+MODULE_DIRS := hw/testbench/nvp2p_sim
+MODULES_OUT := $(CURDIR)/build/modules
 
-.PHONY: all deps build kmod test unit bench demo lint clean
+.PHONY: all deps build kmod vmtest test unit bench demo lint clean
 
 all: build
 
@@ -35,6 +37,21 @@ build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ $(GO_CMDS)
 
+# W=1 and sparse (C=2); any warning fails the build.
+kmod:
+	@test -d $(KDIR) || { echo "kmod: no kernel headers at $(KDIR): run make deps" >&2; exit 1; }
+	@mkdir -p $(MODULES_OUT)
+	@set -o pipefail; for d in $(MODULE_DIRS); do \
+		$(MAKE) -s -C $(KDIR) M=$(CURDIR)/$$d W=1 C=2 modules 2>&1 | tee $(CURDIR)/build/kmod.log; \
+		if grep -E 'warning:|error:' $(CURDIR)/build/kmod.log | grep -v 'Skipping BTF generation'; then \
+			echo "kmod: $$d is not W=1/sparse clean" >&2; exit 1; fi; \
+		cp $(CURDIR)/$$d/*.ko $(MODULES_OUT)/ || exit 1; \
+	done
+
+# Boots QEMU with the simulated rig and runs the guest test packages.
+vmtest: kmod
+	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v ./hw/testbench/vmtest/
+
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	$(GO) vet ./...
@@ -43,7 +60,7 @@ lint:
 unit:
 	$(GO) test -count=1 ./...
 
-test: deps lint unit
+test: deps lint unit vmtest
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
@@ -52,5 +69,6 @@ demo: deps build
 	$(BIN)/p2p-testbench selftest
 
 clean:
-	rm -rf $(BIN)
+	rm -rf $(BIN) build
+	@for d in $(MODULE_DIRS); do [ ! -d $(KDIR) ] || $(MAKE) -s -C $(KDIR) M=$(CURDIR)/$$d clean; done
 	$(GO) clean -testcache

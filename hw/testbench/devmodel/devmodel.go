@@ -15,6 +15,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
 	"os"
 	"path/filepath"
 	"sync"
@@ -53,10 +54,9 @@ var channelLayout = struct{ h2c, c2h []bool }{
 type Rig struct {
 	cfg Config
 
-	ramPath, vramPath, sockPath string
-	ram, vram, mbox             []byte
-	mboxFile                    *os.File
-	server                      *ivshmem.Server
+	ramPath, vramPath string
+	ram, vram         []byte
+	fpga, ctl         *port
 
 	engine *xdma.Engine
 	source switchableSource
@@ -80,7 +80,7 @@ func New(cfg Config) (*Rig, error) {
 	if cfg.GuestRAM <= 0 || cfg.GuestRAM > 2<<30 {
 		return nil, fmt.Errorf("devmodel: guest RAM %d: want 1 byte to 2 GiB", cfg.GuestRAM)
 	}
-	if cfg.VRAM < 2*vramPage || cfg.VRAM&(cfg.VRAM-1) != 0 {
+	if cfg.VRAM < 2*rl.VramPage || cfg.VRAM&(cfg.VRAM-1) != 0 {
 		return nil, fmt.Errorf("devmodel: VRAM %d: want a power of two of at least 128 KiB", cfg.VRAM)
 	}
 	if cfg.CardMem <= 0 {
@@ -90,44 +90,32 @@ func New(cfg Config) (*Rig, error) {
 		cfg:      cfg,
 		ramPath:  filepath.Join(cfg.Dir, "guest-ram"),
 		vramPath: filepath.Join(cfg.Dir, "vram"),
-		sockPath: filepath.Join(cfg.Dir, "xdma.sock"),
 		card:     make([]byte, cfg.CardMem),
 		sink:     &acq.Sink{},
 		kick:     make(chan struct{}, 1),
 	}
 	r.source.set(acq.NewSource(cfg.Source))
 	ok := false
+	var err error
 	defer func() {
 		if !ok {
 			r.Close()
 		}
 	}()
-	var err error
 	if r.ram, err = mapFile(r.ramPath, cfg.GuestRAM); err != nil {
 		return nil, err
 	}
 	if r.vram, err = mapFile(r.vramPath, cfg.VRAM); err != nil {
 		return nil, err
 	}
-	binary.LittleEndian.PutUint64(r.vram[vramOffMagic:], vramMagic)
-	binary.LittleEndian.PutUint32(r.vram[vramOffVersion:], vramVersion)
-	binary.LittleEndian.PutUint32(r.vram[vramOffPages:], uint32(cfg.VRAM/vramPage))
+	binary.LittleEndian.PutUint64(r.vram[rl.VramOffMagic:], rl.VramMagic)
+	binary.LittleEndian.PutUint32(r.vram[rl.VramOffVersion:], rl.VramVersion)
+	binary.LittleEndian.PutUint32(r.vram[rl.VramOffPages:], uint32(cfg.VRAM/rl.VramPage))
 
-	fd, err := unix.MemfdCreate("gpufpga-mbox", unix.MFD_CLOEXEC)
-	if err != nil {
-		return nil, fmt.Errorf("devmodel: memfd: %w", err)
+	if r.fpga, err = newPort(filepath.Join(cfg.Dir, "fpga.sock"), rl.MboxMagic, rl.GuestVectors); err != nil {
+		return nil, err
 	}
-	r.mboxFile = os.NewFile(uintptr(fd), "gpufpga-mbox")
-	if err := r.mboxFile.Truncate(mboxSize); err != nil {
-		return nil, fmt.Errorf("devmodel: %w", err)
-	}
-	if r.mbox, err = unix.Mmap(fd, 0, mboxSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
-		return nil, fmt.Errorf("devmodel: mmap mailbox: %w", err)
-	}
-	binary.LittleEndian.PutUint32(r.mbox[mboxOffVersion:], mboxVersion)
-	binary.LittleEndian.PutUint32(r.mbox[mboxOffMagic:], mboxMagic)
-
-	if r.server, err = ivshmem.Listen(r.sockPath, r.mboxFile, guestVectors); err != nil {
+	if r.ctl, err = newPort(filepath.Join(cfg.Dir, "ctl.sock"), rl.CtlMagic, 1); err != nil {
 		return nil, err
 	}
 	r.engine, err = xdma.NewEngine(xdma.Config{
@@ -182,8 +170,10 @@ func (r *Rig) QEMUArgs() []string {
 		"-machine", "q35,memory-backend=ram0",
 		"-m", mib(r.cfg.GuestRAM),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram0,size=%s,mem-path=%s,share=on", mib(r.cfg.GuestRAM), r.ramPath),
-		"-chardev", fmt.Sprintf("socket,id=xdma,path=%s", r.sockPath),
-		"-device", fmt.Sprintf("ivshmem-doorbell,chardev=xdma,vectors=%d", guestVectors),
+		"-chardev", fmt.Sprintf("socket,id=fpga,path=%s", r.fpga.sock),
+		"-device", fmt.Sprintf("ivshmem-doorbell,chardev=fpga,vectors=%d", rl.GuestVectors),
+		"-chardev", fmt.Sprintf("socket,id=ctl,path=%s", r.ctl.sock),
+		"-device", "ivshmem-doorbell,chardev=ctl,vectors=1",
 		"-object", fmt.Sprintf("memory-backend-file,id=vram,size=%s,mem-path=%s,share=on", mib(r.cfg.VRAM), r.vramPath),
 		"-device", "ivshmem-plain,memdev=vram",
 	}
@@ -193,12 +183,16 @@ func (r *Rig) QEMUArgs() []string {
 // engine until ctx ends or Close is called.
 func (r *Rig) Serve(ctx context.Context) error {
 	ctx, r.cancel = context.WithCancel(ctx)
-	if err := r.server.Serve(ctx); err != nil {
+	// QEMU connects to the sockets in the order the devices appear.
+	if err := r.fpga.server.Serve(ctx); err != nil {
+		return err
+	}
+	if err := r.ctl.server.Serve(ctx); err != nil {
 		return err
 	}
 	r.wg.Add(3)
-	go r.serveMailbox(ctx, vecReg, regMbox, r.register)
-	go r.serveMailbox(ctx, vecCtl, ctlMbox, r.control)
+	go r.serveMailbox(ctx, r.fpga, rl.RegMbox, r.register)
+	go r.serveMailbox(ctx, r.ctl, rl.CtlMbox, r.control)
 	go r.runEngine(ctx)
 	return nil
 }
@@ -223,33 +217,74 @@ func (r *Rig) Close() error {
 	if r.cancel != nil {
 		r.cancel()
 	}
-	if r.server != nil {
-		r.server.Close() // unblocks the doorbell reads
-	}
 	r.wg.Wait()
-	for _, b := range [][]byte{r.ram, r.vram, r.mbox} {
+	for _, p := range []*port{r.fpga, r.ctl} {
+		if p != nil {
+			p.close()
+		}
+	}
+	for _, b := range [][]byte{r.ram, r.vram} {
 		if b != nil {
 			unix.Munmap(b)
 		}
 	}
-	if r.mboxFile != nil {
-		r.mboxFile.Close()
-	}
-	for _, p := range []string{r.ramPath, r.vramPath, r.sockPath} {
+	for _, p := range []string{r.ramPath, r.vramPath} {
 		os.Remove(p)
 	}
 	return nil
 }
 
-func (r *Rig) word(off int) *uint32 {
-	return (*uint32)(unsafe.Pointer(&r.mbox[off]))
+// port is one ivshmem-doorbell device: its BAR2 memory and its server.
+type port struct {
+	sock   string
+	file   *os.File
+	mem    []byte
+	server *ivshmem.Server
+}
+
+func newPort(sock string, magic uint32, vectors int) (*port, error) {
+	fd, err := unix.MemfdCreate(filepath.Base(sock), unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("devmodel: memfd: %w", err)
+	}
+	p := &port{sock: sock, file: os.NewFile(uintptr(fd), sock)}
+	if err := p.file.Truncate(rl.MboxSize); err != nil {
+		p.close()
+		return nil, fmt.Errorf("devmodel: %w", err)
+	}
+	if p.mem, err = unix.Mmap(fd, 0, rl.MboxSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED); err != nil {
+		p.close()
+		return nil, fmt.Errorf("devmodel: mmap mailbox: %w", err)
+	}
+	binary.LittleEndian.PutUint32(p.mem[rl.MboxOffVersion:], rl.MboxVersion)
+	binary.LittleEndian.PutUint32(p.mem[rl.MboxOffMagic:], magic)
+	if p.server, err = ivshmem.Listen(sock, p.file, vectors); err != nil {
+		p.close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func (p *port) word(off int) *uint32 {
+	return (*uint32)(unsafe.Pointer(&p.mem[off]))
+}
+
+func (p *port) close() {
+	if p.server != nil {
+		p.server.Close()
+	}
+	if p.mem != nil {
+		unix.Munmap(p.mem)
+	}
+	p.file.Close()
+	os.Remove(p.sock)
 }
 
 // serveMailbox answers requests on one mailbox each time the guest rings
 // its vector.
-func (r *Rig) serveMailbox(ctx context.Context, vec, base int, handle func(op, a0, a1, a2 uint32) (status, v0, v1 uint32)) {
+func (r *Rig) serveMailbox(ctx context.Context, p *port, base int, handle func(op, a0, a1, a2 uint32) (status, v0, v1 uint32)) {
 	defer r.wg.Done()
-	efd := r.server.Doorbell(vec)
+	efd := p.server.Doorbell(rl.VecMbox)
 	var buf [8]byte
 	var last uint32
 	for ctx.Err() == nil {
@@ -257,20 +292,20 @@ func (r *Rig) serveMailbox(ctx context.Context, vec, base int, handle func(op, a
 			return
 		}
 		if _, err := unix.Read(efd, buf[:]); err != nil && !errors.Is(err, unix.EAGAIN) {
-			r.fail(fmt.Errorf("devmodel: doorbell %d: %w", vec, err))
+			r.fail(fmt.Errorf("devmodel: doorbell %s: %w", p.sock, err))
 			return
 		}
-		seq := atomic.LoadUint32(r.word(base + reqSeq))
+		seq := atomic.LoadUint32(p.word(base + rl.ReqSeq))
 		if seq == last {
 			continue
 		}
 		last = seq
-		st, v0, v1 := handle(atomic.LoadUint32(r.word(base+reqOp)), atomic.LoadUint32(r.word(base+reqArg0)),
-			atomic.LoadUint32(r.word(base+reqArg1)), atomic.LoadUint32(r.word(base+reqArg2)))
-		atomic.StoreUint32(r.word(base+rspStatus), st)
-		atomic.StoreUint32(r.word(base+rspVal0), v0)
-		atomic.StoreUint32(r.word(base+rspVal1), v1)
-		atomic.StoreUint32(r.word(base+rspSeq), seq)
+		st, v0, v1 := handle(atomic.LoadUint32(p.word(base+rl.ReqOp)), atomic.LoadUint32(p.word(base+rl.ReqArg0)),
+			atomic.LoadUint32(p.word(base+rl.ReqArg1)), atomic.LoadUint32(p.word(base+rl.ReqArg2)))
+		atomic.StoreUint32(p.word(base+rl.RspStatus), st)
+		atomic.StoreUint32(p.word(base+rl.RspVal0), v0)
+		atomic.StoreUint32(p.word(base+rl.RspVal1), v1)
+		atomic.StoreUint32(p.word(base+rl.RspSeq), seq)
 	}
 }
 
@@ -296,9 +331,9 @@ func waitReadable(ctx context.Context, fd int) error {
 
 func (r *Rig) register(op, off, val, _ uint32) (uint32, uint32, uint32) {
 	switch op {
-	case opRead32:
+	case rl.OpRead32:
 		return 0, r.engine.ReadReg(off), 0
-	case opWrite32:
+	case rl.OpWrite32:
 		r.engine.WriteReg(off, val)
 		r.wake()
 		return 0, 0, 0
@@ -311,7 +346,7 @@ func split(v uint64) (uint32, uint32, uint32) { return 0, uint32(v), uint32(v >>
 func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	einval := uint32(unix.EINVAL)
 	switch op {
-	case ctlFault:
+	case rl.CtlFault:
 		if a0 > 1 || a2 > uint32(xdma.FaultStall) {
 			return einval, 0, 0
 		}
@@ -319,42 +354,42 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 			return uint32(unix.ENODEV), 0, 0
 		}
 		return 0, 0, 0
-	case ctlLink:
+	case rl.CtlLink:
 		r.engine.SetLinkDown(a0 != 0)
 		return 0, 0, 0
-	case ctlSource:
+	case rl.CtlSource:
 		r.source.set(acq.NewSource(acq.SourceConfig{PayloadLen: int(a0), Rate: float64(a1), FIFO: int(a2)}))
 		r.wake()
 		return 0, 0, 0
-	case ctlSourceStats:
+	case rl.CtlSourceStats:
 		st := r.source.stats()
 		switch a0 {
-		case srcGenerated:
+		case rl.SrcGenerated:
 			return split(st.Generated)
-		case srcDelivered:
+		case rl.SrcDelivered:
 			return split(st.Delivered)
-		case srcDropped:
+		case rl.SrcDropped:
 			return split(st.Dropped)
-		case srcQueued:
+		case rl.SrcQueued:
 			return split(st.Queued)
-		case srcBytes:
+		case rl.SrcBytes:
 			return split(st.Bytes)
 		}
-	case ctlSinkStats:
+	case rl.CtlSinkStats:
 		fs, packets := r.sink.Stats()
 		switch a0 {
-		case sinkFrames:
+		case rl.SinkFrames:
 			return split(fs.Frames)
-		case sinkGaps:
+		case rl.SinkGaps:
 			return split(fs.Gaps)
-		case sinkDuplicates:
+		case rl.SinkDuplicates:
 			return split(fs.Duplicates)
-		case sinkCRCFailures:
+		case rl.SinkCRCFailures:
 			return split(fs.CRCFailures)
-		case sinkPackets:
+		case rl.SinkPackets:
 			return split(packets)
 		}
-	case ctlLateWrites:
+	case rl.CtlLateWrites:
 		return split(r.lateWrites.Load())
 	}
 	return einval, 0, 0
@@ -368,7 +403,7 @@ func (r *Rig) wake() {
 }
 
 func (r *Rig) raise(vec int) {
-	if err := r.server.Interrupt(vec); err != nil {
+	if err := r.fpga.server.Interrupt(vec); err != nil {
 		r.fail(fmt.Errorf("devmodel: interrupt %d: %w", vec, err))
 	}
 }
@@ -474,8 +509,8 @@ func (g *guestBus) resolve(addr uint64, n int, write bool) ([]byte, error) {
 	if end <= uint64(len(r.ram)) {
 		return r.ram[addr:end], nil
 	}
-	bar := atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.vram[vramOffBar])))
-	if bar != 0 && addr >= bar+vramPage && end <= bar+uint64(len(r.vram)) {
+	bar := atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.vram[rl.VramOffBar])))
+	if bar != 0 && addr >= bar+rl.VramPage && end <= bar+uint64(len(r.vram)) {
 		off := addr - bar
 		if write {
 			g.checkAllocated(off, uint64(n))
@@ -488,15 +523,15 @@ func (g *guestBus) resolve(addr uint64, n int, write bool) ([]byte, error) {
 // checkAllocated records writes into VRAM pages that are not allocated.
 func (g *guestBus) checkAllocated(off, n uint64) {
 	r := g.r
-	for p := off / vramPage; p <= (off+n-1)/vramPage; p++ {
-		if atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.vram[vramOffState+p&^3])))>>(8*(p&3))&0xFF != 0 {
+	for p := off / rl.VramPage; p <= (off+n-1)/rl.VramPage; p++ {
+		if atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.vram[rl.VramOffState+p&^3])))>>(8*(p&3))&0xFF != 0 {
 			continue
 		}
 		r.lateWrites.Add(1)
-		binary.LittleEndian.PutUint64(r.vram[vramOffLate:], r.lateWrites.Load())
+		binary.LittleEndian.PutUint64(r.vram[rl.VramOffLate:], r.lateWrites.Load())
 		r.lateMu.Lock()
 		if len(r.lateAddrs) < 16 {
-			r.lateAddrs = append(r.lateAddrs, p*vramPage)
+			r.lateAddrs = append(r.lateAddrs, p*rl.VramPage)
 		}
 		r.lateMu.Unlock()
 	}

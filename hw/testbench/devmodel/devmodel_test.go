@@ -1,57 +1,20 @@
 package devmodel
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"net"
-	"os"
-	"regexp"
-	"strconv"
 	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
 
+	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
-
-func TestLayoutMatchesHeader(t *testing.T) {
-	f, err := os.Open("../include/gpufpga_rig.h")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	def := regexp.MustCompile(`^#define\s+(RIG_\w+)\s+(0x[0-9a-fA-F]+|\d+)(U|ULL)?\b`)
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := def.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseUint(m[2], 0, 64)
-		if err != nil {
-			t.Fatal(err)
-		}
-		want, ok := headerConstants[m[1]]
-		if !ok {
-			t.Errorf("%s = %#x has no Go mirror", m[1], v)
-			continue
-		}
-		if v != want {
-			t.Errorf("%s: header %#x, Go %#x", m[1], v, want)
-		}
-		seen[m[1]] = true
-	}
-	for name := range headerConstants {
-		if !seen[name] {
-			t.Errorf("Go mirror %s has no #define", name)
-		}
-	}
-}
 
 // fakeQEMU is the guest side of the ivshmem protocol, played in-process.
 type fakeQEMU struct {
@@ -60,7 +23,7 @@ type fakeQEMU struct {
 	seq     uint32
 }
 
-func dialRig(t *testing.T, sock string) *fakeQEMU {
+func dialRig(t *testing.T, sock string, vectors int) *fakeQEMU {
 	t.Helper()
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
@@ -70,7 +33,7 @@ func dialRig(t *testing.T, sock string) *fakeQEMU {
 	q := &fakeQEMU{}
 	oob := make([]byte, 64)
 	var b [8]byte
-	for i := range 3 + 2*guestVectors {
+	for i := range 3 + 2*vectors {
 		_, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
@@ -86,7 +49,7 @@ func dialRig(t *testing.T, sock string) *fakeQEMU {
 		case i == 0 && v != 0, i == 1 && v != 1:
 			t.Fatalf("message %d = %d", i, v)
 		case i == 2:
-			q.mbox, err = unix.Mmap(fd, 0, mboxSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+			q.mbox, err = unix.Mmap(fd, 0, rl.MboxSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,28 +60,28 @@ func dialRig(t *testing.T, sock string) *fakeQEMU {
 	return q
 }
 
-func (q *fakeQEMU) call(t *testing.T, base, vec int, op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
+func (q *fakeQEMU) call(t *testing.T, base int, op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	t.Helper()
 	w := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&q.mbox[base+off])) }
 	q.seq++
-	atomic.StoreUint32(w(reqOp), op)
-	atomic.StoreUint32(w(reqArg0), a0)
-	atomic.StoreUint32(w(reqArg1), a1)
-	atomic.StoreUint32(w(reqArg2), a2)
-	atomic.StoreUint32(w(reqSeq), q.seq)
+	atomic.StoreUint32(w(rl.ReqOp), op)
+	atomic.StoreUint32(w(rl.ReqArg0), a0)
+	atomic.StoreUint32(w(rl.ReqArg1), a1)
+	atomic.StoreUint32(w(rl.ReqArg2), a2)
+	atomic.StoreUint32(w(rl.ReqSeq), q.seq)
 	var one [8]byte
 	one[0] = 1
-	if _, err := unix.Write(q.hostFds[vec], one[:]); err != nil {
+	if _, err := unix.Write(q.hostFds[rl.VecMbox], one[:]); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for atomic.LoadUint32(w(rspSeq)) != q.seq {
+	for atomic.LoadUint32(w(rl.RspSeq)) != q.seq {
 		if time.Now().After(deadline) {
 			t.Fatalf("no answer to op %d", op)
 		}
 		time.Sleep(50 * time.Microsecond)
 	}
-	return atomic.LoadUint32(w(rspStatus)), atomic.LoadUint32(w(rspVal0)), atomic.LoadUint32(w(rspVal1))
+	return atomic.LoadUint32(w(rl.RspStatus)), atomic.LoadUint32(w(rl.RspVal0)), atomic.LoadUint32(w(rl.RspVal1))
 }
 
 func TestMailboxes(t *testing.T) {
@@ -131,33 +94,37 @@ func TestMailboxes(t *testing.T) {
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- rig.Serve(ctx) }()
-	q := dialRig(t, rig.sockPath)
+	q := dialRig(t, rig.fpga.sock, rl.GuestVectors)
+	c := dialRig(t, rig.ctl.sock, 1)
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}
-	if m := binary.LittleEndian.Uint32(q.mbox); m != mboxMagic {
-		t.Fatalf("mailbox magic %#x", m)
+	if m := binary.LittleEndian.Uint32(q.mbox); m != rl.MboxMagic {
+		t.Fatalf("FPGA mailbox magic %#x", m)
 	}
-	st, v, _ := q.call(t, regMbox, vecReg, opRead32, xdma.Base(xdma.TargetC2H, 1)+xdma.RegIdentifier, 0, 0)
+	if m := binary.LittleEndian.Uint32(c.mbox); m != rl.CtlMagic {
+		t.Fatalf("control port magic %#x", m)
+	}
+	st, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, xdma.Base(xdma.TargetC2H, 1)+xdma.RegIdentifier, 0, 0)
 	if id, ok := xdma.DecodeIdentifier(v); st != 0 || !ok || !id.Stream || id.Channel != 1 {
 		t.Fatalf("C2H 1 identifier: status %d value %#x", st, v)
 	}
 	ctl := xdma.Base(xdma.TargetH2C, 0) + xdma.RegControl
-	q.call(t, regMbox, vecReg, opWrite32, ctl, 0x1E, 0)
-	if _, v, _ := q.call(t, regMbox, vecReg, opRead32, ctl, 0, 0); v != 0x1E {
+	q.call(t, rl.RegMbox, rl.OpWrite32, ctl, 0x1E, 0)
+	if _, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, ctl, 0, 0); v != 0x1E {
 		t.Fatalf("control reads %#x after writing 0x1e", v)
 	}
 	// The control mailbox: link down makes registers read all ones.
-	if st, _, _ := q.call(t, ctlMbox, vecCtl, ctlLink, 1, 0, 0); st != 0 {
+	if st, _, _ := c.call(t, rl.CtlMbox, rl.CtlLink, 1, 0, 0); st != 0 {
 		t.Fatalf("link down: status %d", st)
 	}
-	if _, v, _ := q.call(t, regMbox, vecReg, opRead32, ctl, 0, 0); v != 0xFFFFFFFF {
+	if _, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, ctl, 0, 0); v != 0xFFFFFFFF {
 		t.Fatalf("register reads %#x with the link down", v)
 	}
-	if st, _, _ := q.call(t, ctlMbox, vecCtl, ctlFault, 1, 7, uint32(xdma.FaultStall)); st != uint32(unix.ENODEV) {
+	if st, _, _ := c.call(t, rl.CtlMbox, rl.CtlFault, 1, 7, uint32(xdma.FaultStall)); st != uint32(unix.ENODEV) {
 		t.Fatalf("fault on a missing channel: status %d", st)
 	}
-	if st, _, _ := q.call(t, regMbox, vecReg, 99, 0, 0, 0); st != uint32(unix.EINVAL) {
+	if st, _, _ := q.call(t, rl.RegMbox, 99, 0, 0, 0); st != uint32(unix.EINVAL) {
 		t.Fatalf("unknown op: status %d", st)
 	}
 	if err := rig.Err(); err != nil {
@@ -173,21 +140,21 @@ func TestGuestBusLateWrites(t *testing.T) {
 	defer rig.Close()
 	bus := &guestBus{rig}
 	const bar = 0x80_0000_0000
-	if err := bus.Write(bar+vramPage, []byte{1}); err == nil {
+	if err := bus.Write(bar+rl.VramPage, []byte{1}); err == nil {
 		t.Fatal("VRAM reachable before the GPU announced its BAR")
 	}
-	binary.LittleEndian.PutUint64(rig.vram[vramOffBar:], bar)
-	rig.vram[vramOffState+2] = 1 // page 2 allocated
-	if err := bus.Write(bar+2*vramPage+10, []byte{1, 2, 3}); err != nil {
+	binary.LittleEndian.PutUint64(rig.vram[rl.VramOffBar:], bar)
+	rig.vram[rl.VramOffState+2] = 1 // page 2 allocated
+	if err := bus.Write(bar+2*rl.VramPage+10, []byte{1, 2, 3}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := rig.LateWrites(); n != 0 {
 		t.Fatalf("%d late writes into an allocated page", n)
 	}
-	if err := bus.Write(bar+3*vramPage, []byte{1}); err != nil {
+	if err := bus.Write(bar+3*rl.VramPage, []byte{1}); err != nil {
 		t.Fatal(err)
 	}
-	if n, addrs := rig.LateWrites(); n != 1 || addrs[0] != 3*vramPage {
+	if n, addrs := rig.LateWrites(); n != 1 || addrs[0] != 3*rl.VramPage {
 		t.Fatalf("late writes %d at %#x, want 1 at page 3", n, addrs)
 	}
 	if err := bus.Read(bar, make([]byte, 4)); err == nil {

@@ -11,18 +11,26 @@
 #ifndef GPUFPGA_RIG_H
 #define GPUFPGA_RIG_H
 
-/* BAR2 of the ivshmem-doorbell device that stands for the FPGA. */
-#define RIG_MBOX_MAGIC		0x584f424dU	/* "MBOX" */
+/*
+ * BAR2 of each ivshmem-doorbell device of the rig starts with a magic: the
+ * FPGA carries the register mailbox that the driver's transport uses; a
+ * second device, which no driver binds, is the test equipment's control
+ * port (fault injection, source settings), mapped by tests through sysfs.
+ */
+#define RIG_MBOX_MAGIC		0x584f424dU	/* "MBOX": the FPGA */
+#define RIG_CTL_MAGIC		0x4c525443U	/* "CTRL": the control port */
 #define RIG_MBOX_VERSION	1
 #define RIG_MBOX_SIZE		0x10000		/* BAR2 bytes */
 
 #define RIG_MBOX_OFF_MAGIC	0x00
 #define RIG_MBOX_OFF_VERSION	0x04
 
-/* Register mailbox: the driver's register transport, host vector 0. */
-#define RIG_REG_MBOX		0x0100
-/* Control mailbox: test equipment (faults, source), host vector 1. */
-#define RIG_CTL_MBOX		0x0200
+#define RIG_REG_MBOX		0x0100	/* register mailbox, FPGA device */
+#define RIG_CTL_MBOX		0x0100	/* control mailbox, control device */
+
+/* ivshmem doorbell register (BAR0) and the host's peer ID. */
+#define RIG_DOORBELL		0x0c
+#define RIG_HOST_PEER		0
 
 /* Offsets inside a mailbox. */
 #define RIG_REQ_SEQ		0x00
@@ -35,8 +43,7 @@
 #define RIG_RSP_VAL0		0x48
 #define RIG_RSP_VAL1		0x4c
 
-#define RIG_VEC_REG		0	/* host doorbell vectors */
-#define RIG_VEC_CTL		1
+#define RIG_VEC_MBOX		0	/* host doorbell vector of either device */
 
 /* Register mailbox operations. */
 #define RIG_OP_READ32		1	/* arg0 offset -> val0 */

@@ -1,0 +1,937 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * nvp2p_sim - a simulated NVIDIA GPU for the gpufpga test rig.
+ *
+ * Binds to the QEMU ivshmem-plain device whose BAR2 carries the rig's VRAM
+ * magic; that BAR plays the GPU's BAR1: PCI memory with no struct page.
+ * Exports NVIDIA's third-party P2P API with NVIDIA's names, signatures and
+ * structure layouts, enforcing its rules, and offers /dev/nvp2p_sim in place
+ * of cudaMalloc/cudaFree, with mmap of allocations and dma-buf export.
+ *
+ * Freeing an allocation revokes its callback pins: each free callback runs
+ * exactly once, with no lock held, and only after all have returned are the
+ * pages marked free in the VRAM header, where the rig's device model checks
+ * every DMA write against them.
+ *
+ * Locking: sim->lock (spinlock) protects the allocation and pin lists, the
+ * free-page bitmap and the counters; nothing sleeps under it. sim->alloc_lock
+ * (mutex) serialises allocation and free and is taken before sim->lock.
+ * Free callbacks run with neither held.
+ */
+#include <linux/bitmap.h>
+#include <linux/dma-buf.h>
+#include <linux/fs.h>
+#include <linux/io.h>
+#include <linux/kref.h>
+#include <linux/miscdevice.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/pci.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+#include <linux/wait.h>
+
+#include "gpufpga_nv_p2p.h"
+#include "gpufpga_rig.h"
+#include "nvp2p_sim_uapi.h"
+
+#define SIM_PAGE	SZ_64K
+#define SIM_PAGE_SHIFT	16
+#define SIM_VA_BASE	0x7f0000000000ULL
+#define SIM_VA_ALIGN	SZ_2M
+
+static unsigned int pt_major = 2;
+module_param(pt_major, uint, 0444);
+MODULE_PARM_DESC(pt_major, "page table version major to report (1 or 2)");
+
+struct sim_alloc {
+	struct list_head node;		/* sim->allocs while the VA is live */
+	struct kref ref;		/* the VA, persistent pins, dma-bufs */
+	struct file *owner;
+	u64 va;
+	u64 size;
+	u32 npages;
+	u32 *pages;			/* VRAM page index of each page */
+};
+
+struct sim_mapping {
+	struct list_head node;
+	struct nvidia_p2p_dma_mapping map;
+};
+
+struct sim_pin {
+	struct list_head node;		/* sim->pins */
+	struct list_head revoke_node;
+	struct sim_alloc *alloc;
+	u64 va;
+	struct nvidia_p2p_page_table pt;
+	struct nvidia_p2p_page *page_structs;
+	struct list_head mappings;
+	void (*free_callback)(void *data);
+	void *data;
+	bool persistent;
+	bool revoking;
+};
+
+struct sim_dmabuf {
+	struct sim_alloc *alloc;
+	u32 first;
+	u32 npages;
+};
+
+struct nvp2p_sim {
+	struct pci_dev *pdev;
+	void __iomem *vram;
+	phys_addr_t bar;
+	u32 npages;
+	unsigned long *used;		/* VRAM pages handed out */
+	spinlock_t lock;
+	struct mutex alloc_lock;
+	struct list_head allocs;
+	struct list_head pins;
+	wait_queue_head_t revoked;
+	u64 next_va;
+	u64 live_allocs, live_pins, callbacks_fired, live_dmabufs;
+	u8 uuid[16];
+	struct miscdevice misc;
+};
+
+static struct nvp2p_sim *sim;
+
+static void sim_set_page_state(u32 page, bool used)
+{
+	writeb(used, sim->vram + RIG_VRAM_OFF_STATE + page);
+}
+
+/* Called with sim->lock held. */
+static struct sim_alloc *sim_find_alloc(u64 va, u64 len)
+{
+	struct sim_alloc *a;
+
+	list_for_each_entry(a, &sim->allocs, node)
+		if (va >= a->va && va - a->va < a->size && len <= a->size - (va - a->va))
+			return a;
+	return NULL;
+}
+
+/* Called with sim->lock held. */
+static struct sim_pin *sim_find_pin(struct nvidia_p2p_page_table *pt)
+{
+	struct sim_pin *p;
+
+	list_for_each_entry(p, &sim->pins, node)
+		if (&p->pt == pt)
+			return p;
+	return NULL;
+}
+
+/* Whether pt's pin is being revoked; wait_event's condition. */
+static bool sim_pin_revoking(struct nvidia_p2p_page_table *pt)
+{
+	struct sim_pin *p;
+	bool revoking;
+
+	spin_lock(&sim->lock);
+	p = sim_find_pin(pt);
+	revoking = p && p->revoking;
+	spin_unlock(&sim->lock);
+	return revoking;
+}
+
+static void sim_release_alloc(struct kref *ref)
+{
+	struct sim_alloc *a = container_of(ref, struct sim_alloc, ref);
+	u32 i;
+
+	spin_lock(&sim->lock);
+	for (i = 0; i < a->npages; i++) {
+		sim_set_page_state(a->pages[i], false);
+		clear_bit(a->pages[i], sim->used);
+	}
+	sim->live_allocs--;
+	spin_unlock(&sim->lock);
+	kvfree(a->pages);
+	kfree(a);
+}
+
+static void sim_free_pin(struct sim_pin *p)
+{
+	struct sim_mapping *m, *tmp;
+
+	list_for_each_entry_safe(m, tmp, &p->mappings, node) {
+		kvfree(m->map.dma_addresses);
+		kfree(m);
+	}
+	kvfree(p->pt.pages);
+	kvfree(p->page_structs);
+	kfree(p);
+}
+
+static struct sim_pin *sim_new_pin(u64 npages)
+{
+	struct sim_pin *p = kzalloc(sizeof(*p), GFP_KERNEL);
+
+	if (!p)
+		return NULL;
+	p->pt.pages = kvcalloc(npages, sizeof(*p->pt.pages), GFP_KERNEL);
+	p->page_structs = kvcalloc(npages, sizeof(*p->page_structs), GFP_KERNEL);
+	if (!p->pt.pages || !p->page_structs) {
+		kvfree(p->pt.pages);
+		kvfree(p->page_structs);
+		kfree(p);
+		return NULL;
+	}
+	INIT_LIST_HEAD(&p->mappings);
+	return p;
+}
+
+static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
+			 void (*cb)(void *), void *data, bool persistent)
+{
+	struct sim_alloc *a;
+	struct sim_pin *p;
+	u64 first, i, npages;
+
+	if (!sim || !out || !len || !IS_ALIGNED(va, SIM_PAGE) ||
+	    !IS_ALIGNED(len, SIM_PAGE) || va + len < va)
+		return -EINVAL;
+	npages = len >> SIM_PAGE_SHIFT;
+	if (npages > sim->npages)
+		return -EINVAL;
+	p = sim_new_pin(npages);
+	if (!p)
+		return -ENOMEM;
+
+	spin_lock(&sim->lock);
+	a = sim_find_alloc(va, len);
+	if (!a) {
+		spin_unlock(&sim->lock);
+		sim_free_pin(p);
+		return -EINVAL;
+	}
+	first = (va - a->va) >> SIM_PAGE_SHIFT;
+	for (i = 0; i < npages; i++) {
+		p->page_structs[i].physical_address =
+			sim->bar + ((u64)a->pages[first + i] << SIM_PAGE_SHIFT);
+		p->pt.pages[i] = &p->page_structs[i];
+	}
+	p->pt.version = pt_major == 1 ? NVIDIA_P2P_PAGE_TABLE_VERSION_V1 :
+					NVIDIA_P2P_PAGE_TABLE_VERSION;
+	p->pt.page_size = NVIDIA_P2P_PAGE_SIZE_64KB;
+	p->pt.entries = npages;
+	p->pt.gpu_uuid = sim->uuid;
+	p->alloc = a;
+	p->va = va;
+	p->free_callback = cb;
+	p->data = data;
+	p->persistent = persistent;
+	if (persistent)
+		kref_get(&a->ref);
+	list_add_tail(&p->node, &sim->pins);
+	sim->live_pins++;
+	spin_unlock(&sim->lock);
+
+	*out = &p->pt;
+	return 0;
+}
+
+int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space,
+			 uint64_t virtual_address, uint64_t length,
+			 struct nvidia_p2p_page_table **page_table,
+			 void (*free_callback)(void *data), void *data)
+{
+	if (!free_callback)
+		return -EINVAL;
+	return sim_get_pages(virtual_address, length, page_table, free_callback,
+			     data, false);
+}
+EXPORT_SYMBOL(nvidia_p2p_get_pages);
+
+int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
+				    struct nvidia_p2p_page_table **page_table,
+				    uint32_t flags)
+{
+	if (flags & ~NVIDIA_P2P_FLAGS_FORCE_BAR1_MAPPING)
+		return -EINVAL;
+	return sim_get_pages(virtual_address, length, page_table, NULL, NULL,
+			     true);
+}
+EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
+
+/*
+ * Detaches a pin for release. A pin being revoked is released by the free
+ * path; like NVIDIA, wait for that to finish and report success.
+ */
+static int sim_put(uint64_t va, struct nvidia_p2p_page_table *pt,
+		   bool persistent)
+{
+	struct sim_alloc *a;
+	struct sim_pin *p;
+
+	if (!sim || !pt)
+		return -EINVAL;
+	wait_event(sim->revoked, !sim_pin_revoking(pt));
+	spin_lock(&sim->lock);
+	p = sim_find_pin(pt);
+	if (!p) {
+		spin_unlock(&sim->lock);
+		/* Its free callback already ran: NVIDIA returns 0. */
+		return persistent ? -EINVAL : 0;
+	}
+	if (p->persistent != persistent || p->va != va) {
+		spin_unlock(&sim->lock);
+		return -EINVAL;
+	}
+	list_del(&p->node);
+	sim->live_pins--;
+	a = p->alloc;
+	spin_unlock(&sim->lock);
+
+	sim_free_pin(p);
+	if (persistent)
+		kref_put(&a->ref, sim_release_alloc);
+	return 0;
+}
+
+int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
+			 uint64_t virtual_address,
+			 struct nvidia_p2p_page_table *page_table)
+{
+	return sim_put(virtual_address, page_table, false);
+}
+EXPORT_SYMBOL(nvidia_p2p_put_pages);
+
+int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
+				    struct nvidia_p2p_page_table *page_table,
+				    uint32_t flags)
+{
+	if (flags)
+		return -EINVAL;
+	return sim_put(virtual_address, page_table, true);
+}
+EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
+
+int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
+			     struct nvidia_p2p_page_table *page_table,
+			     struct nvidia_p2p_dma_mapping **dma_mapping)
+{
+	struct sim_mapping *m;
+	struct sim_pin *p;
+	u32 i, n;
+
+	if (!sim || !peer || !page_table || !dma_mapping)
+		return -EINVAL;
+	n = page_table->entries;
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!m)
+		return -ENOMEM;
+	m->map.dma_addresses = kvcalloc(n, sizeof(u64), GFP_KERNEL);
+	if (!m->map.dma_addresses) {
+		kfree(m);
+		return -ENOMEM;
+	}
+	spin_lock(&sim->lock);
+	p = sim_find_pin(page_table);
+	if (!p || p->revoking || p->pt.entries != n) {
+		spin_unlock(&sim->lock);
+		kvfree(m->map.dma_addresses);
+		kfree(m);
+		return -EINVAL;
+	}
+	/* No IOMMU between the peers: bus addresses are BAR addresses. */
+	for (i = 0; i < n; i++)
+		m->map.dma_addresses[i] = p->page_structs[i].physical_address;
+	m->map.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
+	m->map.page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
+	m->map.entries = n;
+	m->map.private = p;
+	m->map.pci_dev = peer;
+	list_add_tail(&m->node, &p->mappings);
+	spin_unlock(&sim->lock);
+	*dma_mapping = &m->map;
+	return 0;
+}
+EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
+
+int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
+			       struct nvidia_p2p_page_table *page_table,
+			       struct nvidia_p2p_dma_mapping *dma_mapping)
+{
+	struct sim_mapping *m = NULL, *it;
+	struct sim_pin *p;
+
+	if (!sim || !peer || !page_table || !dma_mapping)
+		return -EINVAL;
+	wait_event(sim->revoked, !sim_pin_revoking(page_table));
+	spin_lock(&sim->lock);
+	p = sim_find_pin(page_table);
+	if (!p) {
+		/* Revoked: NVIDIA freed the mapping with the pin. */
+		spin_unlock(&sim->lock);
+		return 0;
+	}
+	list_for_each_entry(it, &p->mappings, node)
+		if (&it->map == dma_mapping && it->map.pci_dev == peer)
+			m = it;
+	if (m)
+		list_del(&m->node);
+	spin_unlock(&sim->lock);
+	if (!m)
+		return -EINVAL;
+	kvfree(m->map.dma_addresses);
+	kfree(m);
+	return 0;
+}
+EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
+
+/* No-ops in NVIDIA's driver too: tables are freed by put or revocation. */
+int nvidia_p2p_free_page_table(struct nvidia_p2p_page_table *page_table)
+{
+	return page_table ? 0 : -EINVAL;
+}
+EXPORT_SYMBOL(nvidia_p2p_free_page_table);
+
+int nvidia_p2p_free_dma_mapping(struct nvidia_p2p_dma_mapping *dma_mapping)
+{
+	return dma_mapping ? 0 : -EINVAL;
+}
+EXPORT_SYMBOL(nvidia_p2p_free_dma_mapping);
+
+/* xorshift32: deterministic layouts from a seed. */
+static u32 sim_rand(u32 *s)
+{
+	*s ^= *s << 13;
+	*s ^= *s >> 17;
+	*s ^= *s << 5;
+	return *s;
+}
+
+/* Picks npages free VRAM pages in the pattern's layout. sim->lock held. */
+static int sim_pick_pages(u32 *pages, u32 npages, u32 pattern, u32 seed)
+{
+	u32 i, n = 0, start, run, *runs;
+	unsigned long pg;
+
+	switch (pattern) {
+	case NVP2P_SIM_CONTIGUOUS:
+		pg = bitmap_find_next_zero_area(sim->used, sim->npages, 1, npages, 0);
+		if (pg >= sim->npages)
+			return -ENOMEM;
+		for (i = 0; i < npages; i++)
+			pages[i] = pg + i;
+		return 0;
+	case NVP2P_SIM_FRAGMENTED:
+		/* Highest free pages first: neighbours descend, never adjoin. */
+		for (pg = sim->npages - 1; pg > 0 && n < npages; pg--)
+			if (!test_bit(pg, sim->used))
+				pages[n++] = pg;
+		return n == npages ? 0 : -ENOMEM;
+	case NVP2P_SIM_RANDOM_RUNS:
+		pg = 1;
+		for_each_clear_bit_from(pg, sim->used, sim->npages) {
+			if (n == npages)
+				break;
+			pages[n++] = pg;
+		}
+		if (n < npages)
+			return -ENOMEM;
+		/* Cut the free list into runs of 1-4 and shuffle the runs. */
+		runs = kmalloc_array(npages, sizeof(*runs), GFP_ATOMIC);
+		if (!runs)
+			return -ENOMEM;
+		memcpy(runs, pages, npages * sizeof(*runs));
+		seed = seed ?: 1;
+		for (start = 0, n = 0; start < npages; start += run) {
+			run = min_t(u32, 1 + sim_rand(&seed) % 4, npages - start);
+			pages[n++] = start | run << 24;
+		}
+		for (i = n - 1; i > 0; i--) {
+			u32 j = sim_rand(&seed) % (i + 1);
+
+			swap(pages[i], pages[j]);
+		}
+		/* Expand the shuffled runs back out, last first, in place. */
+		start = npages;
+		for (i = n; i-- > 0;) {
+			u32 s = pages[i] & 0xffffff;
+
+			run = pages[i] >> 24;
+			start -= run;
+			memcpy(&pages[start], &runs[s], run * sizeof(*runs));
+		}
+		kfree(runs);
+		return 0;
+	}
+	return -EINVAL;
+}
+
+static int sim_ioctl_alloc(struct file *f, struct nvp2p_sim_alloc __user *uarg)
+{
+	struct nvp2p_sim_alloc arg;
+	struct sim_alloc *a;
+	u32 i;
+	int ret;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	if (!arg.size || arg.size > (u64)sim->npages << SIM_PAGE_SHIFT ||
+	    arg.pattern > NVP2P_SIM_RANDOM_RUNS)
+		return -EINVAL;
+	a = kzalloc(sizeof(*a), GFP_KERNEL);
+	if (!a)
+		return -ENOMEM;
+	a->npages = DIV_ROUND_UP_ULL(arg.size, SIM_PAGE);
+	a->size = (u64)a->npages << SIM_PAGE_SHIFT;
+	a->pages = kvcalloc(a->npages, sizeof(*a->pages), GFP_KERNEL);
+	if (!a->pages) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	kref_init(&a->ref);
+	a->owner = f;
+
+	mutex_lock(&sim->alloc_lock);
+	spin_lock(&sim->lock);
+	ret = sim_pick_pages(a->pages, a->npages, arg.pattern, arg.seed);
+	if (ret) {
+		spin_unlock(&sim->lock);
+		mutex_unlock(&sim->alloc_lock);
+		goto err_free;
+	}
+	for (i = 0; i < a->npages; i++) {
+		set_bit(a->pages[i], sim->used);
+		sim_set_page_state(a->pages[i], true);
+	}
+	a->va = sim->next_va;
+	sim->next_va += ALIGN(a->size, SIM_VA_ALIGN);
+	list_add_tail(&a->node, &sim->allocs);
+	sim->live_allocs++;
+	spin_unlock(&sim->lock);
+	mutex_unlock(&sim->alloc_lock);
+
+	arg.va = a->va;
+	arg.pages = a->npages;
+	if (copy_to_user(uarg, &arg, sizeof(arg)))
+		return -EFAULT;	/* the allocation lives on, freed at close */
+	return 0;
+
+err_free:
+	kvfree(a->pages);
+	kfree(a);
+	return ret;
+}
+
+/*
+ * cudaFree: the VA dies at once; callback pins are revoked, each callback
+ * run once with no lock held; the pages go back when the last persistent
+ * pin and dma-buf let go.
+ */
+static void sim_free_alloc(struct sim_alloc *a)
+{
+	struct sim_pin *p, *tmp;
+	LIST_HEAD(revoke);
+
+	spin_lock(&sim->lock);
+	list_del(&a->node);	/* the VA is gone: no new pins */
+	list_for_each_entry(p, &sim->pins, node) {
+		if (p->alloc != a || p->persistent)
+			continue;
+		p->revoking = true;
+		list_add_tail(&p->revoke_node, &revoke);
+	}
+	spin_unlock(&sim->lock);
+
+	unmap_mapping_range(a->owner->f_mapping, a->va, a->size, 1);
+	list_for_each_entry(p, &revoke, revoke_node) {
+		p->free_callback(p->data);
+		spin_lock(&sim->lock);
+		sim->callbacks_fired++;
+		spin_unlock(&sim->lock);
+	}
+
+	spin_lock(&sim->lock);
+	list_for_each_entry(p, &revoke, revoke_node) {
+		list_del(&p->node);
+		sim->live_pins--;
+	}
+	spin_unlock(&sim->lock);
+	wake_up_all(&sim->revoked);
+
+	list_for_each_entry_safe(p, tmp, &revoke, revoke_node)
+		sim_free_pin(p);
+	kref_put(&a->ref, sim_release_alloc);
+}
+
+static int sim_ioctl_free(struct file *f, struct nvp2p_sim_free __user *uarg)
+{
+	struct nvp2p_sim_free arg;
+	struct sim_alloc *a;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	mutex_lock(&sim->alloc_lock);
+	spin_lock(&sim->lock);
+	a = sim_find_alloc(arg.va, 1);
+	if (a && (a->va != arg.va || a->owner != f))
+		a = NULL;
+	spin_unlock(&sim->lock);
+	if (a)
+		sim_free_alloc(a);
+	mutex_unlock(&sim->alloc_lock);
+	return a ? 0 : -EINVAL;
+}
+
+static int sim_ioctl_table(struct file *f, struct nvp2p_sim_table __user *uarg)
+{
+	struct nvp2p_sim_table arg;
+	struct sim_alloc *a;
+	u64 *addrs;
+	u32 i, n;
+	int ret = 0;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	mutex_lock(&sim->alloc_lock);
+	spin_lock(&sim->lock);
+	a = sim_find_alloc(arg.va, 1);
+	if (!a || a->va != arg.va) {
+		spin_unlock(&sim->lock);
+		mutex_unlock(&sim->alloc_lock);
+		return -EINVAL;
+	}
+	n = a->npages;
+	spin_unlock(&sim->lock);
+	/* alloc_lock keeps a alive: only the free ioctl and close free. */
+	addrs = kvcalloc(n, sizeof(*addrs), GFP_KERNEL);
+	if (!addrs) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	for (i = 0; i < n; i++)
+		addrs[i] = sim->bar + ((u64)a->pages[i] << SIM_PAGE_SHIFT);
+	if (copy_to_user(u64_to_user_ptr(arg.addrs), addrs,
+			 min_t(u64, arg.entries, n) * sizeof(*addrs)))
+		ret = -EFAULT;
+	arg.entries = n;
+	if (!ret && copy_to_user(uarg, &arg, sizeof(arg)))
+		ret = -EFAULT;
+	kvfree(addrs);
+out:
+	mutex_unlock(&sim->alloc_lock);
+	return ret;
+}
+
+static int sim_ioctl_counters(struct nvp2p_sim_counters __user *uarg)
+{
+	struct nvp2p_sim_counters c = {};
+
+	spin_lock(&sim->lock);
+	c.live_allocs = sim->live_allocs;
+	c.live_pins = sim->live_pins;
+	c.callbacks_fired = sim->callbacks_fired;
+	c.total_pages = sim->npages - 1;
+	c.free_pages = sim->npages - bitmap_weight(sim->used, sim->npages);
+	c.bar = sim->bar;
+	c.live_dmabufs = sim->live_dmabufs;
+	spin_unlock(&sim->lock);
+	return copy_to_user(uarg, &c, sizeof(c)) ? -EFAULT : 0;
+}
+
+static int sim_dmabuf_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
+{
+	/* Like nv_dmabuf: video memory only goes to peer-capable importers. */
+	return at->peer2peer ? 0 : -EOPNOTSUPP;
+}
+
+static struct sg_table *sim_dmabuf_map(struct dma_buf_attachment *at,
+				       enum dma_data_direction dir)
+{
+	struct sim_dmabuf *d = at->dmabuf->priv;
+	struct scatterlist *sg;
+	struct sg_table *sgt;
+	u32 i, runs = 0, *pages = d->alloc->pages + d->first;
+	int ret;
+
+	for (i = 0; i < d->npages; i++)
+		if (!i || pages[i] != pages[i - 1] + 1)
+			runs++;
+	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
+	if (!sgt)
+		return ERR_PTR(-ENOMEM);
+	ret = sg_alloc_table(sgt, runs, GFP_KERNEL);
+	if (ret) {
+		kfree(sgt);
+		return ERR_PTR(ret);
+	}
+	/* BAR pages have no struct page: only the DMA fields are set. */
+	sg = NULL;
+	for (i = 0; i < d->npages; i++) {
+		if (!i || pages[i] != pages[i - 1] + 1) {
+			sg = sg ? sg_next(sg) : sgt->sgl;
+			sg_set_page(sg, NULL, 0, 0);
+			sg_dma_address(sg) = sim->bar + ((u64)pages[i] << SIM_PAGE_SHIFT);
+			sg_dma_len(sg) = 0;
+		}
+		sg_dma_len(sg) += SIM_PAGE;
+	}
+	return sgt;
+}
+
+static void sim_dmabuf_unmap(struct dma_buf_attachment *at, struct sg_table *sgt,
+			     enum dma_data_direction dir)
+{
+	sg_free_table(sgt);
+	kfree(sgt);
+}
+
+static void sim_dmabuf_release(struct dma_buf *buf)
+{
+	struct sim_dmabuf *d = buf->priv;
+
+	spin_lock(&sim->lock);
+	sim->live_dmabufs--;
+	spin_unlock(&sim->lock);
+	kref_put(&d->alloc->ref, sim_release_alloc);
+	kfree(d);
+}
+
+static const struct dma_buf_ops sim_dmabuf_ops = {
+	.attach = sim_dmabuf_attach,
+	.map_dma_buf = sim_dmabuf_map,
+	.unmap_dma_buf = sim_dmabuf_unmap,
+	.release = sim_dmabuf_release,
+};
+
+static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
+{
+	DEFINE_DMA_BUF_EXPORT_INFO(info);
+	struct nvp2p_sim_export arg;
+	struct sim_dmabuf *d;
+	struct sim_alloc *a;
+	struct dma_buf *buf;
+	int fd;
+
+	if (copy_from_user(&arg, uarg, sizeof(arg)))
+		return -EFAULT;
+	if (arg.flags || !arg.size || !IS_ALIGNED(arg.va, SIM_PAGE) ||
+	    !IS_ALIGNED(arg.size, SIM_PAGE))
+		return -EINVAL;
+	d = kzalloc(sizeof(*d), GFP_KERNEL);
+	if (!d)
+		return -ENOMEM;
+	spin_lock(&sim->lock);
+	a = sim_find_alloc(arg.va, arg.size);
+	if (a) {
+		kref_get(&a->ref);
+		sim->live_dmabufs++;
+	}
+	spin_unlock(&sim->lock);
+	if (!a) {
+		kfree(d);
+		return -EINVAL;
+	}
+	d->alloc = a;
+	d->first = (arg.va - a->va) >> SIM_PAGE_SHIFT;
+	d->npages = arg.size >> SIM_PAGE_SHIFT;
+
+	info.ops = &sim_dmabuf_ops;
+	info.size = arg.size;
+	info.flags = O_RDWR;
+	info.priv = d;
+	buf = dma_buf_export(&info);
+	if (IS_ERR(buf)) {
+		spin_lock(&sim->lock);
+		sim->live_dmabufs--;
+		spin_unlock(&sim->lock);
+		kref_put(&a->ref, sim_release_alloc);
+		kfree(d);
+		return PTR_ERR(buf);
+	}
+	fd = dma_buf_fd(buf, O_CLOEXEC);
+	if (fd < 0) {
+		dma_buf_put(buf);	/* release drops the references */
+		return fd;
+	}
+	arg.fd = fd;
+	return copy_to_user(uarg, &arg, sizeof(arg)) ? -EFAULT : 0;
+}
+
+static long sim_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
+{
+	void __user *uarg = (void __user *)arg;
+
+	switch (cmd) {
+	case NVP2P_SIM_ALLOC:
+		return sim_ioctl_alloc(f, uarg);
+	case NVP2P_SIM_FREE:
+		return sim_ioctl_free(f, uarg);
+	case NVP2P_SIM_TABLE:
+		return sim_ioctl_table(f, uarg);
+	case NVP2P_SIM_COUNTERS:
+		return sim_ioctl_counters(uarg);
+	case NVP2P_SIM_EXPORT_DMABUF:
+		return sim_ioctl_export(uarg);
+	}
+	return -ENOTTY;
+}
+
+/* Maps the allocation at VA vm_pgoff << PAGE_SHIFT, page by page. */
+static int sim_mmap(struct file *f, struct vm_area_struct *vma)
+{
+	u64 va = (u64)vma->vm_pgoff << PAGE_SHIFT;
+	u64 len = vma->vm_end - vma->vm_start;
+	struct sim_alloc *a;
+	u64 off;
+	int ret = 0;
+
+	if (!IS_ALIGNED(va, SIM_PAGE) || !IS_ALIGNED(len, SIM_PAGE))
+		return -EINVAL;
+	mutex_lock(&sim->alloc_lock);
+	spin_lock(&sim->lock);
+	a = sim_find_alloc(va, len);
+	if (a && a->owner != f)
+		a = NULL;
+	spin_unlock(&sim->lock);
+	if (!a) {
+		ret = -EINVAL;
+		goto out;
+	}
+	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
+	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	for (off = 0; off < len && !ret; off += SIM_PAGE) {
+		u32 page = a->pages[(va - a->va + off) >> SIM_PAGE_SHIFT];
+
+		ret = io_remap_pfn_range(vma, vma->vm_start + off,
+					 (sim->bar >> PAGE_SHIFT) + ((u64)page << (SIM_PAGE_SHIFT - PAGE_SHIFT)),
+					 SIM_PAGE, vma->vm_page_prot);
+	}
+out:
+	mutex_unlock(&sim->alloc_lock);
+	return ret;
+}
+
+static int sim_release(struct inode *inode, struct file *f)
+{
+	struct sim_alloc *a;
+
+	mutex_lock(&sim->alloc_lock);
+	for (;;) {
+		struct sim_alloc *found = NULL;
+
+		spin_lock(&sim->lock);
+		list_for_each_entry(a, &sim->allocs, node)
+			if (a->owner == f) {
+				found = a;
+				break;
+			}
+		spin_unlock(&sim->lock);
+		if (!found)
+			break;
+		sim_free_alloc(found);
+	}
+	mutex_unlock(&sim->alloc_lock);
+	return 0;
+}
+
+static const struct file_operations sim_fops = {
+	.owner = THIS_MODULE,
+	.unlocked_ioctl = sim_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.mmap = sim_mmap,
+	.release = sim_release,
+};
+
+static int sim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct nvp2p_sim *s;
+	u64 len;
+	int ret;
+
+	if (sim)
+		return -EBUSY;
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	len = pci_resource_len(pdev, 2);
+	if (len < 2 * SIM_PAGE)
+		return -ENODEV;
+	s = devm_kzalloc(&pdev->dev, sizeof(*s), GFP_KERNEL);
+	if (!s)
+		return -ENOMEM;
+	s->vram = devm_ioremap_wc(&pdev->dev, pci_resource_start(pdev, 2), len);
+	if (!s->vram)
+		return -ENOMEM;
+	/* Both rig devices are 1af4:1110; the VRAM carries this magic. */
+	if (readq(s->vram + RIG_VRAM_OFF_MAGIC) != RIG_VRAM_MAGIC)
+		return -ENODEV;
+	if (readl(s->vram + RIG_VRAM_OFF_VERSION) != RIG_VRAM_VERSION) {
+		dev_err(&pdev->dev, "VRAM header version %u, want %u\n",
+			readl(s->vram + RIG_VRAM_OFF_VERSION), RIG_VRAM_VERSION);
+		return -ENODEV;
+	}
+	ret = pcim_iomap_regions(pdev, BIT(2), "nvp2p_sim");
+	if (ret)
+		return ret;
+	s->pdev = pdev;
+	s->bar = pci_resource_start(pdev, 2);
+	s->npages = len >> SIM_PAGE_SHIFT;
+	s->used = devm_bitmap_zalloc(&pdev->dev, s->npages, GFP_KERNEL);
+	if (!s->used)
+		return -ENOMEM;
+	set_bit(0, s->used);	/* page 0 is the header */
+	memset_io(s->vram + RIG_VRAM_OFF_STATE, 0, s->npages);
+	spin_lock_init(&s->lock);
+	mutex_init(&s->alloc_lock);
+	INIT_LIST_HEAD(&s->allocs);
+	INIT_LIST_HEAD(&s->pins);
+	init_waitqueue_head(&s->revoked);
+	s->next_va = SIM_VA_BASE;
+	memcpy(s->uuid, "nvp2p_sim GPU-0", 16);
+	s->misc.minor = MISC_DYNAMIC_MINOR;
+	s->misc.name = "nvp2p_sim";
+	s->misc.fops = &sim_fops;
+	s->misc.mode = 0660;
+	s->misc.parent = &pdev->dev;
+	/* Tell the device model where the BAR sits: it translates DMA. */
+	writeq(s->bar, s->vram + RIG_VRAM_OFF_BAR);
+	sim = s;
+	ret = misc_register(&s->misc);
+	if (ret) {
+		sim = NULL;
+		return ret;
+	}
+	pci_set_drvdata(pdev, s);
+	dev_notice(&pdev->dev, "simulated GPU: %u MiB VRAM at %pa, page table v%u\n",
+		   (u32)(len >> 20), &s->bar, pt_major == 1 ? 1 : 2);
+	return 0;
+}
+
+static void sim_remove(struct pci_dev *pdev)
+{
+	struct nvp2p_sim *s = pci_get_drvdata(pdev);
+
+	misc_deregister(&s->misc);
+	if (s->live_allocs || s->live_pins || s->live_dmabufs)
+		dev_warn(&pdev->dev, "leak: %llu allocations, %llu pins, %llu dma-bufs live at unload\n",
+			 s->live_allocs, s->live_pins, s->live_dmabufs);
+	writeq(0, s->vram + RIG_VRAM_OFF_BAR);
+	sim = NULL;
+}
+
+static const struct pci_device_id sim_ids[] = {
+	{ PCI_DEVICE(PCI_VENDOR_ID_REDHAT_QUMRANET, 0x1110) },	/* ivshmem */
+	{ }
+};
+
+static struct pci_driver sim_driver = {
+	.name = "nvp2p_sim",
+	.id_table = sim_ids,
+	.probe = sim_probe,
+	.remove = sim_remove,
+};
+module_pci_driver(sim_driver);
+
+MODULE_DESCRIPTION("Simulated NVIDIA GPU exporting the P2P API, for the gpufpga rig");
+MODULE_LICENSE("GPL");
+MODULE_IMPORT_NS(DMA_BUF);

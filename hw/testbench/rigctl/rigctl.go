@@ -1,0 +1,201 @@
+// Package rigctl is the guest side of the rig's mailboxes: the control port
+// of the test equipment (fault injection, the acquisition source's settings
+// and counters, late DMA writes), and a user-space register transport for
+// tests that drive the simulated XDMA before any driver binds it.
+package rigctl
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+	"unsafe"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/acq"
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+)
+
+// ErrNoDevice reports that no rig device with the wanted magic exists.
+var ErrNoDevice = errors.New("rigctl: rig device not found")
+
+// Mailbox is a request/response slot in an ivshmem BAR, rung through the
+// device's doorbell.
+type Mailbox struct {
+	mu   sync.Mutex
+	mem  []byte // BAR2
+	regs []byte // BAR0: ivshmem registers
+	base int
+	seq  uint32
+}
+
+// openMailbox finds the rig device whose BAR2 starts with magic.
+func openMailbox(magic uint32, base int) (*Mailbox, error) {
+	devs, err := guest.FindPCI(0x1af4, 0x1110)
+	if err != nil {
+		return nil, err
+	}
+	for _, d := range devs {
+		mem, err := d.MapBAR(2, rl.MboxSize)
+		if err != nil {
+			continue // ivshmem-plain's BAR2 is larger; any mapping error means not ours
+		}
+		if binary.LittleEndian.Uint32(mem) != magic {
+			continue
+		}
+		regs, err := d.MapBAR(0, 256)
+		if err != nil {
+			return nil, err
+		}
+		return &Mailbox{mem: mem, regs: regs, base: base, seq: atomic.LoadUint32(word(mem, base+rl.RspSeq))}, nil
+	}
+	return nil, fmt.Errorf("%w: magic %#x", ErrNoDevice, magic)
+}
+
+func word(b []byte, off int) *uint32 { return (*uint32)(unsafe.Pointer(&b[off])) }
+
+// Call sends one request and waits up to 5 s for its answer. A non-zero
+// status comes back as a syscall.Errno.
+func (m *Mailbox) Call(op, a0, a1, a2 uint32) (uint32, uint32, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	atomic.StoreUint32(word(m.mem, m.base+rl.ReqOp), op)
+	atomic.StoreUint32(word(m.mem, m.base+rl.ReqArg0), a0)
+	atomic.StoreUint32(word(m.mem, m.base+rl.ReqArg1), a1)
+	atomic.StoreUint32(word(m.mem, m.base+rl.ReqArg2), a2)
+	atomic.StoreUint32(word(m.mem, m.base+rl.ReqSeq), m.seq)
+	atomic.StoreUint32(word(m.regs, rl.DoorbellReg), rl.HostPeer<<16|rl.VecMbox)
+	deadline := time.Now().Add(5 * time.Second)
+	for atomic.LoadUint32(word(m.mem, m.base+rl.RspSeq)) != m.seq {
+		if time.Now().After(deadline) {
+			return 0, 0, fmt.Errorf("rigctl: no answer to op %d", op)
+		}
+	}
+	if st := atomic.LoadUint32(word(m.mem, m.base+rl.RspStatus)); st != 0 {
+		return 0, 0, syscall.Errno(st)
+	}
+	return atomic.LoadUint32(word(m.mem, m.base+rl.RspVal0)), atomic.LoadUint32(word(m.mem, m.base+rl.RspVal1)), nil
+}
+
+// Control is the rig's control port.
+type Control struct{ mb *Mailbox }
+
+// OpenControl finds the control port.
+func OpenControl() (*Control, error) {
+	mb, err := openMailbox(rl.CtlMagic, rl.CtlMbox)
+	if err != nil {
+		return nil, err
+	}
+	return &Control{mb}, nil
+}
+
+// InjectFault arms a fault on a channel of the simulated XDMA.
+func (c *Control) InjectFault(dir xdma.Direction, ch int, f xdma.Fault) error {
+	_, _, err := c.mb.Call(rl.CtlFault, uint32(dir), uint32(ch), uint32(f))
+	if err != nil {
+		return fmt.Errorf("rigctl: inject %v on %v %d: %w", f, dir, ch, err)
+	}
+	return nil
+}
+
+// SetLinkDown takes the simulated FPGA off the bus, or puts it back.
+func (c *Control) SetLinkDown(down bool) error {
+	var v uint32
+	if down {
+		v = 1
+	}
+	_, _, err := c.mb.Call(rl.CtlLink, v, 0, 0)
+	return err
+}
+
+// ConfigureSource restarts the C2H stream source: payload bytes per frame,
+// frames per second (0: a frame whenever the engine asks) and FIFO depth.
+func (c *Control) ConfigureSource(payload int, rate uint32, fifo int) error {
+	_, _, err := c.mb.Call(rl.CtlSource, uint32(payload), rate, uint32(fifo))
+	return err
+}
+
+func (c *Control) read64(op, field uint32) (uint64, error) {
+	lo, hi, err := c.mb.Call(op, field, 0, 0)
+	return uint64(hi)<<32 | uint64(lo), err
+}
+
+// SourceStats returns the stream source's accounting.
+func (c *Control) SourceStats() (acq.SourceStats, error) {
+	var st acq.SourceStats
+	var errs []error
+	for _, f := range []struct {
+		field uint32
+		dst   *uint64
+	}{
+		{rl.SrcGenerated, &st.Generated}, {rl.SrcDelivered, &st.Delivered}, {rl.SrcDropped, &st.Dropped},
+		{rl.SrcQueued, &st.Queued}, {rl.SrcBytes, &st.Bytes},
+	} {
+		v, err := c.read64(rl.CtlSourceStats, f.field)
+		*f.dst = v
+		errs = append(errs, err)
+	}
+	return st, errors.Join(errs...)
+}
+
+// SinkStats is what the H2C stream sink checked.
+type SinkStats struct {
+	Frames, Gaps, Duplicates, CRCFailures, Packets uint64
+}
+
+// SinkStats returns the H2C stream sink's counters.
+func (c *Control) SinkStats() (SinkStats, error) {
+	var st SinkStats
+	var errs []error
+	for _, f := range []struct {
+		field uint32
+		dst   *uint64
+	}{
+		{rl.SinkFrames, &st.Frames}, {rl.SinkGaps, &st.Gaps}, {rl.SinkDuplicates, &st.Duplicates},
+		{rl.SinkCRCFailures, &st.CRCFailures}, {rl.SinkPackets, &st.Packets},
+	} {
+		v, err := c.read64(rl.CtlSinkStats, f.field)
+		*f.dst = v
+		errs = append(errs, err)
+	}
+	return st, errors.Join(errs...)
+}
+
+// LateWrites returns how many DMA writes landed in VRAM pages that were not
+// allocated at the time.
+func (c *Control) LateWrites() (uint64, error) {
+	return c.read64(rl.CtlLateWrites, 0)
+}
+
+// Registers is a user-space transport to the simulated XDMA's registers,
+// for use while no driver has claimed the device. It implements
+// xdma.Registers; a failed call reads as all ones, like a dead link.
+type Registers struct{ mb *Mailbox }
+
+// OpenRegisters finds the simulated FPGA.
+func OpenRegisters() (*Registers, error) {
+	mb, err := openMailbox(rl.MboxMagic, rl.RegMbox)
+	if err != nil {
+		return nil, err
+	}
+	return &Registers{mb}, nil
+}
+
+// ReadReg implements xdma.Registers.
+func (r *Registers) ReadReg(off uint32) uint32 {
+	v, _, err := r.mb.Call(rl.OpRead32, off, 0, 0)
+	if err != nil {
+		return 0xFFFFFFFF
+	}
+	return v
+}
+
+// WriteReg implements xdma.Registers.
+func (r *Registers) WriteReg(off, v uint32) {
+	_, _, _ = r.mb.Call(rl.OpWrite32, off, v, 0)
+}
