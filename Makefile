@@ -14,7 +14,7 @@ DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils
 
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/...
-MODULE_DIRS := hw/testbench/nvp2p_sim
+MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 
 .PHONY: all deps build kmod vmtest test unit bench demo lint clean

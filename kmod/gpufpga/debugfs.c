@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * debugfs, per device under gpufpga/<name>/:
+ *   channels		state and counters of every channel
+ *   pins		every pin of every open file
+ *   chain-{h2c,c2h}N	the last descriptor chain the channel ran: a header
+ *			(u64 bus address, u32 descriptors, u32 first adjacent
+ *			count, little-endian) and the descriptors, byte for byte
+ */
+#include <linux/debugfs.h>
+#include <linux/seq_file.h>
+
+#include "gpufpga.h"
+
+static struct dentry *gpufpga_debugfs_root;
+
+static int channels_show(struct seq_file *s, void *unused)
+{
+	struct gpufpga_dev *dev = s->private;
+	int dir, i;
+
+	seq_puts(s, "channel kind   active queued xfers bytes errors timeouts revoked last_status\n");
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (!ch->present)
+				continue;
+			mutex_lock(&ch->lock);
+			seq_printf(s, "%s%d    %-6s %-6s %6zu %llu %llu %llu %llu %llu %#x\n",
+				   dir ? "c2h" : "h2c", i, ch->stream ? "stream" : "mm",
+				   ch->active ? "yes" : "no", list_count_nodes(&ch->queue),
+				   ch->xfers, ch->bytes, ch->errors, ch->timeouts, ch->revoked,
+				   ch->last_status);
+			mutex_unlock(&ch->lock);
+		}
+	}
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(channels);
+
+static int pins_show(struct seq_file *s, void *unused)
+{
+	static const char * const kinds[] = { "gpu", "host", "dmabuf" };
+	struct gpufpga_dev *dev = s->private;
+	struct gpufpga_file *f;
+	struct gpufpga_mem *m;
+	unsigned long handle;
+
+	seq_puts(s, "file handle kind addr len pages runs state inflight\n");
+	mutex_lock(&dev->files_lock);
+	list_for_each_entry(f, &dev->files, node) {
+		mutex_lock(&f->lock);
+		xa_for_each(&f->pins, handle, m)
+			seq_printf(s, "%p %lu %s %#llx %llu %u %u %s %d\n", f, handle,
+				   kinds[m->kind], m->addr, m->len, m->npages, m->nruns,
+				   m->state == GPUFPGA_MEM_ACTIVE ? "active" : "revoked",
+				   atomic_read(&m->inflight));
+		mutex_unlock(&f->lock);
+	}
+	mutex_unlock(&dev->files_lock);
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(pins);
+
+struct chain_header {
+	__le64 addr;
+	__le32 count;
+	__le32 first_adj;
+};
+
+static ssize_t chain_read(struct file *file, char __user *buf, size_t count, loff_t *ppos)
+{
+	struct gpufpga_chan *ch = file->private_data;
+	struct chain_header h;
+	void *snap;
+	size_t len;
+	ssize_t ret;
+
+	mutex_lock(&ch->lock);
+	len = sizeof(h) + (size_t)ch->last_count * XDMA_DESC_SIZE;
+	snap = kvmalloc(len, GFP_KERNEL);
+	if (!snap) {
+		mutex_unlock(&ch->lock);
+		return -ENOMEM;
+	}
+	h.addr = cpu_to_le64(ch->last_addr);
+	h.count = cpu_to_le32(ch->last_count);
+	h.first_adj = cpu_to_le32(ch->last_first_adj);
+	memcpy(snap, &h, sizeof(h));
+	memcpy(snap + sizeof(h), ch->last_chain, len - sizeof(h));
+	mutex_unlock(&ch->lock);
+	ret = simple_read_from_buffer(buf, count, ppos, snap, len);
+	kvfree(snap);
+	return ret;
+}
+
+static const struct file_operations chain_fops = {
+	.owner = THIS_MODULE,
+	.open = simple_open,
+	.read = chain_read,
+	.llseek = default_llseek,
+};
+
+void gpufpga_debugfs_init(struct gpufpga_dev *dev)
+{
+	char name[16];
+	int dir, i;
+
+	dev->debugfs = debugfs_create_dir(dev->name, gpufpga_debugfs_root);
+	debugfs_create_file("channels", 0400, dev->debugfs, dev, &channels_fops);
+	debugfs_create_file("pins", 0400, dev->debugfs, dev, &pins_fops);
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			if (!dev->chan[dir][i].present)
+				continue;
+			snprintf(name, sizeof(name), "chain-%s%d", dir ? "c2h" : "h2c", i);
+			debugfs_create_file(name, 0400, dev->debugfs, &dev->chan[dir][i], &chain_fops);
+		}
+	}
+}
+
+void gpufpga_debugfs_exit(struct gpufpga_dev *dev)
+{
+	debugfs_remove_recursive(dev->debugfs);
+}
+
+void gpufpga_debugfs_module_init(void)
+{
+	gpufpga_debugfs_root = debugfs_create_dir("gpufpga", NULL);
+}
+
+void gpufpga_debugfs_module_exit(void)
+{
+	debugfs_remove_recursive(gpufpga_debugfs_root);
+}

@@ -1,0 +1,262 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * gpufpga internals.
+ *
+ * Lock order, outermost first:
+ *   gpufpga_file.lock (mutex)   the file's pins and async requests
+ *   gpufpga_chan.lock (mutex)   the channel's running and queued requests
+ *   gpufpga_dev.regs_lock       the register transport (mutex, rig only)
+ *   gpufpga_mem.lock (spinlock) a pin's state
+ *   gpufpga_file.done_lock      finished async requests (spinlock, leaf)
+ * The NVIDIA free callback and dma-buf move_notify take chan.lock and
+ * mem.lock, never file.lock. nvidia_p2p_put_pages(), which waits for a
+ * running free callback, is called with no lock held.
+ */
+#ifndef GPUFPGA_H
+#define GPUFPGA_H
+
+#include <linux/dma-buf.h>
+#include <linux/eventfd.h>
+#include <linux/kref.h>
+#include <linux/miscdevice.h>
+#include <linux/mutex.h>
+#include <linux/pci.h>
+#include <linux/workqueue.h>
+#include <linux/xarray.h>
+
+#include "gpufpga_nv_p2p.h"
+#include "uapi/gpufpga.h"
+#include "xdma_regs.h"
+
+#define GPUFPGA_GPU_PAGE	SZ_64K
+
+extern unsigned int gpufpga_max_descs;
+extern unsigned int gpufpga_max_segs;
+extern unsigned int gpufpga_max_pins;
+extern unsigned long gpufpga_max_pinned;
+extern unsigned long gpufpga_max_pinned_total;
+extern unsigned int gpufpga_timeout_ms;
+extern unsigned int gpufpga_revoke_wait_ms;
+extern struct workqueue_struct *gpufpga_wq;
+
+struct gpufpga_dev;
+
+/* How registers are reached: MMIO on hardware, a mailbox on the rig. */
+struct gpufpga_regs_ops {
+	u32 (*read)(struct gpufpga_dev *dev, u32 off);
+	void (*write)(struct gpufpga_dev *dev, u32 off, u32 val);
+};
+
+struct gpufpga_req;
+
+struct gpufpga_chan {
+	struct gpufpga_dev *dev;
+	u8 dir;
+	u8 index;
+	bool present;
+	bool stream;
+	u32 irq_bit;
+
+	struct mutex lock;
+	struct gpufpga_req *active;
+	struct list_head queue;
+	struct delayed_work work;
+	unsigned long deadline;
+
+	/* Descriptors, then one C2H stream result record per descriptor. */
+	void *ring;
+	dma_addr_t ring_bus;
+	size_t ring_size;
+
+	/* Last chain run, for debugfs: a copy of its descriptors. */
+	void *last_chain;
+	u32 last_count;
+	u32 last_first_adj;
+	dma_addr_t last_addr;
+
+	u64 xfers;
+	u64 bytes;
+	u64 errors;
+	u64 timeouts;
+	u64 revoked;
+	u32 last_status;
+};
+
+struct gpufpga_dev {
+	struct kref ref;
+	struct pci_dev *pdev;
+	int id;
+	char name[16];
+	struct miscdevice misc;
+
+	const struct gpufpga_regs_ops *regs_ops;
+	void __iomem *bar;		/* MMIO: the DMA BAR */
+	void __iomem *mbox;		/* rig: register mailbox */
+	void __iomem *doorbell;		/* rig: ivshmem doorbell */
+	struct mutex regs_lock;
+	u32 mbox_seq;
+	bool link_down;
+	bool dead;
+
+	u32 ip_version;
+	int nchan[2];
+	struct gpufpga_chan chan[2][GPUFPGA_MAX_CHANNELS];
+	int nvecs;
+
+	atomic64_t pinned_total;
+	struct mutex files_lock;
+	struct list_head files;
+	struct dentry *debugfs;
+};
+
+struct gpufpga_file {
+	struct gpufpga_dev *dev;
+	struct mutex lock;
+	struct xarray pins;		/* handle -> pin */
+	u64 next_handle;
+	u64 next_id;
+	u64 pinned;
+	u32 npins;
+	struct xarray pending;		/* id -> async request not yet finished */
+	struct list_head node;		/* dev->files */
+
+	spinlock_t done_lock;
+	struct list_head done;
+	wait_queue_head_t done_wq;
+};
+
+/* Pinned memory: what a pin handle names. */
+enum gpufpga_mem_state {
+	GPUFPGA_MEM_ACTIVE,
+	GPUFPGA_MEM_REVOKING,
+	GPUFPGA_MEM_REVOKED,
+};
+
+/* NVIDIA's P2P entry points, resolved at run time. */
+struct gpufpga_nv_ops {
+	typeof(&nvidia_p2p_get_pages) get_pages;
+	typeof(&nvidia_p2p_put_pages) put_pages;
+	typeof(&nvidia_p2p_get_pages_persistent) get_pages_persistent;
+	typeof(&nvidia_p2p_put_pages_persistent) put_pages_persistent;
+	typeof(&nvidia_p2p_dma_map_pages) dma_map_pages;
+	typeof(&nvidia_p2p_dma_unmap_pages) dma_unmap_pages;
+};
+
+struct gpufpga_mem {
+	struct kref ref;
+	struct gpufpga_dev *dev;
+	u64 handle;
+	u32 kind;
+	u32 flags;
+	u64 addr;
+	u64 len;
+	u64 offset;		/* of addr in the first page */
+	u32 page_size;
+	u32 npages;
+	u32 nruns;
+	u32 largest_run;
+	dma_addr_t *bus;	/* bus address of each page */
+
+	spinlock_t lock;
+	enum gpufpga_mem_state state;
+	bool published;		/* in the file's table */
+	atomic_t inflight;
+
+	union {
+		struct {
+			struct gpufpga_nv_ops ops;
+			struct nvidia_p2p_page_table *pt;
+			struct nvidia_p2p_dma_mapping *map;
+			u64 va;
+		} nv;
+		struct {
+			struct page **pages;
+			struct sg_table sgt;
+		} host;
+		struct {
+			struct dma_buf *buf;
+			struct dma_buf_attachment *att;
+			struct sg_table *sgt;
+		} dmabuf;
+	};
+};
+
+/* One contiguous piece of a transfer, on the bus. */
+struct gpufpga_busseg {
+	dma_addr_t addr;
+	u32 len;
+};
+
+struct gpufpga_req {
+	struct kref ref;
+	struct gpufpga_file *file;
+	struct gpufpga_chan *chan;
+	u64 id;
+	u64 user_data;
+	bool async;
+	struct eventfd_ctx *efd;
+
+	struct gpufpga_mem **mems;	/* one reference per user segment */
+	u32 nmems;
+	struct gpufpga_busseg *segs;
+	u32 nsegs;
+	u64 card_addr;
+	u64 total;
+	unsigned long timeout;
+
+	/* Results. */
+	u64 bytes;
+	u32 status;
+	int error;
+	u64 start_ns;
+	u64 duration_ns;
+	bool finished;
+	struct completion done;
+
+	struct list_head chan_node;	/* chan->queue */
+	struct list_head done_node;	/* file->done */
+};
+
+/* regs.c */
+u32 gpufpga_read(struct gpufpga_dev *dev, u32 off);
+void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val);
+int gpufpga_regs_init(struct gpufpga_dev *dev);
+int gpufpga_discover_channels(struct gpufpga_dev *dev);
+u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
+u32 gpufpga_chan_halt(struct gpufpga_chan *ch);
+
+/* pin.c */
+int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_unpin(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_query(struct gpufpga_file *f, void __user *arg, unsigned int size);
+void gpufpga_unpin_all(struct gpufpga_file *f);
+void gpufpga_mem_put(struct gpufpga_mem *m);
+u32 gpufpga_pin_kinds(void);
+
+/* xfer.c */
+int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_chan_init(struct gpufpga_chan *ch);
+void gpufpga_chan_fini(struct gpufpga_chan *ch);
+void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error);
+void gpufpga_drain_completions(struct gpufpga_file *f);
+void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m);
+void gpufpga_cancel_file(struct gpufpga_file *f);
+void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector);
+ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
+				 size_t count, bool nonblock);
+
+/* debugfs.c */
+void gpufpga_debugfs_init(struct gpufpga_dev *dev);
+void gpufpga_debugfs_exit(struct gpufpga_dev *dev);
+void gpufpga_debugfs_module_init(void);
+void gpufpga_debugfs_module_exit(void);
+
+/* main.c */
+void gpufpga_dev_release(struct kref *ref);
+int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
+		    size_t minsize);
+int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src,
+		     size_t ksize);
+
+#endif /* GPUFPGA_H */

@@ -1,0 +1,476 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gpufpga: peer DMA between an FPGA's Xilinx XDMA engine and NVIDIA GPU
+ * memory. One misc device per FPGA (/dev/gpufpgaN); see uapi/gpufpga.h for
+ * the ABI and gpufpga.h for the lock order.
+ */
+#include <linux/fs.h>
+#include <linux/idr.h>
+#include <linux/interrupt.h>
+#include <linux/module.h>
+#include <linux/poll.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "gpufpga.h"
+
+#define CREATE_TRACE_POINTS
+#include "trace.h"
+
+unsigned int gpufpga_max_descs = 4096;
+module_param_named(max_descs, gpufpga_max_descs, uint, 0444);
+MODULE_PARM_DESC(max_descs, "descriptors per transfer (and per channel ring)");
+
+unsigned int gpufpga_max_segs = 1024;
+module_param_named(max_segs, gpufpga_max_segs, uint, 0644);
+MODULE_PARM_DESC(max_segs, "segments per transfer");
+
+unsigned int gpufpga_max_pins = 4096;
+module_param_named(max_pins, gpufpga_max_pins, uint, 0644);
+MODULE_PARM_DESC(max_pins, "pins per open file");
+
+unsigned long gpufpga_max_pinned = 64UL << 30;
+module_param_named(max_pinned, gpufpga_max_pinned, ulong, 0644);
+MODULE_PARM_DESC(max_pinned, "pinned bytes per open file");
+
+unsigned long gpufpga_max_pinned_total = 256UL << 30;
+module_param_named(max_pinned_total, gpufpga_max_pinned_total, ulong, 0644);
+MODULE_PARM_DESC(max_pinned_total, "pinned bytes per device");
+
+unsigned int gpufpga_timeout_ms = 5000;
+module_param_named(timeout_ms, gpufpga_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(timeout_ms, "default transfer timeout");
+
+unsigned int gpufpga_revoke_wait_ms = 20;
+module_param_named(revoke_wait_ms, gpufpga_revoke_wait_ms, uint, 0644);
+MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted");
+
+static unsigned long card_mem_size;
+module_param(card_mem_size, ulong, 0444);
+MODULE_PARM_DESC(card_mem_size, "bytes of card memory behind memory-mapped channels, reported by INFO (0: unknown)");
+
+struct workqueue_struct *gpufpga_wq;
+static DEFINE_IDA(gpufpga_ida);
+
+/*
+ * Copies an ioctl struct of usize bytes into one of ksize: a shorter one
+ * (an older ABI, at least minsize) reads as zero-extended; a longer one
+ * must have a zero tail.
+ */
+int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
+		    size_t minsize)
+{
+	if (usize < minsize)
+		return -EINVAL;
+	return copy_struct_from_user(dst, ksize, src, usize);
+}
+
+int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src, size_t ksize)
+{
+	if (copy_to_user(dst, src, min_t(size_t, usize, ksize)))
+		return -EFAULT;
+	if (usize > ksize && clear_user(dst + ksize, usize - ksize))
+		return -EFAULT;
+	return 0;
+}
+
+void gpufpga_dev_release(struct kref *ref)
+{
+	struct gpufpga_dev *dev = container_of(ref, struct gpufpga_dev, ref);
+
+	ida_free(&gpufpga_ida, dev->id);
+	pci_dev_put(dev->pdev);
+	kfree(dev);
+}
+
+static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_dev *dev = f->dev;
+	struct gpufpga_info a = {};
+	int dir, i;
+
+	if (size < offsetofend(struct gpufpga_info, pin_kinds))
+		return -EINVAL;
+	a.abi_version = GPUFPGA_ABI_VERSION;
+	a.ip_version = dev->ip_version;
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+			u32 *flags = dir ? &a.c2h[i] : &a.h2c[i];
+
+			if (ch->present)
+				*flags = GPUFPGA_CHAN_PRESENT | (ch->stream ? GPUFPGA_CHAN_STREAM : 0);
+		}
+	}
+	a.pin_kinds = gpufpga_pin_kinds();
+	a.max_desc_len = XDMA_DESC_MAX_LEN;
+	a.card_mem_size = card_mem_size;
+	a.max_descs = gpufpga_max_descs;
+	a.max_segs = gpufpga_max_segs;
+	a.max_pins = gpufpga_max_pins;
+	a.default_timeout_ms = gpufpga_timeout_ms;
+	a.max_pinned = gpufpga_max_pinned;
+	a.max_pinned_total = gpufpga_max_pinned_total;
+	a.pinned_total = atomic64_read(&dev->pinned_total);
+	return gpufpga_copy_out(arg, size, &a, sizeof(a));
+}
+
+static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg)
+{
+	struct gpufpga_file *f = file->private_data;
+	void __user *uarg = (void __user *)arg;
+	unsigned int size = _IOC_SIZE(cmd);
+	static const u32 dirs[] = {
+		[_IOC_NR(GPUFPGA_IOC_INFO)] = _IOC_DIR(GPUFPGA_IOC_INFO),
+		[_IOC_NR(GPUFPGA_IOC_PIN)] = _IOC_DIR(GPUFPGA_IOC_PIN),
+		[_IOC_NR(GPUFPGA_IOC_UNPIN)] = _IOC_DIR(GPUFPGA_IOC_UNPIN),
+		[_IOC_NR(GPUFPGA_IOC_QUERY)] = _IOC_DIR(GPUFPGA_IOC_QUERY),
+		[_IOC_NR(GPUFPGA_IOC_XFER)] = _IOC_DIR(GPUFPGA_IOC_XFER),
+		[_IOC_NR(GPUFPGA_IOC_CANCEL)] = _IOC_DIR(GPUFPGA_IOC_CANCEL),
+	};
+
+	/* Dispatch on the number; the size is the struct's version. */
+	if (_IOC_TYPE(cmd) != GPUFPGA_IOC_MAGIC || _IOC_NR(cmd) >= ARRAY_SIZE(dirs) ||
+	    _IOC_DIR(cmd) != dirs[_IOC_NR(cmd)])
+		return -ENOTTY;
+	if (f->dev->dead)
+		return -ENODEV;
+	switch (_IOC_NR(cmd)) {
+	case _IOC_NR(GPUFPGA_IOC_INFO):
+		return gpufpga_ioctl_info(f, uarg, size);
+	case _IOC_NR(GPUFPGA_IOC_PIN):
+		return gpufpga_ioctl_pin(f, uarg, size);
+	case _IOC_NR(GPUFPGA_IOC_UNPIN):
+		return gpufpga_ioctl_unpin(f, uarg, size);
+	case _IOC_NR(GPUFPGA_IOC_QUERY):
+		return gpufpga_ioctl_query(f, uarg, size);
+	case _IOC_NR(GPUFPGA_IOC_XFER):
+		return gpufpga_ioctl_xfer(f, uarg, size);
+	case _IOC_NR(GPUFPGA_IOC_CANCEL):
+		return gpufpga_ioctl_cancel(f, uarg, size);
+	}
+	return -ENOTTY;
+}
+
+static int gpufpga_open(struct inode *inode, struct file *file)
+{
+	struct gpufpga_dev *dev = container_of(file->private_data, struct gpufpga_dev, misc);
+	struct gpufpga_file *f;
+
+	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	if (!f)
+		return -ENOMEM;
+	kref_get(&dev->ref);
+	f->dev = dev;
+	mutex_init(&f->lock);
+	xa_init_flags(&f->pins, XA_FLAGS_ALLOC1);
+	xa_init(&f->pending);
+	spin_lock_init(&f->done_lock);
+	INIT_LIST_HEAD(&f->done);
+	init_waitqueue_head(&f->done_wq);
+	mutex_lock(&dev->files_lock);
+	list_add_tail(&f->node, &dev->files);
+	mutex_unlock(&dev->files_lock);
+	file->private_data = f;
+	return nonseekable_open(inode, file);
+}
+
+/* Stops the file's transfers, then unpins its memory. */
+static int gpufpga_release(struct inode *inode, struct file *file)
+{
+	struct gpufpga_file *f = file->private_data;
+	struct gpufpga_dev *dev = f->dev;
+
+	gpufpga_cancel_file(f);
+	gpufpga_drain_completions(f);
+	gpufpga_unpin_all(f);
+	mutex_lock(&dev->files_lock);
+	list_del(&f->node);
+	mutex_unlock(&dev->files_lock);
+	xa_destroy(&f->pins);
+	xa_destroy(&f->pending);
+	kfree(f);
+	kref_put(&dev->ref, gpufpga_dev_release);
+	return 0;
+}
+
+static ssize_t gpufpga_fop_read(struct file *file, char __user *buf, size_t count, loff_t *ppos)
+{
+	return gpufpga_read_completions(file->private_data, buf, count,
+					file->f_flags & O_NONBLOCK);
+}
+
+static __poll_t gpufpga_poll(struct file *file, poll_table *wait)
+{
+	struct gpufpga_file *f = file->private_data;
+	__poll_t mask = 0;
+
+	poll_wait(file, &f->done_wq, wait);
+	spin_lock(&f->done_lock);
+	if (!list_empty(&f->done))
+		mask |= EPOLLIN | EPOLLRDNORM;
+	spin_unlock(&f->done_lock);
+	if (f->dev->dead)
+		mask |= EPOLLERR;
+	return mask;
+}
+
+static const struct file_operations gpufpga_fops = {
+	.owner = THIS_MODULE,
+	.open = gpufpga_open,
+	.release = gpufpga_release,
+	.read = gpufpga_fop_read,
+	.poll = gpufpga_poll,
+	.unlocked_ioctl = gpufpga_ioctl,
+	.compat_ioctl = compat_ptr_ioctl,
+	.llseek = no_llseek,
+};
+
+static irqreturn_t gpufpga_irq(int irq, void *data)
+{
+	struct gpufpga_dev *dev = data;
+
+	gpufpga_kick_channels(dev, irq - pci_irq_vector(dev->pdev, 0));
+	return IRQ_HANDLED;
+}
+
+/* Routes channel interrupts to vectors and enables them. */
+static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
+{
+	u32 vec[2] = {}, enable = 0, bit;
+	int dir, i, ret, nvec = dev->nchan[0] + dev->nchan[1];
+
+	ret = pci_alloc_irq_vectors(dev->pdev, 1, nvec, PCI_IRQ_MSIX | PCI_IRQ_MSI);
+	if (ret < 0) {
+		dev_notice(&dev->pdev->dev, "no MSI-X/MSI (%d): polling for completions\n", ret);
+		dev->nvecs = 0;
+		return;
+	}
+	dev->nvecs = ret;
+	for (i = 0; i < dev->nvecs; i++) {
+		ret = devm_request_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), gpufpga_irq,
+				       0, dev->name, dev);
+		if (ret) {
+			dev_notice(&dev->pdev->dev, "vector %d: %d: polling for completions\n", i, ret);
+			dev->nvecs = i;
+			break;
+		}
+	}
+	if (!dev->nvecs)
+		return;
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (!ch->present)
+				continue;
+			bit = ch->irq_bit;
+			vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
+			enable |= BIT(bit);
+			gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
+				      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
+		}
+	}
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR, vec[0]);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4, vec[1]);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1S, enable);
+}
+
+static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
+{
+	int i;
+
+	if (!dev->link_down)
+		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+	for (i = 0; i < dev->nvecs; i++)
+		devm_free_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), dev);
+	pci_free_irq_vectors(dev->pdev);
+}
+
+static void gpufpga_fini_channels(struct gpufpga_dev *dev)
+{
+	int dir, i;
+
+	for (dir = 0; dir < 2; dir++)
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++)
+			if (dev->chan[dir][i].present)
+				gpufpga_chan_fini(&dev->chan[dir][i]);
+}
+
+static int gpufpga_init_channels(struct gpufpga_dev *dev)
+{
+	int dir, i, ret;
+
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (!ch->present)
+				continue;
+			ret = gpufpga_chan_init(ch);
+			if (ret) {
+				ch->present = false;	/* not initialised: skip in fini */
+				gpufpga_fini_channels(dev);
+				return ret;
+			}
+		}
+	}
+	return 0;
+}
+
+static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
+{
+	struct gpufpga_dev *dev;
+	int ret;
+
+	ret = pcim_enable_device(pdev);
+	if (ret)
+		return ret;
+	dev = kzalloc(sizeof(*dev), GFP_KERNEL);
+	if (!dev)
+		return -ENOMEM;
+	kref_init(&dev->ref);
+	dev->pdev = pci_dev_get(pdev);
+	mutex_init(&dev->files_lock);
+	INIT_LIST_HEAD(&dev->files);
+	dev->id = ida_alloc(&gpufpga_ida, GFP_KERNEL);
+	if (dev->id < 0) {
+		ret = dev->id;
+		pci_dev_put(pdev);
+		kfree(dev);
+		return ret;
+	}
+	snprintf(dev->name, sizeof(dev->name), "gpufpga%d", dev->id);
+
+	ret = gpufpga_regs_init(dev);
+	if (ret)
+		goto err_put;
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
+	if (ret)
+		goto err_put;
+	pci_set_master(pdev);
+	ret = gpufpga_discover_channels(dev);
+	if (ret) {
+		dev_err(&pdev->dev, "no XDMA channels found\n");
+		goto err_put;
+	}
+	ret = gpufpga_init_channels(dev);
+	if (ret)
+		goto err_put;
+	gpufpga_setup_irqs(dev);
+
+	dev->misc.minor = MISC_DYNAMIC_MINOR;
+	dev->misc.name = dev->name;
+	dev->misc.fops = &gpufpga_fops;
+	dev->misc.mode = 0660;
+	dev->misc.parent = &pdev->dev;
+	ret = misc_register(&dev->misc);
+	if (ret)
+		goto err_irqs;
+	pci_set_drvdata(pdev, dev);
+	gpufpga_debugfs_init(dev);
+	dev_notice(&pdev->dev, "%s: XDMA IP version %u, %d H2C and %d C2H channels, %d interrupt vectors, %s transport\n",
+		   dev->name, dev->ip_version, dev->nchan[0], dev->nchan[1], dev->nvecs,
+		   dev->bar ? "MMIO" : "rig mailbox");
+	return 0;
+
+err_irqs:
+	gpufpga_teardown_irqs(dev);
+	gpufpga_fini_channels(dev);
+err_put:
+	kref_put(&dev->ref, gpufpga_dev_release);
+	return ret;
+}
+
+/* The device goes away: stop all DMA; open files see -ENODEV. */
+static void gpufpga_remove(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+	int dir, i;
+
+	gpufpga_debugfs_exit(dev);
+	misc_deregister(&dev->misc);
+	dev->dead = true;
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (!ch->present)
+				continue;
+			mutex_lock(&ch->lock);
+			gpufpga_chan_fail_all(ch, -ENODEV);
+			mutex_unlock(&ch->lock);
+		}
+	}
+	gpufpga_teardown_irqs(dev);
+	gpufpga_fini_channels(dev);
+	kref_put(&dev->ref, gpufpga_dev_release);
+}
+
+/* Xilinx XDMA reference designs (Gen1-4, x1-x16), and the rig's FPGA. */
+#define XDMA_DEVICE(id) { PCI_DEVICE(PCI_VENDOR_ID_XILINX, id) }
+static const struct pci_device_id gpufpga_ids[] = {
+	XDMA_DEVICE(0x9011), XDMA_DEVICE(0x9012), XDMA_DEVICE(0x9014), XDMA_DEVICE(0x9018),
+	XDMA_DEVICE(0x901f), XDMA_DEVICE(0x9021), XDMA_DEVICE(0x9022), XDMA_DEVICE(0x9024),
+	XDMA_DEVICE(0x9028), XDMA_DEVICE(0x902f), XDMA_DEVICE(0x9031), XDMA_DEVICE(0x9032),
+	XDMA_DEVICE(0x9034), XDMA_DEVICE(0x9038), XDMA_DEVICE(0x903f), XDMA_DEVICE(0x9041),
+	XDMA_DEVICE(0x9042), XDMA_DEVICE(0x9044), XDMA_DEVICE(0x9048), XDMA_DEVICE(0x8011),
+	XDMA_DEVICE(0x8012), XDMA_DEVICE(0x8014), XDMA_DEVICE(0x8018), XDMA_DEVICE(0x8021),
+	XDMA_DEVICE(0x8022), XDMA_DEVICE(0x8024), XDMA_DEVICE(0x8028), XDMA_DEVICE(0x8031),
+	XDMA_DEVICE(0x8032), XDMA_DEVICE(0x8034), XDMA_DEVICE(0x8038), XDMA_DEVICE(0x7011),
+	XDMA_DEVICE(0x7012), XDMA_DEVICE(0x7014), XDMA_DEVICE(0x7018), XDMA_DEVICE(0x7021),
+	XDMA_DEVICE(0x7022), XDMA_DEVICE(0x7024), XDMA_DEVICE(0x7028), XDMA_DEVICE(0x7031),
+	XDMA_DEVICE(0x7032), XDMA_DEVICE(0x7034), XDMA_DEVICE(0x7038),
+	{ }
+};
+MODULE_DEVICE_TABLE(pci, gpufpga_ids);
+
+/*
+ * The rig's simulated FPGA is an ivshmem device (1af4:1110). It is matched
+ * here but kept out of MODULE_DEVICE_TABLE, so the module never autoloads
+ * for it; probe accepts only the one carrying the rig's mailbox magic.
+ */
+static struct pci_device_id gpufpga_all_ids[ARRAY_SIZE(gpufpga_ids) + 1] = {
+	{ PCI_DEVICE(PCI_VENDOR_ID_REDHAT_QUMRANET, 0x1110) },
+};
+
+static struct pci_driver gpufpga_driver = {
+	.name = "gpufpga",
+	.id_table = gpufpga_all_ids,
+	.probe = gpufpga_probe,
+	.remove = gpufpga_remove,
+};
+
+static int __init gpufpga_init(void)
+{
+	int ret;
+
+	if (!gpufpga_max_descs || gpufpga_max_descs > 65536) {
+		pr_err("gpufpga: max_descs must be 1 to 65536\n");
+		return -EINVAL;
+	}
+	memcpy(&gpufpga_all_ids[1], gpufpga_ids, sizeof(gpufpga_ids));
+	gpufpga_wq = alloc_workqueue("gpufpga", WQ_UNBOUND | WQ_HIGHPRI, 0);
+	if (!gpufpga_wq)
+		return -ENOMEM;
+	gpufpga_debugfs_module_init();
+	ret = pci_register_driver(&gpufpga_driver);
+	if (ret) {
+		gpufpga_debugfs_module_exit();
+		destroy_workqueue(gpufpga_wq);
+	}
+	return ret;
+}
+
+static void __exit gpufpga_exit(void)
+{
+	pci_unregister_driver(&gpufpga_driver);
+	gpufpga_debugfs_module_exit();
+	destroy_workqueue(gpufpga_wq);
+}
+
+module_init(gpufpga_init);
+module_exit(gpufpga_exit);
+
+MODULE_DESCRIPTION("Peer DMA between Xilinx XDMA FPGAs and NVIDIA GPU memory");
+MODULE_LICENSE("GPL");

@@ -1,0 +1,627 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Pins: GPU memory through NVIDIA's P2P API, host memory through
+ * pin_user_pages, and dma-bufs through a peer-to-peer dynamic attachment.
+ * Each kind ends as the same thing: the bus address of every page, which is
+ * all a transfer uses.
+ */
+#include <linux/dma-resv.h>
+#include <linux/mm.h>
+#include <linux/module.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+
+#include "gpufpga.h"
+#include "trace.h"
+
+MODULE_IMPORT_NS(DMA_BUF);
+
+/*
+ * NVIDIA's symbols are taken per pin, so the module loads without
+ * nvidia.ko and nvidia.ko cannot unload under a live pin.
+ */
+static int gpufpga_nv_get(struct gpufpga_nv_ops *ops)
+{
+	ops->get_pages = symbol_get(nvidia_p2p_get_pages);
+	ops->put_pages = symbol_get(nvidia_p2p_put_pages);
+	ops->get_pages_persistent = symbol_get(nvidia_p2p_get_pages_persistent);
+	ops->put_pages_persistent = symbol_get(nvidia_p2p_put_pages_persistent);
+	ops->dma_map_pages = symbol_get(nvidia_p2p_dma_map_pages);
+	ops->dma_unmap_pages = symbol_get(nvidia_p2p_dma_unmap_pages);
+	if (ops->get_pages && ops->put_pages && ops->get_pages_persistent &&
+	    ops->put_pages_persistent && ops->dma_map_pages && ops->dma_unmap_pages)
+		return 0;
+	if (ops->get_pages)
+		symbol_put(nvidia_p2p_get_pages);
+	if (ops->put_pages)
+		symbol_put(nvidia_p2p_put_pages);
+	if (ops->get_pages_persistent)
+		symbol_put(nvidia_p2p_get_pages_persistent);
+	if (ops->put_pages_persistent)
+		symbol_put(nvidia_p2p_put_pages_persistent);
+	if (ops->dma_map_pages)
+		symbol_put(nvidia_p2p_dma_map_pages);
+	if (ops->dma_unmap_pages)
+		symbol_put(nvidia_p2p_dma_unmap_pages);
+	return -EOPNOTSUPP;
+}
+
+static void gpufpga_nv_put(void)
+{
+	symbol_put(nvidia_p2p_get_pages);
+	symbol_put(nvidia_p2p_put_pages);
+	symbol_put(nvidia_p2p_get_pages_persistent);
+	symbol_put(nvidia_p2p_put_pages_persistent);
+	symbol_put(nvidia_p2p_dma_map_pages);
+	symbol_put(nvidia_p2p_dma_unmap_pages);
+}
+
+u32 gpufpga_pin_kinds(void)
+{
+	struct gpufpga_nv_ops ops;
+	u32 kinds = BIT(GPUFPGA_PIN_HOST) | BIT(GPUFPGA_PIN_DMABUF);
+
+	if (!gpufpga_nv_get(&ops)) {
+		kinds |= BIT(GPUFPGA_PIN_GPU);
+		gpufpga_nv_put();
+	}
+	return kinds;
+}
+
+/*
+ * Revocation: the memory behind m is going away. Stop every transfer that
+ * touches it before returning: afterwards its pages belong to someone else.
+ */
+static void gpufpga_mem_revoke(struct gpufpga_mem *m)
+{
+	spin_lock(&m->lock);
+	m->state = GPUFPGA_MEM_REVOKING;
+	spin_unlock(&m->lock);
+
+	gpufpga_revoke_transfers(m->dev, m);
+
+	spin_lock(&m->lock);
+	m->state = GPUFPGA_MEM_REVOKED;
+	spin_unlock(&m->lock);
+	trace_gpufpga_revoke(m->dev->id, m->handle, m->kind, m->len);
+}
+
+/* NVIDIA's free callback: it frees the table and mappings once we return. */
+static void gpufpga_nv_free_callback(void *data)
+{
+	struct gpufpga_mem *m = data;
+
+	gpufpga_mem_revoke(m);
+	spin_lock(&m->lock);
+	m->nv.pt = NULL;
+	m->nv.map = NULL;
+	spin_unlock(&m->lock);
+}
+
+static void gpufpga_count_runs(struct gpufpga_mem *m)
+{
+	u32 i, run = 1;
+
+	m->nruns = 1;
+	m->largest_run = 1;
+	for (i = 1; i < m->npages; i++) {
+		if (m->bus[i] == m->bus[i - 1] + m->page_size) {
+			run++;
+		} else {
+			m->nruns++;
+			run = 1;
+		}
+		m->largest_run = max(m->largest_run, run);
+	}
+}
+
+static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
+{
+	struct pci_dev *pdev = m->dev->pdev;
+	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_dma_mapping *map;
+	struct gpufpga_nv_ops *ops = &m->nv.ops;
+	u64 va = round_down(addr, GPUFPGA_GPU_PAGE);
+	u64 end = round_up(addr + len, GPUFPGA_GPU_PAGE);
+	bool persistent = m->flags & GPUFPGA_PIN_PERSISTENT;
+	int ret;
+
+	if (end < addr)
+		return -EINVAL;
+	if (gpufpga_nv_get(ops)) {
+		dev_info_ratelimited(&pdev->dev, "GPU pin: nvidia.ko is not loaded\n");
+		return -EOPNOTSUPP;
+	}
+	m->nv.va = va;
+	if (persistent)
+		ret = ops->get_pages_persistent(va, end - va, &pt, NVIDIA_P2P_FLAGS_DEFAULT);
+	else
+		ret = ops->get_pages(0, 0, va, end - va, &pt, gpufpga_nv_free_callback, m);
+	if (ret) {
+		dev_info_ratelimited(&pdev->dev,
+				     "nvidia_p2p_get_pages%s(%#llx, %llu) failed (%d): not cudaMalloc'd GPU memory, past the end of its allocation,%s or BAR1 full\n",
+				     persistent ? "_persistent" : "", va, end - va, ret,
+				     persistent ? " persistent pins unsupported (MIG, vGPU)," : "");
+		ret = ret == -ENOTSUPP ? -EOPNOTSUPP : ret;
+		goto err_put;
+	}
+	m->nv.pt = pt;
+	if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB) {
+		dev_info_ratelimited(&pdev->dev, "GPU pin: page table version %#x, page size %u not supported\n",
+				     pt->version, pt->page_size);
+		ret = -EOPNOTSUPP;
+		goto err_pages;
+	}
+	ret = ops->dma_map_pages(pdev, pt, &map);
+	if (ret) {
+		dev_info_ratelimited(&pdev->dev, "nvidia_p2p_dma_map_pages failed (%d): is an IOMMU between the FPGA and the GPU?\n",
+				     ret);
+		goto err_pages;
+	}
+	m->nv.map = map;
+	if (NVIDIA_P2P_MAJOR_VERSION(map->version) != NVIDIA_P2P_MAJOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
+	    NVIDIA_P2P_MINOR_VERSION(map->version) < NVIDIA_P2P_MINOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION)) {
+		dev_info_ratelimited(&pdev->dev, "GPU pin: DMA mapping version %#x not supported\n",
+				     map->version);
+		ret = -EOPNOTSUPP;
+		goto err_map;
+	}
+	m->page_size = GPUFPGA_GPU_PAGE;
+	m->npages = map->entries;
+	m->offset = addr - va;
+	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL);
+	if (!m->bus) {
+		ret = -ENOMEM;
+		goto err_map;
+	}
+	/* Under the lock the callback takes first: the mapping is alive. */
+	spin_lock(&m->lock);
+	if (m->state == GPUFPGA_MEM_ACTIVE)
+		memcpy(m->bus, map->dma_addresses, m->npages * sizeof(*m->bus));
+	else
+		ret = -EKEYREVOKED;
+	spin_unlock(&m->lock);
+	if (ret)
+		goto err_map;
+	return 0;
+
+err_map:
+	kvfree(m->bus);
+	m->bus = NULL;
+err_pages:
+	/* Both are no-ops returning 0 once the free callback has run. */
+	spin_lock(&m->lock);
+	pt = m->nv.pt;
+	map = m->nv.map;
+	spin_unlock(&m->lock);
+	if (map)
+		ops->dma_unmap_pages(pdev, pt, map);
+	if (pt && persistent)
+		ops->put_pages_persistent(va, pt, 0);
+	else if (pt)
+		ops->put_pages(0, 0, va, pt);
+err_put:
+	gpufpga_nv_put();
+	return ret;
+}
+
+static void gpufpga_unpin_gpu(struct gpufpga_mem *m)
+{
+	struct nvidia_p2p_page_table *pt;
+	struct nvidia_p2p_dma_mapping *map;
+
+	spin_lock(&m->lock);
+	pt = m->nv.pt;
+	map = m->nv.map;
+	spin_unlock(&m->lock);
+	/* No lock held: put_pages waits for a free callback in progress. */
+	if (map)
+		m->nv.ops.dma_unmap_pages(m->dev->pdev, pt, map);
+	if (pt && (m->flags & GPUFPGA_PIN_PERSISTENT))
+		m->nv.ops.put_pages_persistent(m->nv.va, pt, 0);
+	else if (pt)
+		m->nv.ops.put_pages(0, 0, m->nv.va, pt);
+	gpufpga_nv_put();
+}
+
+/* Expands DMA segments of whole pages into one bus address per page. */
+static int gpufpga_bus_from_sgt(struct gpufpga_mem *m, struct sg_table *sgt,
+				u64 first_page)
+{
+	struct scatterlist *sg;
+	u64 page = 0, j, n;
+	u32 k = 0;
+	int i;
+
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (!IS_ALIGNED(sg_dma_address(sg), PAGE_SIZE) ||
+		    !IS_ALIGNED(sg_dma_len(sg), PAGE_SIZE))
+			return -EINVAL;
+		n = sg_dma_len(sg) >> PAGE_SHIFT;
+		for (j = 0; j < n && k < m->npages; j++, page++)
+			if (page >= first_page)
+				m->bus[k++] = sg_dma_address(sg) + (j << PAGE_SHIFT);
+	}
+	return k == m->npages ? 0 : -EINVAL;
+}
+
+static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
+{
+	struct device *dev = &m->dev->pdev->dev;
+	u64 start = round_down(addr, PAGE_SIZE);
+	u64 end = round_up(addr + len, PAGE_SIZE);
+	long pinned;
+	int ret;
+
+	if (end < addr || (end - start) >> PAGE_SHIFT > UINT_MAX)
+		return -EINVAL;
+	m->page_size = PAGE_SIZE;
+	m->npages = (end - start) >> PAGE_SHIFT;
+	m->offset = addr - start;
+	m->host.pages = kvmalloc_array(m->npages, sizeof(*m->host.pages), GFP_KERNEL);
+	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL);
+	if (!m->host.pages || !m->bus) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
+	pinned = pin_user_pages_fast(start, m->npages, FOLL_WRITE | FOLL_LONGTERM,
+				     m->host.pages);
+	if (pinned != m->npages) {
+		if (pinned > 0)
+			unpin_user_pages(m->host.pages, pinned);
+		ret = pinned < 0 ? pinned : -EFAULT;
+		goto err_free;
+	}
+	ret = sg_alloc_table_from_pages(&m->host.sgt, m->host.pages, m->npages, 0,
+					(u64)m->npages << PAGE_SHIFT, GFP_KERNEL);
+	if (ret)
+		goto err_unpin;
+	ret = dma_map_sgtable(dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
+	if (ret)
+		goto err_table;
+	ret = gpufpga_bus_from_sgt(m, &m->host.sgt, 0);
+	if (ret)
+		goto err_unmap;
+	return 0;
+
+err_unmap:
+	dma_unmap_sgtable(dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
+err_table:
+	sg_free_table(&m->host.sgt);
+err_unpin:
+	unpin_user_pages(m->host.pages, m->npages);
+err_free:
+	kvfree(m->host.pages);
+	kvfree(m->bus);
+	m->bus = NULL;
+	return ret;
+}
+
+static void gpufpga_unpin_host(struct gpufpga_mem *m)
+{
+	dma_unmap_sgtable(&m->dev->pdev->dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
+	sg_free_table(&m->host.sgt);
+	unpin_user_pages_dirty_lock(m->host.pages, m->npages, true);
+	kvfree(m->host.pages);
+}
+
+/* The exporter is moving or freeing the buffer: it is gone for us. */
+static void gpufpga_dmabuf_move_notify(struct dma_buf_attachment *att)
+{
+	gpufpga_mem_revoke(att->importer_priv);
+}
+
+static const struct dma_buf_attach_ops gpufpga_dmabuf_importer = {
+	.allow_peer2peer = true,
+	.move_notify = gpufpga_dmabuf_move_notify,
+};
+
+static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
+{
+	struct device *dev = &m->dev->pdev->dev;
+	u64 start = round_down(off, PAGE_SIZE);
+	u64 end = round_up(off + len, PAGE_SIZE);
+	struct sg_table *sgt;
+	int ret;
+
+	m->dmabuf.buf = dma_buf_get(fd);
+	if (IS_ERR(m->dmabuf.buf))
+		return PTR_ERR(m->dmabuf.buf);
+	if (end < off || end > m->dmabuf.buf->size) {
+		ret = -EINVAL;
+		goto err_put;
+	}
+	m->page_size = PAGE_SIZE;
+	m->npages = (end - start) >> PAGE_SHIFT;
+	m->offset = off - start;
+	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL);
+	if (!m->bus) {
+		ret = -ENOMEM;
+		goto err_put;
+	}
+	m->dmabuf.att = dma_buf_dynamic_attach(m->dmabuf.buf, dev, &gpufpga_dmabuf_importer, m);
+	if (IS_ERR(m->dmabuf.att)) {
+		ret = PTR_ERR(m->dmabuf.att);
+		dev_info_ratelimited(dev, "dma-buf %s refused a peer-to-peer attachment (%d)\n",
+				     m->dmabuf.buf->exp_name, ret);
+		goto err_free;
+	}
+	dma_resv_lock(m->dmabuf.buf->resv, NULL);
+	sgt = dma_buf_map_attachment(m->dmabuf.att, DMA_BIDIRECTIONAL);
+	dma_resv_unlock(m->dmabuf.buf->resv);
+	if (IS_ERR(sgt)) {
+		ret = PTR_ERR(sgt);
+		goto err_detach;
+	}
+	m->dmabuf.sgt = sgt;
+	ret = gpufpga_bus_from_sgt(m, sgt, start >> PAGE_SHIFT);
+	if (ret) {
+		dev_info_ratelimited(dev, "dma-buf %s: segments not page aligned\n",
+				     m->dmabuf.buf->exp_name);
+		goto err_unmap;
+	}
+	return 0;
+
+err_unmap:
+	dma_resv_lock(m->dmabuf.buf->resv, NULL);
+	dma_buf_unmap_attachment(m->dmabuf.att, sgt, DMA_BIDIRECTIONAL);
+	dma_resv_unlock(m->dmabuf.buf->resv);
+err_detach:
+	dma_buf_detach(m->dmabuf.buf, m->dmabuf.att);
+err_free:
+	kvfree(m->bus);
+	m->bus = NULL;
+err_put:
+	dma_buf_put(m->dmabuf.buf);
+	return ret;
+}
+
+static void gpufpga_unpin_dmabuf(struct gpufpga_mem *m)
+{
+	dma_resv_lock(m->dmabuf.buf->resv, NULL);
+	dma_buf_unmap_attachment(m->dmabuf.att, m->dmabuf.sgt, DMA_BIDIRECTIONAL);
+	dma_resv_unlock(m->dmabuf.buf->resv);
+	dma_buf_detach(m->dmabuf.buf, m->dmabuf.att);
+	dma_buf_put(m->dmabuf.buf);
+}
+
+static void gpufpga_mem_free(struct kref *ref)
+{
+	struct gpufpga_mem *m = container_of(ref, struct gpufpga_mem, ref);
+
+	kvfree(m->bus);
+	kref_put(&m->dev->ref, gpufpga_dev_release);
+	kfree(m);
+}
+
+void gpufpga_mem_put(struct gpufpga_mem *m)
+{
+	kref_put(&m->ref, gpufpga_mem_free);
+}
+
+static u64 gpufpga_mem_bytes(struct gpufpga_mem *m)
+{
+	return (u64)m->npages * m->page_size;
+}
+
+/* Releases what the pin holds. No lock may be held. */
+static void gpufpga_mem_release(struct gpufpga_mem *m)
+{
+	switch (m->kind) {
+	case GPUFPGA_PIN_GPU:
+		gpufpga_unpin_gpu(m);
+		break;
+	case GPUFPGA_PIN_HOST:
+		gpufpga_unpin_host(m);
+		break;
+	case GPUFPGA_PIN_DMABUF:
+		gpufpga_unpin_dmabuf(m);
+		break;
+	}
+}
+
+/* Unpins a pin that was published; drops the table's reference. */
+static void gpufpga_mem_unpin(struct gpufpga_mem *m)
+{
+	gpufpga_mem_release(m);
+	atomic64_sub(gpufpga_mem_bytes(m), &m->dev->pinned_total);
+	trace_gpufpga_unpin(m->dev->id, m->handle, m->kind, m->len);
+	gpufpga_mem_put(m);
+}
+
+static int gpufpga_check_pin_arg(const struct gpufpga_pin *a)
+{
+	if (a->kind > GPUFPGA_PIN_DMABUF || a->flags & ~GPUFPGA_PIN_FLAGS || a->pad ||
+	    a->reserved[0] || a->reserved[1] || !a->len || a->addr + a->len < a->addr)
+		return -EINVAL;
+	if ((a->flags & GPUFPGA_PIN_PERSISTENT) && a->kind != GPUFPGA_PIN_GPU)
+		return -EINVAL;
+	if (a->kind != GPUFPGA_PIN_DMABUF && a->fd != 0 && a->fd != -1)
+		return -EINVAL;
+	return 0;
+}
+
+int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_dev *dev = f->dev;
+	struct gpufpga_pin a;
+	struct gpufpga_mem *m;
+	u64 bytes;
+	int ret;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_pin, pad));
+	if (ret)
+		return ret;
+	ret = gpufpga_check_pin_arg(&a);
+	if (ret)
+		return ret;
+	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	if (!m)
+		return -ENOMEM;
+	kref_init(&m->ref);
+	kref_get(&dev->ref);
+	spin_lock_init(&m->lock);
+	m->dev = dev;
+	m->kind = a.kind;
+	m->flags = a.flags;
+	m->addr = a.addr;
+	m->len = a.len;
+	switch (a.kind) {
+	case GPUFPGA_PIN_GPU:
+		ret = gpufpga_pin_gpu(m, a.addr, a.len);
+		break;
+	case GPUFPGA_PIN_HOST:
+		ret = gpufpga_pin_host(m, a.addr, a.len);
+		break;
+	default:
+		ret = gpufpga_pin_dmabuf(m, a.fd, a.addr, a.len);
+		break;
+	}
+	if (ret) {
+		trace_gpufpga_error(dev->id, "pin", ret, 0);
+		gpufpga_mem_put(m);
+		return ret;
+	}
+	gpufpga_count_runs(m);
+	bytes = gpufpga_mem_bytes(m);
+
+	mutex_lock(&f->lock);
+	if (f->npins >= gpufpga_max_pins || f->pinned + bytes > gpufpga_max_pinned) {
+		ret = -ENOSPC;
+		goto err_unlock;
+	}
+	if (atomic64_add_return(bytes, &dev->pinned_total) > gpufpga_max_pinned_total) {
+		ret = -ENOSPC;
+		goto err_total;
+	}
+	m->handle = ++f->next_handle;
+	ret = xa_insert(&f->pins, m->handle, m, GFP_KERNEL);
+	if (ret)
+		goto err_total;
+	f->npins++;
+	f->pinned += bytes;
+	spin_lock(&m->lock);
+	m->published = true;
+	spin_unlock(&m->lock);
+	mutex_unlock(&f->lock);
+
+	trace_gpufpga_pin(dev->id, m->handle, m->kind, m->len, m->npages, m->nruns);
+	a.handle = m->handle;
+	a.offset = m->offset;
+	a.page_size = m->page_size;
+	a.npages = m->npages;
+	a.nruns = m->nruns;
+	a.largest_run = m->largest_run;
+	/* The pin stays if the copy fails; it dies with the file. */
+	return gpufpga_copy_out(arg, size, &a, sizeof(a));
+
+err_total:
+	atomic64_sub(bytes, &dev->pinned_total);
+err_unlock:
+	mutex_unlock(&f->lock);
+	if (ret == -ENOSPC)
+		dev_info_ratelimited(&dev->pdev->dev, "pin of %llu bytes over a limit (max_pins %u, max_pinned %lu, max_pinned_total %lu)\n",
+				     bytes, gpufpga_max_pins, gpufpga_max_pinned,
+				     gpufpga_max_pinned_total);
+	trace_gpufpga_error(dev->id, "pin", ret, 0);
+	gpufpga_mem_release(m);
+	gpufpga_mem_put(m);
+	return ret;
+}
+
+/* Removes a pin from the file's table. Called with f->lock held. */
+static void gpufpga_unpublish(struct gpufpga_file *f, struct gpufpga_mem *m)
+{
+	xa_erase(&f->pins, m->handle);
+	f->npins--;
+	f->pinned -= gpufpga_mem_bytes(m);
+}
+
+int gpufpga_ioctl_unpin(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_unpin a;
+	struct gpufpga_mem *m;
+	int ret;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
+	if (ret)
+		return ret;
+	if (a.flags || a.pad)
+		return -EINVAL;
+	mutex_lock(&f->lock);
+	m = xa_load(&f->pins, a.handle);
+	if (!m) {
+		mutex_unlock(&f->lock);
+		return -ENOENT;
+	}
+	if (atomic_read(&m->inflight)) {
+		mutex_unlock(&f->lock);
+		return -EBUSY;
+	}
+	gpufpga_unpublish(f, m);
+	mutex_unlock(&f->lock);
+	gpufpga_mem_unpin(m);
+	return 0;
+}
+
+/* At close, after every transfer of the file has finished. */
+void gpufpga_unpin_all(struct gpufpga_file *f)
+{
+	struct gpufpga_mem *m;
+	unsigned long handle;
+
+	for (;;) {
+		mutex_lock(&f->lock);
+		m = xa_find(&f->pins, &handle, ULONG_MAX, XA_PRESENT);
+		if (m)
+			gpufpga_unpublish(f, m);
+		mutex_unlock(&f->lock);
+		if (!m)
+			break;
+		gpufpga_mem_unpin(m);
+	}
+}
+
+int gpufpga_ioctl_query(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_query a;
+	struct gpufpga_mem *m;
+	int ret;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_query, flags));
+	if (ret)
+		return ret;
+	if (a.flags || a.reserved[0] || a.reserved[1])
+		return -EINVAL;
+	if (a.pages && !capable(CAP_SYS_ADMIN))
+		return -EPERM;
+	mutex_lock(&f->lock);
+	m = xa_load(&f->pins, a.handle);
+	if (!m) {
+		ret = -ENOENT;
+		goto out;
+	}
+	a.kind = m->kind;
+	spin_lock(&m->lock);
+	a.state = m->state == GPUFPGA_MEM_ACTIVE ? GPUFPGA_PIN_ACTIVE : GPUFPGA_PIN_REVOKED;
+	spin_unlock(&m->lock);
+	a.addr = m->addr;
+	a.len = m->len;
+	a.offset = m->offset;
+	a.page_size = m->page_size;
+	a.npages = m->npages;
+	a.nruns = m->nruns;
+	a.largest_run = m->largest_run;
+	a.inflight = atomic_read(&m->inflight);
+	a.pad = 0;
+	if (a.pages) {
+		u64 __user *up = u64_to_user_ptr(a.pages);
+		u32 i, n = min(a.max_pages, m->npages);
+
+		for (i = 0; i < n && !ret; i++)
+			ret = put_user((u64)m->bus[i], up + i);
+	}
+out:
+	mutex_unlock(&f->lock);
+	return ret ?: gpufpga_copy_out(arg, size, &a, sizeof(a));
+}

@@ -1,0 +1,274 @@
+/* SPDX-License-Identifier: GPL-2.0 WITH Linux-syscall-note */
+/*
+ * gpufpga: FPGA (Xilinx XDMA) <-> GPU peer DMA. The user-space ABI of
+ * /dev/gpufpgaN.
+ *
+ * Conventions:
+ *  - Every struct is fixed-size and explicitly padded; addresses, lengths
+ *    and handles are __u64.
+ *  - The ABI grows by appending fields. The kernel accepts a struct shorter
+ *    than its own (the missing tail reads as zero) or longer (the extra tail
+ *    must be zero, else -E2BIG); the size travels in the ioctl number.
+ *  - Unknown flags, and reserved or padding fields that are not zero, are
+ *    rejected with -EINVAL.
+ *  - User space never supplies a bus address: transfers name pinned memory
+ *    by handle and byte offset, and the kernel checks and translates.
+ *  - Pins and transfers belong to the file descriptor that made them. Closing
+ *    it stops its transfers and unpins everything.
+ *
+ * Errors common to all ioctls: -EFAULT (bad user pointer), -ENODEV (the
+ * device is gone or its link is down), -ENOTTY (unknown ioctl).
+ */
+#ifndef _UAPI_LINUX_GPUFPGA_H
+#define _UAPI_LINUX_GPUFPGA_H
+
+#include <linux/ioctl.h>
+#include <linux/types.h>
+
+#define GPUFPGA_ABI_VERSION	1
+
+#define GPUFPGA_MAX_CHANNELS	4	/* per direction */
+
+/* Directions. */
+#define GPUFPGA_H2C		0	/* host/GPU memory -> card */
+#define GPUFPGA_C2H		1	/* card -> host/GPU memory */
+
+/* Channel flags in gpufpga_info.h2c/c2h. */
+#define GPUFPGA_CHAN_PRESENT	(1U << 0)
+#define GPUFPGA_CHAN_STREAM	(1U << 1)	/* AXI4-Stream, else memory mapped */
+
+/* Pin kinds, also the bits of gpufpga_info.pin_kinds. */
+#define GPUFPGA_PIN_GPU		0	/* NVIDIA GPU virtual range (nvidia_p2p_get_pages) */
+#define GPUFPGA_PIN_HOST	1	/* host virtual range (pin_user_pages) */
+#define GPUFPGA_PIN_DMABUF	2	/* dma-buf fd, peer-to-peer attach */
+
+/**
+ * struct gpufpga_info - GPUFPGA_IOC_INFO: what the device and driver offer.
+ * @abi_version:	GPUFPGA_ABI_VERSION of the driver.
+ * @ip_version:		XDMA IP version code from the identifier registers.
+ * @h2c:		per H2C channel, GPUFPGA_CHAN_* flags.
+ * @c2h:		per C2H channel, GPUFPGA_CHAN_* flags.
+ * @pin_kinds:		bit (1 << GPUFPGA_PIN_*) for each kind that works now;
+ *			GPU pins need nvidia.ko (or the rig's simulated GPU).
+ * @card_mem_size:	bytes of card memory behind memory-mapped channels,
+ *			0 if unknown.
+ * @max_desc_len:	largest descriptor the driver builds, bytes.
+ * @max_descs:		descriptors per transfer (module parameter).
+ * @max_segs:		segments per transfer.
+ * @max_pins:		pins per file descriptor (module parameter).
+ * @max_pinned:		pinned bytes per file descriptor (module parameter).
+ * @max_pinned_total:	pinned bytes for the whole device (module parameter).
+ * @pinned_total:	bytes pinned on the device now.
+ * @default_timeout_ms:	timeout of a transfer that names none.
+ */
+struct gpufpga_info {
+	__u32 abi_version;
+	__u32 ip_version;
+	__u32 h2c[GPUFPGA_MAX_CHANNELS];
+	__u32 c2h[GPUFPGA_MAX_CHANNELS];
+	__u32 pin_kinds;
+	__u32 max_desc_len;
+	__u64 card_mem_size;
+	__u32 max_descs;
+	__u32 max_segs;
+	__u32 max_pins;
+	__u32 default_timeout_ms;
+	__u64 max_pinned;
+	__u64 max_pinned_total;
+	__u64 pinned_total;
+	__u64 reserved[4];
+};
+
+/* Pin flags. */
+#define GPUFPGA_PIN_PERSISTENT	(1U << 0)	/* GPU: nvidia_p2p_get_pages_persistent, never revoked */
+#define GPUFPGA_PIN_FLAGS	GPUFPGA_PIN_PERSISTENT
+
+/**
+ * struct gpufpga_pin - GPUFPGA_IOC_PIN: pin memory for DMA.
+ * @kind:	in: GPUFPGA_PIN_*.
+ * @flags:	in: GPUFPGA_PIN_* flags allowed for the kind.
+ * @addr:	in: GPU or host virtual address; for a dma-buf, the byte offset
+ *		into the buffer. Need not be aligned: the driver pins whole pages
+ *		and remembers the offset.
+ * @len:	in: bytes, > 0.
+ * @fd:		in: the dma-buf, for GPUFPGA_PIN_DMABUF; else -1 or 0.
+ * @pad:	must be 0.
+ * @handle:	out: names the pin in later calls; never reused by this file.
+ * @offset:	out: byte offset of @addr in the first pinned page.
+ * @page_size:	out: bytes per page of the pin (65536 for NVIDIA GPUs).
+ * @npages:	out: pages pinned.
+ * @nruns:	out: runs of bus-contiguous pages.
+ * @largest_run: out: pages in the longest run.
+ *
+ * Errors: -EINVAL (bad kind, flags, length, or a range NVIDIA refuses: the
+ * kernel log names the reason), -EOPNOTSUPP (this pin kind is not available:
+ * no nvidia.ko, or a dma-buf exporter that refuses peer-to-peer), -ENOSPC
+ * (a pin limit would be exceeded), -ENOMEM, -EFAULT (host range not mapped).
+ */
+struct gpufpga_pin {
+	__u32 kind;
+	__u32 flags;
+	__u64 addr;
+	__u64 len;
+	__s32 fd;
+	__u32 pad;
+	__u64 handle;
+	__u64 offset;
+	__u32 page_size;
+	__u32 npages;
+	__u32 nruns;
+	__u32 largest_run;
+	__u64 reserved[2];
+};
+
+/**
+ * struct gpufpga_unpin - GPUFPGA_IOC_UNPIN.
+ * @handle:	the pin.
+ * @flags:	must be 0.
+ * @pad:	must be 0.
+ *
+ * Errors: -ENOENT (no such handle in this file), -EBUSY (transfers that use
+ * the pin are queued or running). Unpinning a revoked pin succeeds.
+ */
+struct gpufpga_unpin {
+	__u64 handle;
+	__u32 flags;
+	__u32 pad;
+};
+
+/* Pin states. */
+#define GPUFPGA_PIN_ACTIVE	0
+#define GPUFPGA_PIN_REVOKED	1	/* the GPU memory was freed under the pin */
+
+/**
+ * struct gpufpga_query - GPUFPGA_IOC_QUERY: describe a pin.
+ * @handle:	in: the pin.
+ * @pages:	in: user pointer to __u64[@max_pages] for the bus address of
+ *		each page, or 0. Needs CAP_SYS_ADMIN (-EPERM otherwise).
+ * @max_pages:	in: room at @pages.
+ * @flags:	in: must be 0.
+ * @kind, @state, @addr, @len, @offset, @page_size, @npages, @nruns,
+ * @largest_run: out, as at pin time; @state is GPUFPGA_PIN_*.
+ * @inflight:	out: transfers queued or running on the pin.
+ */
+struct gpufpga_query {
+	__u64 handle;
+	__u64 pages;
+	__u32 max_pages;
+	__u32 flags;
+	__u32 kind;
+	__u32 state;
+	__u64 addr;
+	__u64 len;
+	__u64 offset;
+	__u32 page_size;
+	__u32 npages;
+	__u32 nruns;
+	__u32 largest_run;
+	__u32 inflight;
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/**
+ * struct gpufpga_seg - one piece of a transfer: @len bytes at byte @offset
+ * of the pinned range @handle (offset 0 is the pinned address itself).
+ */
+struct gpufpga_seg {
+	__u64 handle;
+	__u64 offset;
+	__u64 len;
+};
+
+/* Transfer flags. */
+#define GPUFPGA_XFER_ASYNC	(1U << 0)	/* return at once; complete through read() */
+#define GPUFPGA_XFER_FLAGS	GPUFPGA_XFER_ASYNC
+
+/**
+ * struct gpufpga_xfer - GPUFPGA_IOC_XFER: move data between pinned memory
+ * and the card.
+ * @dir:	in: GPUFPGA_H2C or GPUFPGA_C2H.
+ * @channel:	in: channel number in that direction.
+ * @flags:	in: GPUFPGA_XFER_*.
+ * @nsegs:	in: entries at @segs, 1 to gpufpga_info.max_segs.
+ * @segs:	in: user pointer to struct gpufpga_seg[@nsegs]; the transfer
+ *		moves their bytes in order.
+ * @card_addr:	in: card (AXI) address for a memory-mapped channel; must be 0
+ *		for a stream channel.
+ * @timeout_ms:	in: 0 for the default.
+ * @eventfd:	in: with GPUFPGA_XFER_ASYNC, an eventfd signalled at completion,
+ *		or -1.
+ * @user_data:	in: returned with the completion.
+ * @id:		out: the transfer's id (async), unique in this file.
+ * @bytes:	out (sync): bytes moved.
+ * @status:	out (sync): the channel's XDMA status register at the end.
+ * @error:	out (sync): 0 or a negative errno, as returned.
+ * @duration_ns: out (sync): from start on the engine to completion.
+ * @descs:	out: descriptors the transfer used.
+ *
+ * A synchronous transfer returns when it is done, failed, timed out or was
+ * interrupted by a signal (the channel is halted first). Errors: -EINVAL
+ * (bad direction, channel, flags, card address, or a segment outside its
+ * pin, zero-length or overflowing), -ENOENT (unknown handle),
+ * -EKEYREVOKED (a pin was revoked, before or during the transfer),
+ * -E2BIG (more descriptors or segments than the limits), -ETIMEDOUT (the
+ * engine stalled; it was halted and @status says why), -EIO (the engine
+ * reported an error in @status), -ENODEV (link down), -EINTR.
+ */
+struct gpufpga_xfer {
+	__u32 dir;
+	__u32 channel;
+	__u32 flags;
+	__u32 nsegs;
+	__u64 segs;
+	__u64 card_addr;
+	__u32 timeout_ms;
+	__s32 eventfd;
+	__u64 user_data;
+	__u64 id;
+	__u64 bytes;
+	__u32 status;
+	__s32 error;
+	__u64 duration_ns;
+	__u32 descs;
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/**
+ * struct gpufpga_cancel - GPUFPGA_IOC_CANCEL: stop an async transfer. It
+ * completes with -ECANCELED (unless it already completed).
+ * Errors: -ENOENT (no such transfer pending).
+ */
+struct gpufpga_cancel {
+	__u64 id;
+	__u32 flags;
+	__u32 pad;
+};
+
+/**
+ * struct gpufpga_completion - read() from the device returns whole records
+ * of this, one per finished async transfer; poll() reports POLLIN while
+ * any are waiting. A read with room for none fails with -EINVAL; with none
+ * waiting it blocks, or fails with -EAGAIN under O_NONBLOCK.
+ */
+struct gpufpga_completion {
+	__u64 id;
+	__u64 user_data;
+	__u64 bytes;
+	__u32 status;
+	__s32 error;
+	__u64 duration_ns;
+	__u32 dir;
+	__u32 channel;
+};
+
+#define GPUFPGA_IOC_MAGIC	'G'
+#define GPUFPGA_IOC_INFO	_IOR(GPUFPGA_IOC_MAGIC, 0x00, struct gpufpga_info)
+#define GPUFPGA_IOC_PIN		_IOWR(GPUFPGA_IOC_MAGIC, 0x01, struct gpufpga_pin)
+#define GPUFPGA_IOC_UNPIN	_IOW(GPUFPGA_IOC_MAGIC, 0x02, struct gpufpga_unpin)
+#define GPUFPGA_IOC_QUERY	_IOWR(GPUFPGA_IOC_MAGIC, 0x03, struct gpufpga_query)
+#define GPUFPGA_IOC_XFER	_IOWR(GPUFPGA_IOC_MAGIC, 0x04, struct gpufpga_xfer)
+#define GPUFPGA_IOC_CANCEL	_IOW(GPUFPGA_IOC_MAGIC, 0x05, struct gpufpga_cancel)
+
+#endif /* _UAPI_LINUX_GPUFPGA_H */

@@ -1,0 +1,745 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Transfers: user segments (handle, offset, length) are checked against
+ * their pins and translated into the minimal list of bus segments, which
+ * becomes an XDMA descriptor chain in the channel's coherent ring. A
+ * channel runs one chain at a time and queues the rest; completion comes
+ * from the channel's interrupt or, failing that, from polling its status,
+ * always in the channel's work item. Every transfer ends exactly once, in
+ * gpufpga_finish().
+ */
+#include <linux/delay.h>
+#include <linux/eventfd.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "gpufpga.h"
+#include "trace.h"
+
+#define GPUFPGA_POLL	msecs_to_jiffies(1)
+
+static void gpufpga_req_free(struct kref *ref)
+{
+	struct gpufpga_req *r = container_of(ref, struct gpufpga_req, ref);
+	u32 i;
+
+	for (i = 0; i < r->nmems; i++)
+		gpufpga_mem_put(r->mems[i]);
+	if (r->efd)
+		eventfd_ctx_put(r->efd);
+	kfree(r->mems);
+	kvfree(r->segs);
+	kfree(r);
+}
+
+static void gpufpga_req_put(struct gpufpga_req *r)
+{
+	kref_put(&r->ref, gpufpga_req_free);
+}
+
+/* Appends n bytes at bus address addr, merging with the last segment. */
+static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n)
+{
+	struct gpufpga_busseg *last = r->nsegs ? &r->segs[r->nsegs - 1] : NULL;
+	u64 take;
+
+	if (last && last->addr + last->len == addr) {
+		take = min_t(u64, XDMA_DESC_MAX_LEN - last->len, n);
+		last->len += take;
+		addr += take;
+		n -= take;
+	}
+	while (n) {
+		if (r->nsegs == gpufpga_max_descs)
+			return -E2BIG;
+		take = min_t(u64, XDMA_DESC_MAX_LEN, n);
+		r->segs[r->nsegs].addr = addr;
+		r->segs[r->nsegs].len = take;
+		r->nsegs++;
+		addr += take;
+		n -= take;
+	}
+	return 0;
+}
+
+/* Appends len bytes from byte off of the pinned pages of m. */
+static int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m,
+				 u64 off, u64 len)
+{
+	u64 ps = m->page_size, page, n;
+	dma_addr_t addr;
+	int ret;
+
+	while (len) {
+		page = off / ps;
+		addr = m->bus[page] + off % ps;
+		n = min(len, ps - off % ps);
+		while (n < len && m->bus[page + 1] == m->bus[page] + ps) {
+			page++;
+			n = min(len, n + ps);
+		}
+		ret = gpufpga_append_bus(r, addr, n);
+		if (ret)
+			return ret;
+		off += n;
+		len -= n;
+	}
+	return 0;
+}
+
+static bool gpufpga_mem_active(struct gpufpga_mem *m)
+{
+	bool active;
+
+	spin_lock(&m->lock);
+	active = m->state == GPUFPGA_MEM_ACTIVE;
+	spin_unlock(&m->lock);
+	return active;
+}
+
+/* Looks up and checks every user segment. Called with f->lock held. */
+static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
+			     const struct gpufpga_seg *us, u32 n)
+{
+	struct gpufpga_mem *m;
+	u32 i;
+	int ret;
+
+	for (i = 0; i < n; i++) {
+		m = xa_load(&f->pins, us[i].handle);
+		if (!m)
+			return -ENOENT;
+		if (!gpufpga_mem_active(m))
+			return -EKEYREVOKED;
+		if (!us[i].len || us[i].offset >= m->len || us[i].len > m->len - us[i].offset)
+			return -EINVAL;
+		kref_get(&m->ref);
+		atomic_inc(&m->inflight);
+		r->mems[r->nmems++] = m;
+		ret = gpufpga_append_window(r, m, m->offset + us[i].offset, us[i].len);
+		if (ret)
+			return ret;
+		r->total += us[i].len;
+	}
+	return 0;
+}
+
+static u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
+{
+	u32 room = (XDMA_DESC_BLOCK - addr % XDMA_DESC_BLOCK) / XDMA_DESC_SIZE - 1;
+
+	return min3(remaining, room, (u32)XDMA_DESC_MAX_ADJ);
+}
+
+/*
+ * Writes the chain into the channel's ring: one descriptor per bus segment,
+ * laid out as pkg/xdma's BuildChain lays it out, byte for byte.
+ */
+static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
+{
+	struct xdma_desc *d = ch->ring;
+	dma_addr_t results = ch->ring_bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	u64 card = r->card_addr;
+	u32 i, n = r->nsegs;
+
+	for (i = 0; i < n; i++, d++) {
+		bool last = i == n - 1;
+		u32 ctrl = XDMA_DESC_MAGIC << 16;
+		dma_addr_t host = r->segs[i].addr;
+		u64 src, dst, next = 0;
+
+		if (!ch->stream && ch->dir == GPUFPGA_H2C) {
+			src = host;
+			dst = card;
+		} else if (!ch->stream) {
+			src = card;
+			dst = host;
+		} else if (ch->dir == GPUFPGA_H2C) {
+			src = host;
+			dst = 0;
+		} else {
+			src = results + (u64)i * XDMA_RESULT_SIZE;
+			dst = host;
+		}
+		card += r->segs[i].len;
+		if (last) {
+			ctrl |= XDMA_DESC_STOP | XDMA_DESC_COMPLETED;
+			if (ch->stream)
+				ctrl |= XDMA_DESC_EOP;
+		} else {
+			next = ch->ring_bus + (u64)(i + 1) * XDMA_DESC_SIZE;
+			ctrl |= gpufpga_adjacent_after(next, n - i - 2) << 8;
+		}
+		d->control = cpu_to_le32(ctrl);
+		d->len = cpu_to_le32(r->segs[i].len);
+		d->src = cpu_to_le64(src);
+		d->dst = cpu_to_le64(dst);
+		d->next = cpu_to_le64(next);
+	}
+	if (ch->stream && ch->dir == GPUFPGA_C2H)
+		memset(ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, 0,
+		       (size_t)n * XDMA_RESULT_SIZE);
+	memcpy(ch->last_chain, ch->ring, (size_t)n * XDMA_DESC_SIZE);
+	ch->last_count = n;
+	ch->last_addr = ch->ring_bus;
+	ch->last_first_adj = gpufpga_adjacent_after(ch->ring_bus, n - 1);
+	return ch->last_first_adj;
+}
+
+static void gpufpga_req_signal(struct gpufpga_req *r)
+{
+	struct gpufpga_file *f = r->file;
+
+	if (!r->async) {
+		complete(&r->done);
+		return;
+	}
+	xa_erase(&f->pending, r->id);
+	spin_lock(&f->done_lock);
+	list_add_tail(&r->done_node, &f->done);	/* takes the ioctl's reference */
+	spin_unlock(&f->done_lock);
+	wake_up_interruptible(&f->done_wq);
+	if (r->efd)
+		eventfd_signal(r->efd, 1);
+}
+
+/*
+ * Ends a request: records the result, lets its pins go, and tells whoever
+ * waits. Called with ch->lock held; r is off the queue and not active.
+ */
+static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
+			   int error, u32 status, u64 bytes)
+{
+	u32 i;
+
+	r->error = error;
+	r->status = status;
+	r->bytes = bytes;
+	r->duration_ns = r->start_ns ? ktime_get_ns() - r->start_ns : 0;
+	r->finished = true;
+	for (i = 0; i < r->nmems; i++)
+		atomic_dec(&r->mems[i]->inflight);
+	ch->last_status = status;
+	if (error) {
+		ch->errors++;
+		trace_gpufpga_error(ch->dev->id, "xfer", error, status);
+	} else {
+		ch->xfers++;
+		ch->bytes += bytes;
+	}
+	trace_gpufpga_xfer_complete(ch->dev->id, r->id, ch->dir, ch->index, bytes,
+				    r->duration_ns, status, error);
+	gpufpga_req_signal(r);
+	gpufpga_req_put(r);	/* the channel's reference */
+}
+
+/* Bytes moved by the first completed descriptors of the chain. */
+static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u32 completed)
+{
+	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	u64 bytes = 0;
+	u32 i;
+
+	completed = min(completed, r->nsegs);
+	for (i = 0; i < completed; i++) {
+		if (ch->stream && ch->dir == GPUFPGA_C2H) {
+			u32 st = le32_to_cpu(res[i].status);
+
+			if (st >> 16 != XDMA_RESULT_MAGIC)
+				break;
+			bytes += le32_to_cpu(res[i].len);
+		} else {
+			bytes += r->segs[i].len;
+		}
+	}
+	return bytes;
+}
+
+static void gpufpga_start_next(struct gpufpga_chan *ch);
+
+/* Runs r on the idle channel. Called with ch->lock held. */
+static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	u32 sg = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
+	u32 adj;
+
+	if (dev->link_down || dev->dead) {
+		gpufpga_finish(ch, r, -ENODEV, 0, 0);
+		return;
+	}
+	adj = gpufpga_load_chain(ch, r);
+	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	gpufpga_write(dev, sg + XDMA_REG_DESC_LO, lower_32_bits(ch->ring_bus));
+	gpufpga_write(dev, sg + XDMA_REG_DESC_HI, upper_32_bits(ch->ring_bus));
+	gpufpga_write(dev, sg + XDMA_REG_DESC_ADJ, adj);
+	/* The chain is in coherent memory; order it before RUN. */
+	wmb();
+	r->start_ns = ktime_get_ns();
+	ch->active = r;
+	ch->deadline = jiffies + r->timeout;
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
+	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
+	queue_delayed_work(gpufpga_wq, &ch->work, GPUFPGA_POLL);
+}
+
+static void gpufpga_start_next(struct gpufpga_chan *ch)
+{
+	struct gpufpga_req *r;
+
+	while (!ch->active && !list_empty(&ch->queue)) {
+		r = list_first_entry(&ch->queue, struct gpufpga_req, chan_node);
+		list_del(&r->chan_node);
+		gpufpga_start(ch, r);
+	}
+}
+
+/* The engine went idle: collect the active request's result. */
+static void gpufpga_complete_active(struct gpufpga_chan *ch)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	struct gpufpga_req *r = ch->active;
+	u32 status, completed;
+	int error = 0;
+
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	completed = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
+	/* Read the results the engine wrote after seeing it stop. */
+	rmb();
+	if (dev->link_down)
+		error = -ENODEV;
+	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_DESC_STOPPED))
+		error = -EIO;
+	ch->active = NULL;
+	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
+}
+
+static void gpufpga_chan_work(struct work_struct *work)
+{
+	struct gpufpga_chan *ch = container_of(to_delayed_work(work), struct gpufpga_chan, work);
+	struct gpufpga_dev *dev = ch->dev;
+	struct gpufpga_req *r;
+	u32 status;
+
+	mutex_lock(&ch->lock);
+	r = ch->active;
+	if (!r)
+		goto out;
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+	if (dev->link_down) {
+		ch->active = NULL;
+		gpufpga_finish(ch, r, -ENODEV, status, 0);
+		gpufpga_chan_fail_all(ch, -ENODEV);
+		goto out;
+	}
+	if (status & XDMA_STAT_BUSY) {
+		if (time_before(jiffies, ch->deadline)) {
+			queue_delayed_work(gpufpga_wq, &ch->work, GPUFPGA_POLL);
+			goto out;
+		}
+		status = gpufpga_chan_halt(ch);
+		ch->timeouts++;
+		ch->active = NULL;
+		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu timed out, halted (status %#x)\n",
+				     ch->dir ? "C2H" : "H2C", ch->index, r->id, status);
+		gpufpga_finish(ch, r, -ETIMEDOUT, status,
+			       gpufpga_bytes_done(ch, r, gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED))));
+	} else {
+		gpufpga_complete_active(ch);
+	}
+	gpufpga_start_next(ch);
+out:
+	mutex_unlock(&ch->lock);
+}
+
+/* Interrupt: let the channels on this vector look at their status. */
+void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector)
+{
+	int dir, i;
+
+	for (dir = 0; dir < 2; dir++)
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (ch->present && (int)(ch->irq_bit % dev->nvecs) == vector)
+				mod_delayed_work(gpufpga_wq, &ch->work, 0);
+		}
+}
+
+/* Stops r wherever it is and ends it with error. Called with ch->lock held. */
+static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
+{
+	u32 status;
+
+	if (r->finished)
+		return;
+	if (ch->active == r) {
+		status = gpufpga_chan_halt(ch);
+		ch->active = NULL;
+		gpufpga_finish(ch, r, error, status,
+			       gpufpga_bytes_done(ch, r, gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED))));
+	} else {
+		list_del(&r->chan_node);
+		gpufpga_finish(ch, r, error, 0, 0);
+	}
+}
+
+void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error)
+{
+	struct gpufpga_req *r, *tmp;
+
+	if (ch->active)
+		gpufpga_stop_req(ch, ch->active, error);
+	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
+		gpufpga_stop_req(ch, r, error);
+}
+
+static bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
+{
+	u32 i;
+
+	for (i = 0; i < r->nmems; i++)
+		if (r->mems[i] == m)
+			return true;
+	return false;
+}
+
+/*
+ * The memory of m is being revoked. A running transfer on it gets
+ * gpufpga_revoke_wait_ms to finish; then its channel is halted. Queued ones
+ * never start. Afterwards no DMA touches m's pages.
+ */
+void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
+{
+	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
+	struct gpufpga_req *r, *tmp;
+	int dir, i;
+
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (!ch->present)
+				continue;
+			mutex_lock(&ch->lock);
+			list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
+				if (gpufpga_req_uses(r, m)) {
+					ch->revoked++;
+					gpufpga_stop_req(ch, r, -EKEYREVOKED);
+				}
+			r = ch->active;
+			if (r && gpufpga_req_uses(r, m)) {
+				while (!dev->link_down && time_before(jiffies, until) &&
+				       gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY)
+					usleep_range(200, 500);
+				if (dev->link_down || gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY) {
+					ch->revoked++;
+					gpufpga_stop_req(ch, r, -EKEYREVOKED);
+				} else {
+					gpufpga_complete_active(ch);
+				}
+				gpufpga_start_next(ch);
+			}
+			mutex_unlock(&ch->lock);
+		}
+	}
+}
+
+static void gpufpga_cancel_req(struct gpufpga_req *r, int error)
+{
+	struct gpufpga_chan *ch = r->chan;
+
+	mutex_lock(&ch->lock);
+	gpufpga_stop_req(ch, r, error);
+	gpufpga_start_next(ch);
+	mutex_unlock(&ch->lock);
+}
+
+/* At close: stop everything the file started. */
+void gpufpga_cancel_file(struct gpufpga_file *f)
+{
+	struct gpufpga_dev *dev = f->dev;
+	struct gpufpga_req *r, *tmp;
+	int dir, i;
+
+	for (dir = 0; dir < 2; dir++) {
+		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
+			struct gpufpga_chan *ch = &dev->chan[dir][i];
+
+			if (!ch->present)
+				continue;
+			mutex_lock(&ch->lock);
+			list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
+				if (r->file == f)
+					gpufpga_stop_req(ch, r, -ECANCELED);
+			if (ch->active && ch->active->file == f)
+				gpufpga_stop_req(ch, ch->active, -ECANCELED);
+			gpufpga_start_next(ch);
+			mutex_unlock(&ch->lock);
+		}
+	}
+}
+
+/* Drops the completions nobody read. */
+void gpufpga_drain_completions(struct gpufpga_file *f)
+{
+	struct gpufpga_req *r, *tmp;
+	LIST_HEAD(done);
+
+	spin_lock(&f->done_lock);
+	list_splice_init(&f->done, &done);
+	spin_unlock(&f->done_lock);
+	list_for_each_entry_safe(r, tmp, &done, done_node)
+		gpufpga_req_put(r);
+}
+
+static int gpufpga_check_xfer_arg(struct gpufpga_dev *dev, const struct gpufpga_xfer *a)
+{
+	const struct gpufpga_chan *ch;
+
+	if (a->dir > GPUFPGA_C2H || a->channel >= GPUFPGA_MAX_CHANNELS ||
+	    a->flags & ~GPUFPGA_XFER_FLAGS || a->pad || a->reserved[0] || a->reserved[1])
+		return -EINVAL;
+	ch = &dev->chan[a->dir][a->channel];
+	if (!ch->present || (ch->stream && a->card_addr))
+		return -EINVAL;
+	if (!a->nsegs)
+		return -EINVAL;
+	if (a->nsegs > gpufpga_max_segs)
+		return -E2BIG;
+	if (!(a->flags & GPUFPGA_XFER_ASYNC) && a->eventfd > 0)
+		return -EINVAL;
+	return 0;
+}
+
+static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct gpufpga_xfer *a)
+{
+	struct gpufpga_req *r = kzalloc(sizeof(*r), GFP_KERNEL);
+
+	if (!r)
+		return NULL;
+	kref_init(&r->ref);
+	init_completion(&r->done);
+	INIT_LIST_HEAD(&r->chan_node);
+	r->file = f;
+	r->chan = &f->dev->chan[a->dir][a->channel];
+	r->async = a->flags & GPUFPGA_XFER_ASYNC;
+	r->user_data = a->user_data;
+	r->card_addr = a->card_addr;
+	r->timeout = msecs_to_jiffies(a->timeout_ms ?: gpufpga_timeout_ms);
+	r->mems = kcalloc(a->nsegs, sizeof(*r->mems), GFP_KERNEL);
+	r->segs = kvmalloc_array(gpufpga_max_descs, sizeof(*r->segs), GFP_KERNEL);
+	if (!r->mems || !r->segs) {
+		gpufpga_req_put(r);
+		return NULL;
+	}
+	return r;
+}
+
+/* Queues r on its channel, unless a pin was revoked meanwhile. */
+static int gpufpga_submit(struct gpufpga_req *r)
+{
+	struct gpufpga_chan *ch = r->chan;
+	u32 i;
+
+	mutex_lock(&ch->lock);
+	/*
+	 * A free callback marks the pin before it scans the channels, so
+	 * either it sees r queued here or r sees the mark.
+	 */
+	for (i = 0; i < r->nmems; i++) {
+		if (!gpufpga_mem_active(r->mems[i])) {
+			mutex_unlock(&ch->lock);
+			return -EKEYREVOKED;
+		}
+	}
+	kref_get(&r->ref);	/* the channel's */
+	list_add_tail(&r->chan_node, &ch->queue);
+	gpufpga_start_next(ch);
+	mutex_unlock(&ch->lock);
+	return 0;
+}
+
+int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_dev *dev = f->dev;
+	struct gpufpga_seg *us;
+	struct gpufpga_xfer a;
+	struct gpufpga_req *r;
+	int ret;
+	u32 i;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_xfer, user_data));
+	if (ret)
+		return ret;
+	ret = gpufpga_check_xfer_arg(dev, &a);
+	if (ret)
+		return ret;
+	if (dev->dead || dev->link_down)
+		return -ENODEV;
+	us = vmemdup_user(u64_to_user_ptr(a.segs), (size_t)a.nsegs * sizeof(*us));
+	if (IS_ERR(us))
+		return PTR_ERR(us);
+	r = gpufpga_req_new(f, &a);
+	if (!r) {
+		kvfree(us);
+		return -ENOMEM;
+	}
+	if (r->async && a.eventfd > 0) {
+		r->efd = eventfd_ctx_fdget(a.eventfd);
+		if (IS_ERR(r->efd)) {
+			ret = PTR_ERR(r->efd);
+			r->efd = NULL;
+			goto out;
+		}
+	}
+	mutex_lock(&f->lock);
+	ret = gpufpga_req_build(f, r, us, a.nsegs);
+	r->id = ++f->next_id;
+	mutex_unlock(&f->lock);
+	if (ret)
+		goto out;
+	if (!r->chan->stream && r->card_addr + r->total < r->card_addr) {
+		ret = -EINVAL;
+		goto out;
+	}
+	if (r->async) {
+		ret = xa_insert(&f->pending, r->id, r, GFP_KERNEL);
+		if (ret)
+			goto out;
+	}
+	ret = gpufpga_submit(r);
+	if (ret) {
+		if (r->async)
+			xa_erase(&f->pending, r->id);
+		goto out;
+	}
+	a.id = r->id;
+	a.descs = r->nsegs;
+	if (r->async) {
+		kvfree(us);
+		/* The reference now belongs to the completion queue. */
+		return gpufpga_copy_out(arg, size, &a, sizeof(a));
+	}
+	if (wait_for_completion_interruptible(&r->done)) {
+		gpufpga_cancel_req(r, -EINTR);
+		wait_for_completion(&r->done);
+	}
+	a.bytes = r->bytes;
+	a.status = r->status;
+	a.error = r->error;
+	a.duration_ns = r->duration_ns;
+	ret = gpufpga_copy_out(arg, size, &a, sizeof(a)) ?: r->error;
+out:
+	if (ret && !r->finished) {
+		/* Never queued: its pins are still counted as in flight. */
+		for (i = 0; i < r->nmems; i++)
+			atomic_dec(&r->mems[i]->inflight);
+		trace_gpufpga_error(dev->id, "xfer", ret, 0);
+	}
+	gpufpga_req_put(r);
+	kvfree(us);
+	return ret;
+}
+
+int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_cancel a;
+	struct gpufpga_req *r;
+	int ret;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
+	if (ret)
+		return ret;
+	if (a.flags || a.pad)
+		return -EINVAL;
+	xa_lock(&f->pending);
+	r = xa_load(&f->pending, a.id);
+	if (r)
+		kref_get(&r->ref);
+	xa_unlock(&f->pending);
+	if (!r)
+		return -ENOENT;
+	gpufpga_cancel_req(r, -ECANCELED);
+	gpufpga_req_put(r);
+	return 0;
+}
+
+ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
+				 size_t count, bool nonblock)
+{
+	struct gpufpga_completion c;
+	struct gpufpga_req *r;
+	size_t done = 0;
+	int ret;
+
+	if (count < sizeof(c))
+		return -EINVAL;
+	while (done + sizeof(c) <= count) {
+		spin_lock(&f->done_lock);
+		r = list_first_entry_or_null(&f->done, struct gpufpga_req, done_node);
+		if (r)
+			list_del(&r->done_node);
+		spin_unlock(&f->done_lock);
+		if (!r) {
+			if (done)
+				break;
+			if (nonblock)
+				return -EAGAIN;
+			ret = wait_event_interruptible(f->done_wq, !list_empty(&f->done));
+			if (ret)
+				return ret;
+			continue;
+		}
+		memset(&c, 0, sizeof(c));
+		c.id = r->id;
+		c.user_data = r->user_data;
+		c.bytes = r->bytes;
+		c.status = r->status;
+		c.error = r->error;
+		c.duration_ns = r->duration_ns;
+		c.dir = r->chan->dir;
+		c.channel = r->chan->index;
+		if (copy_to_user(buf + done, &c, sizeof(c))) {
+			/* Put it back: nothing is lost. */
+			spin_lock(&f->done_lock);
+			list_add(&r->done_node, &f->done);
+			spin_unlock(&f->done_lock);
+			return done ? done : -EFAULT;
+		}
+		gpufpga_req_put(r);
+		done += sizeof(c);
+	}
+	return done;
+}
+
+int gpufpga_chan_init(struct gpufpga_chan *ch)
+{
+	struct device *dev = &ch->dev->pdev->dev;
+
+	mutex_init(&ch->lock);
+	INIT_LIST_HEAD(&ch->queue);
+	INIT_DELAYED_WORK(&ch->work, gpufpga_chan_work);
+	ch->ring_size = (size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE);
+	ch->ring = dma_alloc_coherent(dev, ch->ring_size, &ch->ring_bus, GFP_KERNEL);
+	if (!ch->ring)
+		return -ENOMEM;
+	ch->last_chain = kvzalloc((size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
+	if (!ch->last_chain) {
+		dma_free_coherent(dev, ch->ring_size, ch->ring, ch->ring_bus);
+		ch->ring = NULL;
+		return -ENOMEM;
+	}
+	return 0;
+}
+
+void gpufpga_chan_fini(struct gpufpga_chan *ch)
+{
+	cancel_delayed_work_sync(&ch->work);
+	if (ch->ring)
+		dma_free_coherent(&ch->dev->pdev->dev, ch->ring_size, ch->ring, ch->ring_bus);
+	kvfree(ch->last_chain);
+	ch->ring = NULL;
+	ch->last_chain = NULL;
+}
