@@ -17,7 +17,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/...
 MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 
-.PHONY: all deps build kmod vmtest test unit bench demo lint clean
+.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs
 
 all: build
 
@@ -37,20 +37,32 @@ build:
 	@mkdir -p $(BIN)
 	CGO_ENABLED=0 $(GO) build -o $(BIN)/ $(GO_CMDS)
 
+# The NVIDIA bridge links against NVIDIA's exports: the real driver's
+# Module.symvers with NVIDIA_SRC=<open-gpu-kernel-modules/kernel-open>, else
+# the rig's simulated GPU.
+NV_SYMVERS ?= $(if $(NVIDIA_SRC),$(NVIDIA_SRC)/Module.symvers,$(CURDIR)/hw/testbench/nvp2p_sim/Module.symvers)
+
 # W=1 and sparse (C=2); any warning fails the build.
+define build_module
+	@set -o pipefail; $(MAKE) -s -C $(KDIR) M=$(CURDIR)/$(1) W=1 C=2 $(2) modules 2>&1 | tee $(CURDIR)/build/kmod.log
+	@if grep -E 'warning:|error:' $(CURDIR)/build/kmod.log | grep -v 'Skipping BTF generation'; then \
+		echo "kmod: $(1) is not W=1/sparse clean" >&2; exit 1; fi
+	@cp $(CURDIR)/$(1)/*.ko $(MODULES_OUT)/
+endef
+
 kmod:
 	@test -d $(KDIR) || { echo "kmod: no kernel headers at $(KDIR): run make deps" >&2; exit 1; }
 	@mkdir -p $(MODULES_OUT)
-	@set -o pipefail; for d in $(MODULE_DIRS); do \
-		$(MAKE) -s -C $(KDIR) M=$(CURDIR)/$$d W=1 C=2 modules 2>&1 | tee $(CURDIR)/build/kmod.log; \
-		if grep -E 'warning:|error:' $(CURDIR)/build/kmod.log | grep -v 'Skipping BTF generation'; then \
-			echo "kmod: $$d is not W=1/sparse clean" >&2; exit 1; fi; \
-		cp $(CURDIR)/$$d/*.ko $(MODULES_OUT)/ || exit 1; \
-	done
+	$(call build_module,hw/testbench/nvp2p_sim,)
+	$(call build_module,kmod/gpufpga,KBUILD_EXTRA_SYMBOLS=$(NV_SYMVERS) NVIDIA_SRC=$(NVIDIA_SRC))
 
 # Boots QEMU with the simulated rig and runs the guest test packages.
 vmtest: kmod
 	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v ./hw/testbench/vmtest/
+
+# The Go mirror of the driver's ABI (needs gcc).
+godefs:
+	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -godefs types_linux.go) | gofmt > ztypes_linux.go
 
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi

@@ -24,7 +24,7 @@
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
 
-#include "gpufpga_nv_p2p.h"
+#include "gpufpga_nv.h"
 #include "uapi/gpufpga.h"
 #include "xdma_regs.h"
 
@@ -132,16 +132,6 @@ enum gpufpga_mem_state {
 	GPUFPGA_MEM_REVOKED,
 };
 
-/* NVIDIA's P2P entry points, resolved at run time. */
-struct gpufpga_nv_ops {
-	typeof(&nvidia_p2p_get_pages) get_pages;
-	typeof(&nvidia_p2p_put_pages) put_pages;
-	typeof(&nvidia_p2p_get_pages_persistent) get_pages_persistent;
-	typeof(&nvidia_p2p_put_pages_persistent) put_pages_persistent;
-	typeof(&nvidia_p2p_dma_map_pages) dma_map_pages;
-	typeof(&nvidia_p2p_dma_unmap_pages) dma_unmap_pages;
-};
-
 struct gpufpga_mem {
 	struct kref ref;
 	struct gpufpga_dev *dev;
@@ -164,7 +154,7 @@ struct gpufpga_mem {
 
 	union {
 		struct {
-			struct gpufpga_nv_ops ops;
+			const struct gpufpga_nv_ops *ops;
 			struct nvidia_p2p_page_table *pt;
 			struct nvidia_p2p_dma_mapping *map;
 			u64 va;

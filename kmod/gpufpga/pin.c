@@ -16,54 +16,60 @@
 
 MODULE_IMPORT_NS(DMA_BUF);
 
-/*
- * NVIDIA's symbols are taken per pin, so the module loads without
- * nvidia.ko and nvidia.ko cannot unload under a live pin.
- */
-static int gpufpga_nv_get(struct gpufpga_nv_ops *ops)
+static DEFINE_MUTEX(gpufpga_nv_lock);
+static const struct gpufpga_nv_ops *gpufpga_nv;
+
+int gpufpga_register_nv(const struct gpufpga_nv_ops *ops)
 {
-	ops->get_pages = symbol_get(nvidia_p2p_get_pages);
-	ops->put_pages = symbol_get(nvidia_p2p_put_pages);
-	ops->get_pages_persistent = symbol_get(nvidia_p2p_get_pages_persistent);
-	ops->put_pages_persistent = symbol_get(nvidia_p2p_put_pages_persistent);
-	ops->dma_map_pages = symbol_get(nvidia_p2p_dma_map_pages);
-	ops->dma_unmap_pages = symbol_get(nvidia_p2p_dma_unmap_pages);
-	if (ops->get_pages && ops->put_pages && ops->get_pages_persistent &&
-	    ops->put_pages_persistent && ops->dma_map_pages && ops->dma_unmap_pages)
-		return 0;
-	if (ops->get_pages)
-		symbol_put(nvidia_p2p_get_pages);
-	if (ops->put_pages)
-		symbol_put(nvidia_p2p_put_pages);
-	if (ops->get_pages_persistent)
-		symbol_put(nvidia_p2p_get_pages_persistent);
-	if (ops->put_pages_persistent)
-		symbol_put(nvidia_p2p_put_pages_persistent);
-	if (ops->dma_map_pages)
-		symbol_put(nvidia_p2p_dma_map_pages);
-	if (ops->dma_unmap_pages)
-		symbol_put(nvidia_p2p_dma_unmap_pages);
-	return -EOPNOTSUPP;
+	int ret = 0;
+
+	mutex_lock(&gpufpga_nv_lock);
+	if (gpufpga_nv)
+		ret = -EBUSY;
+	else
+		gpufpga_nv = ops;
+	mutex_unlock(&gpufpga_nv_lock);
+	if (!ret)
+		pr_notice("gpufpga: GPU pins available through NVIDIA P2P\n");
+	return ret;
+}
+EXPORT_SYMBOL_GPL(gpufpga_register_nv);
+
+void gpufpga_unregister_nv(const struct gpufpga_nv_ops *ops)
+{
+	mutex_lock(&gpufpga_nv_lock);
+	if (gpufpga_nv == ops)
+		gpufpga_nv = NULL;
+	mutex_unlock(&gpufpga_nv_lock);
+}
+EXPORT_SYMBOL_GPL(gpufpga_unregister_nv);
+
+/* A pin holds the bridge module, so it cannot unload under the pin. */
+static const struct gpufpga_nv_ops *gpufpga_nv_get(void)
+{
+	const struct gpufpga_nv_ops *ops;
+
+	mutex_lock(&gpufpga_nv_lock);
+	ops = gpufpga_nv;
+	if (ops && !try_module_get(ops->owner))
+		ops = NULL;
+	mutex_unlock(&gpufpga_nv_lock);
+	return ops;
 }
 
-static void gpufpga_nv_put(void)
+static void gpufpga_nv_put(const struct gpufpga_nv_ops *ops)
 {
-	symbol_put(nvidia_p2p_get_pages);
-	symbol_put(nvidia_p2p_put_pages);
-	symbol_put(nvidia_p2p_get_pages_persistent);
-	symbol_put(nvidia_p2p_put_pages_persistent);
-	symbol_put(nvidia_p2p_dma_map_pages);
-	symbol_put(nvidia_p2p_dma_unmap_pages);
+	module_put(ops->owner);
 }
 
 u32 gpufpga_pin_kinds(void)
 {
-	struct gpufpga_nv_ops ops;
+	const struct gpufpga_nv_ops *ops = gpufpga_nv_get();
 	u32 kinds = BIT(GPUFPGA_PIN_HOST) | BIT(GPUFPGA_PIN_DMABUF);
 
-	if (!gpufpga_nv_get(&ops)) {
+	if (ops) {
 		kinds |= BIT(GPUFPGA_PIN_GPU);
-		gpufpga_nv_put();
+		gpufpga_nv_put(ops);
 	}
 	return kinds;
 }
@@ -120,7 +126,7 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 	struct pci_dev *pdev = m->dev->pdev;
 	struct nvidia_p2p_page_table *pt;
 	struct nvidia_p2p_dma_mapping *map;
-	struct gpufpga_nv_ops *ops = &m->nv.ops;
+	const struct gpufpga_nv_ops *ops;
 	u64 va = round_down(addr, GPUFPGA_GPU_PAGE);
 	u64 end = round_up(addr + len, GPUFPGA_GPU_PAGE);
 	bool persistent = m->flags & GPUFPGA_PIN_PERSISTENT;
@@ -128,10 +134,12 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 
 	if (end < addr)
 		return -EINVAL;
-	if (gpufpga_nv_get(ops)) {
-		dev_info_ratelimited(&pdev->dev, "GPU pin: nvidia.ko is not loaded\n");
+	ops = gpufpga_nv_get();
+	if (!ops) {
+		dev_info_ratelimited(&pdev->dev, "GPU pin: no NVIDIA P2P (load nvidia.ko, then gpufpga_nv.ko)\n");
 		return -EOPNOTSUPP;
 	}
+	m->nv.ops = ops;
 	m->nv.va = va;
 	if (persistent)
 		ret = ops->get_pages_persistent(va, end - va, &pt, NVIDIA_P2P_FLAGS_DEFAULT);
@@ -201,7 +209,7 @@ err_pages:
 	else if (pt)
 		ops->put_pages(0, 0, va, pt);
 err_put:
-	gpufpga_nv_put();
+	gpufpga_nv_put(ops);
 	return ret;
 }
 
@@ -216,12 +224,12 @@ static void gpufpga_unpin_gpu(struct gpufpga_mem *m)
 	spin_unlock(&m->lock);
 	/* No lock held: put_pages waits for a free callback in progress. */
 	if (map)
-		m->nv.ops.dma_unmap_pages(m->dev->pdev, pt, map);
+		m->nv.ops->dma_unmap_pages(m->dev->pdev, pt, map);
 	if (pt && (m->flags & GPUFPGA_PIN_PERSISTENT))
-		m->nv.ops.put_pages_persistent(m->nv.va, pt, 0);
+		m->nv.ops->put_pages_persistent(m->nv.va, pt, 0);
 	else if (pt)
-		m->nv.ops.put_pages(0, 0, m->nv.va, pt);
-	gpufpga_nv_put();
+		m->nv.ops->put_pages(0, 0, m->nv.va, pt);
+	gpufpga_nv_put(m->nv.ops);
 }
 
 /* Expands DMA segments of whole pages into one bus address per page. */

@@ -4,7 +4,7 @@
  * On the test rig the FPGA is simulated by a host process, and the QEMU
  * ivshmem device that stands for it cannot trap MMIO: each access becomes a
  * request in a mailbox in the device's BAR2, announced through its doorbell
- * and answered synchronously (hw/testbench/include/gpufpga_rig.h). Nothing
+ * and answered synchronously (kmod/gpufpga/gpufpga_rig.h). Nothing
  * else in the driver knows which transport it runs on.
  */
 #include <linux/delay.h>

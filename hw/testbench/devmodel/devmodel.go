@@ -6,7 +6,7 @@
 //
 // The only thing a driver can tell apart from hardware is the register
 // transport: MMIO becomes a mailbox in the device's BAR2 plus a doorbell
-// (hw/testbench/include/gpufpga_rig.h). Everything behind the registers
+// (kmod/gpufpga/gpufpga_rig.h). Everything behind the registers
 // follows PG195 through the engine model.
 package devmodel
 

@@ -565,5 +565,5 @@ nvp2p_sim.o: /work/main/hw/testbench/nvp2p_sim/nvp2p_sim.c \
  /usr/src/linux-headers-6.1.0-56-common/arch/x86/include/asm/pci.h \
  /usr/src/linux-headers-6.1.0-56-common/arch/x86/include/asm/memtype.h \
  /work/main/hw/testbench/nvp2p_sim/../../../kmod/gpufpga/gpufpga_nv_p2p.h \
- /work/main/hw/testbench/nvp2p_sim/../include/gpufpga_rig.h \
+ /work/main/hw/testbench/nvp2p_sim/../../../kmod/gpufpga/gpufpga_rig.h \
  /work/main/hw/testbench/nvp2p_sim/nvp2p_sim_uapi.h

@@ -1,5 +1,5 @@
 // Package riglayout holds the layouts the rig's host and guest share: the
-// mirror of hw/testbench/include/gpufpga_rig.h. A test keeps the two equal.
+// mirror of kmod/gpufpga/gpufpga_rig.h. A test keeps the two equal.
 package riglayout
 
 const (

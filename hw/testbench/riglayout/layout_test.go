@@ -9,7 +9,7 @@ import (
 )
 
 func TestLayoutMatchesHeader(t *testing.T) {
-	f, err := os.Open("../include/gpufpga_rig.h")
+	f, err := os.Open("../../../kmod/gpufpga/gpufpga_rig.h")
 	if err != nil {
 		t.Fatal(err)
 	}

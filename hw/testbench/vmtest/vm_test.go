@@ -5,5 +5,8 @@ package vmtest
 import "testing"
 
 func TestRig(t *testing.T) {
-	Run(t, Options{}, "github.com/gpufpga/gpufpga/hw/testbench/rigtest")
+	Run(t, Options{},
+		"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
+		"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
+	)
 }

@@ -1,0 +1,100 @@
+package p2p
+
+import (
+	"errors"
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+)
+
+// Errors a caller can test for with errors.Is. Every error this package
+// returns for a failed driver call is an *Error that matches one of these
+// (or the raw errno).
+var (
+	ErrRevoked        = errors.New("pinned memory was revoked (freed by its owner)")
+	ErrTimeout        = errors.New("transfer timed out")
+	ErrP2PUnavailable = errors.New("peer-to-peer pinning unavailable")
+	ErrLimit          = errors.New("limit exceeded")
+	ErrDeviceGone     = errors.New("device gone")
+	ErrInvalid        = errors.New("invalid argument")
+	ErrNotFound       = errors.New("no such pin or transfer")
+	ErrBusy           = errors.New("pin has transfers in flight")
+	ErrHardware       = errors.New("DMA engine reported an error")
+	ErrCanceled       = errors.New("transfer canceled")
+	ErrPermission     = errors.New("permission denied")
+	ErrNoDevice       = errors.New("no gpufpga device")
+)
+
+var errnoKinds = map[unix.Errno]error{
+	unix.EKEYREVOKED: ErrRevoked,
+	unix.ETIMEDOUT:   ErrTimeout,
+	unix.EOPNOTSUPP:  ErrP2PUnavailable,
+	unix.ENOSPC:      ErrLimit,
+	unix.E2BIG:       ErrLimit,
+	unix.ENODEV:      ErrDeviceGone,
+	unix.EINVAL:      ErrInvalid,
+	unix.ENOENT:      ErrNotFound,
+	unix.EBUSY:       ErrBusy,
+	unix.EIO:         ErrHardware,
+	unix.ECANCELED:   ErrCanceled,
+	unix.EINTR:       ErrCanceled,
+	unix.EPERM:       ErrPermission,
+	unix.EACCES:      ErrPermission,
+}
+
+var hints = map[error]string{
+	ErrP2PUnavailable: "nvidia.ko is not loaded or the buffer cannot be pinned for peer DMA: pin host memory (the compat path) or load the NVIDIA driver",
+	ErrRevoked:        "the GPU memory was freed while pinned: unpin the handle and pin the new buffer",
+	ErrTimeout:        "the engine stalled and was halted: check the FPGA design's AXI side; the status says where it stopped",
+	ErrLimit:          "raise the gpufpga module parameters (max_pins, max_pinned, max_descs, max_segs) or transfer less at once",
+	ErrDeviceGone:     "the FPGA's PCIe link is down or the driver was unbound: reload gpufpga after the link is back",
+	ErrPermission:     "add the user to the gpufpga group (udev rule 99-gpufpga.rules), or run as root for bus addresses",
+	ErrBusy:           "wait for the pin's transfers to complete before unpinning",
+	ErrHardware:       "the engine stopped on an error: the decoded status names it",
+}
+
+// Error is a failed driver call.
+type Error struct {
+	Op     string     // "pin", "transfer", ...
+	Err    unix.Errno // what the driver returned
+	Status uint32     // XDMA channel status, for transfers
+	Dir    Direction  // for transfers
+	Chan   int        // for transfers
+	Kind   error      // the sentinel Err maps to, or nil
+	HasHW  bool       // Status, Dir and Chan are meaningful
+	Detail string     // what the caller asked for, briefly
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("gpufpga %s", e.Op)
+	if e.Detail != "" {
+		msg += " " + e.Detail
+	}
+	what := e.Err.Error()
+	if e.Kind != nil {
+		what = e.Kind.Error()
+	}
+	msg += ": " + what
+	if e.HasHW && e.Status != 0 {
+		msg += " (" + xdma.DecodeStatus(xdma.Direction(e.Dir), e.Chan, e.Status) + ")"
+	}
+	return msg
+}
+
+// Hint says what a person can do about the error, or "".
+func (e *Error) Hint() string { return hints[e.Kind] }
+
+// Is matches the sentinel kinds and the errno.
+func (e *Error) Is(target error) bool { return target == e.Kind }
+
+func (e *Error) Unwrap() error { return e.Err }
+
+func newError(op string, err error, detail string) error {
+	var errno unix.Errno
+	if !errors.As(err, &errno) {
+		return fmt.Errorf("gpufpga %s: %w", op, err)
+	}
+	return &Error{Op: op, Err: errno, Kind: errnoKinds[errno], Detail: detail}
+}

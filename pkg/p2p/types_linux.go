@@ -1,0 +1,51 @@
+//go:build ignore
+
+// Input to cgo -godefs: the Go mirror of kmod/gpufpga/uapi/gpufpga.h.
+// Regenerate with `make godefs`; TestGeneratedTypesMatchHeader fails when
+// the committed ztypes_linux.go drifts from the header.
+
+package p2p
+
+/*
+#include "../../kmod/gpufpga/uapi/gpufpga.h"
+*/
+import "C"
+
+const (
+	abiVersion  = C.GPUFPGA_ABI_VERSION
+	maxChannels = C.GPUFPGA_MAX_CHANNELS
+
+	dirH2C = C.GPUFPGA_H2C
+	dirC2H = C.GPUFPGA_C2H
+
+	chanPresent = C.GPUFPGA_CHAN_PRESENT
+	chanStream  = C.GPUFPGA_CHAN_STREAM
+
+	pinKindGPU    = C.GPUFPGA_PIN_GPU
+	pinKindHost   = C.GPUFPGA_PIN_HOST
+	pinKindDmabuf = C.GPUFPGA_PIN_DMABUF
+
+	pinFlagPersistent = C.GPUFPGA_PIN_PERSISTENT
+	pinStateActive    = C.GPUFPGA_PIN_ACTIVE
+	pinStateRevoked   = C.GPUFPGA_PIN_REVOKED
+
+	xferFlagAsync = C.GPUFPGA_XFER_ASYNC
+
+	iocInfo   = C.GPUFPGA_IOC_INFO
+	iocPin    = C.GPUFPGA_IOC_PIN
+	iocUnpin  = C.GPUFPGA_IOC_UNPIN
+	iocQuery  = C.GPUFPGA_IOC_QUERY
+	iocXfer   = C.GPUFPGA_IOC_XFER
+	iocCancel = C.GPUFPGA_IOC_CANCEL
+)
+
+type (
+	infoArg       C.struct_gpufpga_info
+	pinArg        C.struct_gpufpga_pin
+	unpinArg      C.struct_gpufpga_unpin
+	queryArg      C.struct_gpufpga_query
+	segArg        C.struct_gpufpga_seg
+	xferArg       C.struct_gpufpga_xfer
+	cancelArg     C.struct_gpufpga_cancel
+	completionArg C.struct_gpufpga_completion
+)

@@ -1,0 +1,31 @@
+package p2p
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// TestGeneratedTypesMatchHeader regenerates the Go mirror of the uapi header
+// and fails if the committed one differs: run `make godefs` after changing
+// kmod/gpufpga/uapi/gpufpga.h.
+func TestGeneratedTypesMatchHeader(t *testing.T) {
+	out, err := exec.Command("go", "tool", "cgo", "-godefs", "types_linux.go").Output()
+	if err != nil {
+		t.Fatalf("cgo -godefs (needs gcc): %v", err)
+	}
+	gofmt := exec.Command("gofmt")
+	gofmt.Stdin = bytes.NewReader(append([]byte("//go:build linux\n\n"), out...))
+	want, err := gofmt.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile("ztypes_linux.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("ztypes_linux.go is stale: run `make godefs`")
+	}
+}

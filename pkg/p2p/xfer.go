@@ -1,0 +1,216 @@
+//go:build linux
+
+package p2p
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Transfer describes a DMA between pinned memory and the card.
+type Transfer struct {
+	Dir     Direction
+	Channel int
+	// CardAddr is the card (AXI) address of a memory-mapped channel; it
+	// must be 0 on a stream channel.
+	CardAddr uint64
+	// Segments are moved in order, as one chain.
+	Segments []Segment
+	// Timeout overrides the driver's default; 0 keeps it.
+	Timeout time.Duration
+}
+
+func (t *Transfer) describe() string {
+	var n uint64
+	for _, s := range t.Segments {
+		n += s.Len
+	}
+	return fmt.Sprintf("%v channel %d, %d bytes in %d segments", t.Dir, t.Channel, n, len(t.Segments))
+}
+
+// Completion reports a finished transfer.
+type Completion struct {
+	ID       uint64
+	UserData uint64
+	Dir      Direction
+	Channel  int
+	Bytes    uint64
+	Status   uint32 // XDMA channel status at the end
+	Duration time.Duration
+	Err      error // nil, or an *Error
+}
+
+// Result is what a synchronous transfer did.
+type Result struct {
+	ID       uint64
+	Bytes    uint64
+	Status   uint32
+	Duration time.Duration
+}
+
+func (d *Device) submit(t *Transfer, userData uint64) (uint64, error) {
+	if len(t.Segments) == 0 {
+		return 0, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no segments"}
+	}
+	segs := make([]segArg, len(t.Segments))
+	for i, s := range t.Segments {
+		if s.Pin == nil {
+			return 0, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("segment %d has no pin", i)}
+		}
+		segs[i] = segArg{Handle: s.Pin.Handle, Offset: s.Offset, Len: s.Len}
+	}
+	a := xferArg{
+		Dir: uint32(t.Dir), Channel: uint32(t.Channel), Flags: xferFlagAsync, Nsegs: uint32(len(segs)),
+		Segs: uint64(uintptr(unsafe.Pointer(&segs[0]))), Card_addr: t.CardAddr,
+		Timeout_ms: uint32(t.Timeout.Milliseconds()), Eventfd: -1, User_data: userData,
+	}
+	if err := d.ioctl(iocXfer, unsafe.Pointer(&a)); err != nil {
+		e := newError("transfer", err, t.describe())
+		return 0, e
+	}
+	return a.Id, nil
+}
+
+// Transfer runs t and waits for it. Cancelling ctx stops the transfer in
+// the driver (the channel is halted) and returns an error matching
+// ErrCanceled and ctx.Err().
+func (d *Device) Transfer(ctx context.Context, t Transfer) (Result, error) {
+	if err := ctx.Err(); err != nil {
+		return Result{}, err
+	}
+	done := make(chan Completion, 1)
+	d.mu.Lock()
+	if err := d.startReader(); err != nil {
+		d.mu.Unlock()
+		return Result{}, err
+	}
+	// Registered under the lock the reader dispatches under, so the
+	// completion cannot arrive unclaimed.
+	id, err := d.submit(&t, 0)
+	if err == nil {
+		d.waiters[id] = done
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return Result{}, err
+	}
+	var c Completion
+	select {
+	case c = <-done:
+	case <-ctx.Done():
+		_ = d.Cancel(id) // it may have finished meanwhile
+		c = <-done
+		if c.Err != nil {
+			return Result{ID: id, Bytes: c.Bytes, Status: c.Status}, fmt.Errorf("%w: %w", c.Err, ctx.Err())
+		}
+	}
+	r := Result{ID: id, Bytes: c.Bytes, Status: c.Status, Duration: c.Duration}
+	if c.Err != nil {
+		if e, ok := c.Err.(*Error); ok {
+			e.Detail = t.describe()
+		}
+		return r, c.Err
+	}
+	return r, nil
+}
+
+// Submit starts t and returns its id at once; its Completion arrives on
+// Completions, carrying userData. Drain Completions: while it is full,
+// synchronous transfers on the same Device wait too.
+func (d *Device) Submit(t Transfer, userData uint64) (uint64, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.startReader(); err != nil {
+		return 0, err
+	}
+	return d.submit(&t, userData)
+}
+
+// Completions delivers the completions of Submit.
+func (d *Device) Completions() <-chan Completion { return d.async }
+
+// Cancel stops a submitted transfer; it completes with ErrCanceled.
+func (d *Device) Cancel(id uint64) error {
+	a := cancelArg{Id: id}
+	if err := d.ioctl(iocCancel, unsafe.Pointer(&a)); err != nil {
+		return newError("cancel", err, fmt.Sprintf("transfer %d", id))
+	}
+	return nil
+}
+
+// startReader starts the goroutine that reads completions. Called with
+// d.mu held.
+func (d *Device) startReader() error {
+	if d.closed {
+		return &Error{Op: "transfer", Err: unix.EBADF, Kind: ErrDeviceGone, Detail: "device closed"}
+	}
+	if d.readerErr != nil {
+		return d.readerErr
+	}
+	if !d.reading {
+		d.reading = true
+		go d.readCompletions()
+	}
+	return nil
+}
+
+const completionSize = int(unsafe.Sizeof(completionArg{}))
+
+func decodeCompletion(b []byte) Completion {
+	le := binary.LittleEndian
+	c := Completion{
+		ID:       le.Uint64(b[0:]),
+		UserData: le.Uint64(b[8:]),
+		Bytes:    le.Uint64(b[16:]),
+		Status:   le.Uint32(b[24:]),
+		Duration: time.Duration(le.Uint64(b[32:])),
+		Dir:      Direction(le.Uint32(b[40:])),
+		Channel:  int(le.Uint32(b[44:])),
+	}
+	if errno := int32(le.Uint32(b[28:])); errno != 0 {
+		e := newError("transfer", unix.Errno(-errno), "").(*Error)
+		e.Status, e.Dir, e.Chan, e.HasHW = c.Status, c.Dir, c.Channel, true
+		c.Err = e
+	}
+	return c
+}
+
+func (d *Device) readCompletions() {
+	buf := make([]byte, 64*completionSize)
+	for {
+		n, err := d.f.Read(buf)
+		if err != nil {
+			d.mu.Lock()
+			if errors.Is(err, io.EOF) || d.closed {
+				err = &Error{Op: "transfer", Err: unix.EBADF, Kind: ErrDeviceGone, Detail: "device closed"}
+			}
+			d.readerErr = fmt.Errorf("gpufpga completions: %w", err)
+			for id, w := range d.waiters {
+				w <- Completion{ID: id, Err: d.readerErr}
+				delete(d.waiters, id)
+			}
+			d.reading = false
+			d.mu.Unlock()
+			return
+		}
+		for off := 0; off+completionSize <= n; off += completionSize {
+			c := decodeCompletion(buf[off:])
+			d.mu.Lock()
+			w, ok := d.waiters[c.ID]
+			delete(d.waiters, c.ID)
+			d.mu.Unlock()
+			if ok {
+				w <- c
+			} else {
+				d.async <- c
+			}
+		}
+	}
+}
