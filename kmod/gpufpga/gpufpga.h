@@ -37,6 +37,7 @@ extern unsigned long gpufpga_max_pinned;
 extern unsigned long gpufpga_max_pinned_total;
 extern unsigned int gpufpga_timeout_ms;
 extern unsigned int gpufpga_revoke_wait_ms;
+extern unsigned int gpufpga_max_queued;
 extern struct workqueue_struct *gpufpga_wq;
 
 struct gpufpga_dev;
@@ -118,6 +119,7 @@ struct gpufpga_file {
 	u64 pinned;
 	u32 npins;
 	struct xarray pending;		/* id -> async request not yet finished */
+	atomic_t nasync;		/* async requests not yet read */
 	struct list_head node;		/* dev->files */
 
 	spinlock_t done_lock;

@@ -37,6 +37,10 @@ unsigned long gpufpga_max_pinned_total = 256UL << 30;
 module_param_named(max_pinned_total, gpufpga_max_pinned_total, ulong, 0644);
 MODULE_PARM_DESC(max_pinned_total, "pinned bytes per device");
 
+unsigned int gpufpga_max_queued = 1024;
+module_param_named(max_queued, gpufpga_max_queued, uint, 0644);
+MODULE_PARM_DESC(max_queued, "asynchronous transfers per open file, queued or finished but not yet read");
+
 unsigned int gpufpga_timeout_ms = 5000;
 module_param_named(timeout_ms, gpufpga_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(timeout_ms, "default transfer timeout");
@@ -112,6 +116,7 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 	a.max_pinned = gpufpga_max_pinned;
 	a.max_pinned_total = gpufpga_max_pinned_total;
 	a.pinned_total = atomic64_read(&dev->pinned_total);
+	a.max_queued = gpufpga_max_queued;
 	return gpufpga_copy_out(arg, size, &a, sizeof(a));
 }
 

@@ -463,6 +463,9 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	ret = gpufpga_check_pin_arg(&a);
 	if (ret)
 		return ret;
+	/* Refuse what could never fit before allocating for it. */
+	if (a.len > gpufpga_max_pinned || a.len > gpufpga_max_pinned_total)
+		return -ENOSPC;
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
 	if (!m)
 		return -ENOMEM;
@@ -579,6 +582,7 @@ void gpufpga_unpin_all(struct gpufpga_file *f)
 	unsigned long handle;
 
 	for (;;) {
+		handle = 0;
 		mutex_lock(&f->lock);
 		m = xa_find(&f->pins, &handle, ULONG_MAX, XA_PRESENT);
 		if (m)

@@ -537,6 +537,19 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 	return r;
 }
 
+/* Keeps only the segments the chain uses: requests can sit in queues. */
+static int gpufpga_req_shrink(struct gpufpga_req *r)
+{
+	struct gpufpga_busseg *segs = kvmalloc_array(r->nsegs, sizeof(*segs), GFP_KERNEL);
+
+	if (!segs)
+		return -ENOMEM;
+	memcpy(segs, r->segs, r->nsegs * sizeof(*segs));
+	kvfree(r->segs);
+	r->segs = segs;
+	return 0;
+}
+
 /* Queues r on its channel, unless a pin was revoked meanwhile. */
 static int gpufpga_submit(struct gpufpga_req *r)
 {
@@ -600,19 +613,32 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	mutex_unlock(&f->lock);
 	if (ret)
 		goto out;
+	ret = gpufpga_req_shrink(r);
+	if (ret)
+		goto out;
 	if (!r->chan->stream && r->card_addr + r->total < r->card_addr) {
 		ret = -EINVAL;
 		goto out;
 	}
 	if (r->async) {
-		ret = xa_insert(&f->pending, r->id, r, GFP_KERNEL);
-		if (ret)
+		/* Queued and finished-but-unread transfers hold memory: bound them. */
+		if (atomic_inc_return(&f->nasync) > gpufpga_max_queued) {
+			atomic_dec(&f->nasync);
+			ret = -EAGAIN;
 			goto out;
+		}
+		ret = xa_insert(&f->pending, r->id, r, GFP_KERNEL);
+		if (ret) {
+			atomic_dec(&f->nasync);
+			goto out;
+		}
 	}
 	ret = gpufpga_submit(r);
 	if (ret) {
-		if (r->async)
+		if (r->async) {
 			xa_erase(&f->pending, r->id);
+			atomic_dec(&f->nasync);
+		}
 		goto out;
 	}
 	a.id = r->id;
@@ -709,6 +735,7 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 			return done ? done : -EFAULT;
 		}
 		gpufpga_req_put(r);
+		atomic_dec(&f->nasync);
 		done += sizeof(c);
 	}
 	return done;

@@ -157,6 +157,7 @@ type Info struct {
 	MaxPinnedTotal   uint64
 	PinnedTotal      uint64
 	DefaultTimeoutMS uint32
+	MaxQueued        uint32
 }
 
 // Supports reports whether pins of kind k are available.
@@ -189,7 +190,7 @@ func (d *Device) Info() (Info, error) {
 		ABIVersion: a.Abi_version, IPVersion: a.Ip_version, CardMemSize: a.Card_mem_size,
 		MaxDescLen: a.Max_desc_len, MaxDescs: a.Max_descs, MaxSegs: a.Max_segs, MaxPins: a.Max_pins,
 		MaxPinned: a.Max_pinned, MaxPinnedTotal: a.Max_pinned_total, PinnedTotal: a.Pinned_total,
-		DefaultTimeoutMS: a.Default_timeout_ms,
+		DefaultTimeoutMS: a.Default_timeout_ms, MaxQueued: a.Max_queued,
 	}
 	for dir, flags := range [2][maxChannels]uint32{a.H2c, a.C2h} {
 		for i, f := range flags {

@@ -49,7 +49,9 @@ type (
 		Max_pinned         uint64
 		Max_pinned_total   uint64
 		Pinned_total       uint64
-		Reserved           [4]uint64
+		Max_queued         uint32
+		Pad                uint32
+		Reserved           [3]uint64
 	}
 	pinArg struct {
 		Kind        uint32

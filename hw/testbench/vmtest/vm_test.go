@@ -2,10 +2,13 @@
 
 package vmtest
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestRig(t *testing.T) {
-	Run(t, Options{},
+	Run(t, Options{TestTimeout: 100 * time.Second},
 		"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
 		"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
 	)

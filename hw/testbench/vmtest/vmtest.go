@@ -104,7 +104,7 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	}
 	if os.Getenv("VMTEST_QEMU") == "" {
 		// KVM hangs on these machines; TCG always works.
-		t.Setenv("VMTEST_QEMU", qemuBin+" -accel tcg -cpu max -smp 1")
+		t.Setenv("VMTEST_QEMU", qemuBin+" -accel tcg -cpu max -smp 1 -no-reboot")
 	}
 	t.Setenv("GOFLAGS", "-tags=vmguest")
 	if opts.VMTimeout == 0 {

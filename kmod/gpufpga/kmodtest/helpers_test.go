@@ -17,37 +17,28 @@ import (
 
 const devPath = "/dev/gpufpga0"
 
-var coreOnce, bridgeOnce sync.Once
+var loadOnce sync.Once
 
-// setupCore loads nvp2p_sim and gpufpga, but not the NVIDIA bridge, once
-// for the package; TestZZUnload takes everything out at the end and checks
-// that nothing leaked.
-func setupCore(t *testing.T) {
+// setup loads nvp2p_sim, gpufpga and gpufpga_nv (which hands the simulated
+// GPU's P2P API to gpufpga) once for the package; TestZZUnload takes them
+// out at the end and checks that nothing leaked.
+func setup(t *testing.T) {
 	t.Helper()
 	guest.Require(t)
-	coreOnce.Do(func() {
+	loadOnce.Do(func() {
 		if err := guest.LoadModule("nvp2p_sim"); err != nil {
 			t.Fatal(err)
 		}
 		if err := guest.LoadModule("gpufpga", "timeout_ms=2000", "card_mem_size=67108864"); err != nil {
 			t.Fatal(err)
 		}
-	})
-	if _, err := os.Stat(devPath); err != nil {
-		t.Fatalf("%s: %v", devPath, err)
-	}
-}
-
-// setup also loads gpufpga_nv, which hands NVIDIA's (here the simulated
-// GPU's) P2P API to gpufpga.
-func setup(t *testing.T) {
-	t.Helper()
-	setupCore(t)
-	bridgeOnce.Do(func() {
 		if err := guest.LoadModule("gpufpga_nv"); err != nil {
 			t.Fatal(err)
 		}
 	})
+	if _, err := os.Stat(devPath); err != nil {
+		t.Fatalf("%s: %v", devPath, err)
+	}
 }
 
 func openDev(t *testing.T) *p2p.Device {

@@ -3,11 +3,37 @@
 package kmodtest
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
+
+// TestZYLinkDown takes the FPGA off the bus: transfers fail with
+// ErrDeviceGone and the driver stops the device. It runs next to last.
+func TestZYLinkDown(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	ctl := control(t)
+	a := alloc(t, g, 1<<20, simgpu.Fragmented)
+	p := pinGPU(t, d, a.VA, a.Size)
+	if err := ctl.SetLinkDown(true); err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.SetLinkDown(false)
+	_, err := d.Transfer(ctx(t), p2p.Transfer{Dir: p2p.C2H, Channel: 0, Segments: []p2p.Segment{p.Whole()}})
+	if !errors.Is(err, p2p.ErrDeviceGone) {
+		t.Fatalf("transfer with the link down: %v, want ErrDeviceGone", err)
+	}
+	if _, err := d.Transfer(ctx(t), p2p.Transfer{Dir: p2p.H2C, Channel: 0, Segments: []p2p.Segment{p.Whole()}}); !errors.Is(err, p2p.ErrDeviceGone) {
+		t.Fatalf("the next transfer: %v, want ErrDeviceGone", err)
+	}
+	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+}
 
 // TestZZUnload runs last: with every file closed the modules unload, the
 // simulated GPU reports nothing live, and the kernel log is clean.

@@ -60,6 +60,7 @@
  * @max_pinned_total:	pinned bytes for the whole device (module parameter).
  * @pinned_total:	bytes pinned on the device now.
  * @default_timeout_ms:	timeout of a transfer that names none.
+ * @max_queued:		asynchronous transfers per file, queued or unread.
  */
 struct gpufpga_info {
 	__u32 abi_version;
@@ -76,7 +77,9 @@ struct gpufpga_info {
 	__u64 max_pinned;
 	__u64 max_pinned_total;
 	__u64 pinned_total;
-	__u64 reserved[4];
+	__u32 max_queued;
+	__u32 pad;
+	__u64 reserved[3];
 };
 
 /* Pin flags. */
@@ -207,7 +210,10 @@ struct gpufpga_seg {
  * @descs:	out: descriptors the transfer used.
  *
  * A synchronous transfer returns when it is done, failed, timed out or was
- * interrupted by a signal (the channel is halted first). Errors: -EINVAL
+ * interrupted by a signal (the channel is halted first). An asynchronous
+ * one fails with -EAGAIN while gpufpga_info.max_queued of the file's
+ * transfers are queued or finished but unread: read completions first.
+ * Errors: -EINVAL
  * (bad direction, channel, flags, card address, or a segment outside its
  * pin, zero-length or overflowing), -ENOENT (unknown handle),
  * -EKEYREVOKED (a pin was revoked, before or during the transfer),
