@@ -16,6 +16,7 @@ DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/...
 MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
+VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
 .PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs
 
@@ -50,11 +51,23 @@ define build_module
 	@cp $(CURDIR)/$(1)/*.ko $(MODULES_OUT)/
 endef
 
-kmod:
+kmod: $(VMLINUX)
 	@test -d $(KDIR) || { echo "kmod: no kernel headers at $(KDIR): run make deps" >&2; exit 1; }
 	@mkdir -p $(MODULES_OUT)
 	$(call build_module,hw/testbench/nvp2p_sim,)
 	$(call build_module,kmod/gpufpga,KBUILD_EXTRA_SYMBOLS=$(NV_SYMVERS) NVIDIA_SRC=$(NVIDIA_SRC))
+	@# Module BTF, split against the kernel's, so fentry/fexit reach our functions.
+	@for ko in $(MODULES_OUT)/*.ko; do \
+		pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base $(VMLINUX) $$ko || exit 1; \
+	done
+
+# Debian ships no vmlinux: take the ELF image (with .BTF) out of the bzImage.
+$(VMLINUX):
+	@test -f /boot/vmlinuz-$(KVER) || { echo "no /boot/vmlinuz-$(KVER): run make deps" >&2; exit 1; }
+	@mkdir -p $(dir $@)
+	off=$$(LC_ALL=C grep -aboP '\xFD7zXZ\x00' /boot/vmlinuz-$(KVER) | head -n 1 | cut -d: -f1); \
+		test -n "$$off" && tail -c +$$((off + 1)) /boot/vmlinuz-$(KVER) | xz -dc --single-stream > $@.tmp
+	@mv $@.tmp $@
 
 # Boots QEMU with the simulated rig and runs the guest test packages.
 vmtest: kmod

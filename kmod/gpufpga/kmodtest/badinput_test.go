@@ -432,3 +432,49 @@ func splitLines(b []byte) []string {
 	}
 	return out
 }
+
+// TestRawSyncAndEventfd drives the ABI directly: a blocking transfer, and an
+// asynchronous one that signals an eventfd and leaves its completion for
+// read().
+func TestRawSyncAndEventfd(t *testing.T) {
+	setup(t)
+	g := openGPU(t)
+	a := alloc(t, g, 1<<20, simgpu.Fragmented)
+	f, err := os.OpenFile(devPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	h := rawPinOK(t, f, rawPin{addr: a.VA + 10, len: 200000, fd: -1})
+	b, segs := rawXfer{nsegs: 1, segs: []uint64{h, 0, 200000}, cardAddr: 4096}.bytes()
+	if err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b); err != nil {
+		t.Fatalf("synchronous transfer: %v", err)
+	}
+	le := binary.LittleEndian
+	if bytes, status, e, descs := le.Uint64(b[56:]), le.Uint32(b[64:]), int32(le.Uint32(b[68:])), le.Uint32(b[80:]); bytes != 200000 || status&2 == 0 || e != 0 || descs < 2 {
+		t.Fatalf("sync result: %d bytes, status %#x, error %d, %d descriptors", bytes, status, e, descs)
+	}
+	efd, err := unix.Eventfd(0, unix.EFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	b, segs2 := rawXfer{dir: 1, flags: 1, eventfd: int32(efd), nsegs: 1, segs: []uint64{h, 100, 5000}}.bytes()
+	le.PutUint64(b[40:], 77) // user_data
+	if err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b); err != nil {
+		t.Fatalf("asynchronous transfer: %v", err)
+	}
+	id := le.Uint64(b[48:])
+	var one [8]byte
+	if _, err := unix.Read(efd, one[:]); err != nil || le.Uint64(one[:]) != 1 {
+		t.Fatalf("eventfd: %v %x", err, one)
+	}
+	var c [48]byte
+	if n, err := f.Read(c[:]); err != nil || n != 48 {
+		t.Fatalf("completion read: %d, %v", n, err)
+	}
+	if le.Uint64(c[0:]) != id || le.Uint64(c[8:]) != 77 || le.Uint64(c[16:]) != 5000 || le.Uint32(c[28:]) != 0 || le.Uint32(c[40:]) != 1 {
+		t.Fatalf("completion %x", c)
+	}
+	_, _ = segs, segs2
+}

@@ -70,6 +70,10 @@ func TestInfo(t *testing.T) {
 	if info.ABIVersion != 1 || info.MaxDescLen != xdma.MaxDescLen || info.CardMemSize != 64<<20 {
 		t.Fatalf("info %+v", info)
 	}
+	// Module BTF, for fentry/fexit on the driver's functions.
+	if _, err := os.Stat("/sys/kernel/btf/gpufpga"); err != nil {
+		t.Errorf("no module BTF: %v", err)
+	}
 }
 
 func runsOf(pages []uint64, ps uint64) (runs, largest int) {

@@ -61,3 +61,46 @@ func TestZZUnload(t *testing.T) {
 	}
 	guest.CheckDmesg(t)
 }
+
+// TestZZZPageTableV1 runs the driver against a GPU that hands out page
+// tables of major version 1, as NVIDIA drivers before 580.65.06 do.
+func TestZZZPageTableV1(t *testing.T) {
+	guest.Require(t)
+	for _, m := range [][]string{{"nvp2p_sim", "pt_major=1"}, {"gpufpga"}, {"gpufpga_nv"}} {
+		if err := guest.LoadModule(m[0], m[1:]...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer func() {
+		for _, m := range []string{"gpufpga_nv", "gpufpga", "nvp2p_sim"} {
+			if err := guest.UnloadModule(m); err != nil {
+				t.Error(err)
+			}
+		}
+		guest.CheckDmesg(t)
+	}()
+	g, err := simgpu.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	d, err := p2p.Open(devPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	a, err := g.Alloc(1<<20, simgpu.RandomRuns, 5)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+	if err != nil {
+		t.Fatalf("pin with a v1 page table: %v", err)
+	}
+	if _, err := d.Transfer(ctx(t), p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+}
