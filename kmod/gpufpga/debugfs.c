@@ -17,23 +17,17 @@ static struct dentry *gpufpga_debugfs_root;
 static int channels_show(struct seq_file *s, void *unused)
 {
 	struct gpufpga_dev *dev = s->private;
-	int dir, i;
+	struct gpufpga_chan *ch;
 
 	seq_puts(s, "channel kind   active queued xfers bytes errors timeouts revoked last_status\n");
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (!ch->present)
-				continue;
-			mutex_lock(&ch->lock);
-			seq_printf(s, "%s%d    %-6s %-6s %6zu %llu %llu %llu %llu %llu %#x\n",
-				   dir ? "c2h" : "h2c", i, ch->stream ? "stream" : "mm",
-				   ch->active ? "yes" : "no", list_count_nodes(&ch->queue),
-				   ch->xfers, ch->bytes, ch->errors, ch->timeouts, ch->revoked,
-				   ch->last_status);
-			mutex_unlock(&ch->lock);
-		}
+	gpufpga_for_each_chan(dev, ch) {
+		mutex_lock(&ch->lock);
+		seq_printf(s, "%s%d    %-6s %-6s %6zu %llu %llu %llu %llu %llu %#x\n",
+			   ch->dir ? "c2h" : "h2c", ch->index, ch->stream ? "stream" : "mm",
+			   ch->active ? "yes" : "no", list_count_nodes(&ch->queue),
+			   ch->xfers, ch->bytes, ch->errors, ch->timeouts, ch->revoked,
+			   ch->last_status);
+		mutex_unlock(&ch->lock);
 	}
 	return 0;
 }
@@ -104,19 +98,15 @@ static const struct file_operations chain_fops = {
 
 void gpufpga_debugfs_init(struct gpufpga_dev *dev)
 {
+	struct gpufpga_chan *ch;
 	char name[16];
-	int dir, i;
 
 	dev->debugfs = debugfs_create_dir(dev->name, gpufpga_debugfs_root);
 	debugfs_create_file("channels", 0400, dev->debugfs, dev, &channels_fops);
 	debugfs_create_file("pins", 0400, dev->debugfs, dev, &pins_fops);
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			if (!dev->chan[dir][i].present)
-				continue;
-			snprintf(name, sizeof(name), "chain-%s%d", dir ? "c2h" : "h2c", i);
-			debugfs_create_file(name, 0400, dev->debugfs, &dev->chan[dir][i], &chain_fops);
-		}
+	gpufpga_for_each_chan(dev, ch) {
+		snprintf(name, sizeof(name), "chain-%s%d", ch->dir ? "c2h" : "h2c", ch->index);
+		debugfs_create_file(name, 0400, dev->debugfs, ch, &chain_fops);
 	}
 }
 

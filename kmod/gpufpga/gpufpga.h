@@ -110,6 +110,12 @@ struct gpufpga_dev {
 	struct dentry *debugfs;
 };
 
+/* Iterates over the channels the device has, H2C first. */
+#define gpufpga_for_each_chan(dev, ch)					\
+	for ((ch) = &(dev)->chan[0][0];					\
+	     (ch) < &(dev)->chan[0][0] + 2 * GPUFPGA_MAX_CHANNELS; (ch)++)	\
+		if (!(ch)->present) {} else
+
 struct gpufpga_file {
 	struct gpufpga_dev *dev;
 	struct mutex lock;

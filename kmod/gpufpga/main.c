@@ -243,7 +243,8 @@ static irqreturn_t gpufpga_irq(int irq, void *data)
 static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
 {
 	u32 vec[2] = {}, enable = 0, bit;
-	int dir, i, ret, nvec = dev->nchan[0] + dev->nchan[1];
+	int i, ret, nvec = dev->nchan[0] + dev->nchan[1];
+	struct gpufpga_chan *ch;
 
 	ret = pci_alloc_irq_vectors(dev->pdev, 1, nvec, PCI_IRQ_MSIX | PCI_IRQ_MSI);
 	if (ret < 0) {
@@ -263,18 +264,12 @@ static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	}
 	if (!dev->nvecs)
 		return;
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (!ch->present)
-				continue;
-			bit = ch->irq_bit;
-			vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
-			enable |= BIT(bit);
-			gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
-				      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
-		}
+	gpufpga_for_each_chan(dev, ch) {
+		bit = ch->irq_bit;
+		vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
+		enable |= BIT(bit);
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
+			      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	}
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR, vec[0]);
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4, vec[1]);
@@ -294,30 +289,23 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 
 static void gpufpga_fini_channels(struct gpufpga_dev *dev)
 {
-	int dir, i;
+	struct gpufpga_chan *ch;
 
-	for (dir = 0; dir < 2; dir++)
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++)
-			if (dev->chan[dir][i].present)
-				gpufpga_chan_fini(&dev->chan[dir][i]);
+	gpufpga_for_each_chan(dev, ch)
+		gpufpga_chan_fini(ch);
 }
 
 static int gpufpga_init_channels(struct gpufpga_dev *dev)
 {
-	int dir, i, ret;
+	struct gpufpga_chan *ch;
+	int ret;
 
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (!ch->present)
-				continue;
-			ret = gpufpga_chan_init(ch);
-			if (ret) {
-				ch->present = false;	/* not initialised: skip in fini */
-				gpufpga_fini_channels(dev);
-				return ret;
-			}
+	gpufpga_for_each_chan(dev, ch) {
+		ret = gpufpga_chan_init(ch);
+		if (ret) {
+			ch->present = false;	/* not initialised: skip in fini */
+			gpufpga_fini_channels(dev);
+			return ret;
 		}
 	}
 	return 0;
@@ -391,21 +379,15 @@ err_put:
 static void gpufpga_remove(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
-	int dir, i;
+	struct gpufpga_chan *ch;
 
 	gpufpga_debugfs_exit(dev);
 	misc_deregister(&dev->misc);
 	dev->dead = true;
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (!ch->present)
-				continue;
-			mutex_lock(&ch->lock);
-			gpufpga_chan_fail_all(ch, -ENODEV);
-			mutex_unlock(&ch->lock);
-		}
+	gpufpga_for_each_chan(dev, ch) {
+		mutex_lock(&ch->lock);
+		gpufpga_chan_fail_all(ch, -ENODEV);
+		mutex_unlock(&ch->lock);
 	}
 	gpufpga_teardown_irqs(dev);
 	gpufpga_fini_channels(dev);

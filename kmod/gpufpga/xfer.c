@@ -356,15 +356,11 @@ out:
 /* Interrupt: let the channels on this vector look at their status. */
 void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector)
 {
-	int dir, i;
+	struct gpufpga_chan *ch;
 
-	for (dir = 0; dir < 2; dir++)
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (ch->present && (int)(ch->irq_bit % dev->nvecs) == vector)
-				mod_delayed_work(gpufpga_wq, &ch->work, 0);
-		}
+	gpufpga_for_each_chan(dev, ch)
+		if ((int)(ch->irq_bit % dev->nvecs) == vector)
+			mod_delayed_work(gpufpga_wq, &ch->work, 0);
 }
 
 /* Stops r wherever it is and ends it with error. Called with ch->lock held. */
@@ -414,35 +410,30 @@ void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 {
 	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
 	struct gpufpga_req *r, *tmp;
-	int dir, i;
+	struct gpufpga_chan *ch;
 
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (!ch->present)
-				continue;
-			mutex_lock(&ch->lock);
-			list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
-				if (gpufpga_req_uses(r, m)) {
-					ch->revoked++;
-					gpufpga_stop_req(ch, r, -EKEYREVOKED);
-				}
-			r = ch->active;
-			if (r && gpufpga_req_uses(r, m)) {
-				while (!dev->link_down && time_before(jiffies, until) &&
-				       gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY)
-					usleep_range(200, 500);
-				if (dev->link_down || gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY) {
-					ch->revoked++;
-					gpufpga_stop_req(ch, r, -EKEYREVOKED);
-				} else {
-					gpufpga_complete_active(ch);
-				}
-				gpufpga_start_next(ch);
+	gpufpga_for_each_chan(dev, ch) {
+		mutex_lock(&ch->lock);
+		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
+			if (gpufpga_req_uses(r, m)) {
+				ch->revoked++;
+				gpufpga_stop_req(ch, r, -EKEYREVOKED);
 			}
-			mutex_unlock(&ch->lock);
+		r = ch->active;
+		if (r && gpufpga_req_uses(r, m)) {
+			while (!dev->link_down && time_before(jiffies, until) &&
+			       gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY)
+				usleep_range(200, 500);
+			if (dev->link_down ||
+			    gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY) {
+				ch->revoked++;
+				gpufpga_stop_req(ch, r, -EKEYREVOKED);
+			} else {
+				gpufpga_complete_active(ch);
+			}
+			gpufpga_start_next(ch);
 		}
+		mutex_unlock(&ch->lock);
 	}
 }
 
@@ -459,25 +450,18 @@ static void gpufpga_cancel_req(struct gpufpga_req *r, int error)
 /* At close: stop everything the file started. */
 void gpufpga_cancel_file(struct gpufpga_file *f)
 {
-	struct gpufpga_dev *dev = f->dev;
 	struct gpufpga_req *r, *tmp;
-	int dir, i;
+	struct gpufpga_chan *ch;
 
-	for (dir = 0; dir < 2; dir++) {
-		for (i = 0; i < GPUFPGA_MAX_CHANNELS; i++) {
-			struct gpufpga_chan *ch = &dev->chan[dir][i];
-
-			if (!ch->present)
-				continue;
-			mutex_lock(&ch->lock);
-			list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
-				if (r->file == f)
-					gpufpga_stop_req(ch, r, -ECANCELED);
-			if (ch->active && ch->active->file == f)
-				gpufpga_stop_req(ch, ch->active, -ECANCELED);
-			gpufpga_start_next(ch);
-			mutex_unlock(&ch->lock);
-		}
+	gpufpga_for_each_chan(f->dev, ch) {
+		mutex_lock(&ch->lock);
+		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
+			if (r->file == f)
+				gpufpga_stop_req(ch, r, -ECANCELED);
+		if (ch->active && ch->active->file == f)
+			gpufpga_stop_req(ch, ch->active, -ECANCELED);
+		gpufpga_start_next(ch);
+		mutex_unlock(&ch->lock);
 	}
 }
 
