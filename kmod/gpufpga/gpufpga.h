@@ -38,6 +38,7 @@ extern unsigned long gpufpga_max_pinned_total;
 extern unsigned int gpufpga_timeout_ms;
 extern unsigned int gpufpga_revoke_wait_ms;
 extern unsigned int gpufpga_max_queued;
+extern unsigned long gpufpga_card_mem_size;
 extern struct workqueue_struct *gpufpga_wq;
 
 struct gpufpga_dev;

@@ -49,9 +49,9 @@ unsigned int gpufpga_revoke_wait_ms = 20;
 module_param_named(revoke_wait_ms, gpufpga_revoke_wait_ms, uint, 0644);
 MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted");
 
-static unsigned long card_mem_size;
-module_param(card_mem_size, ulong, 0444);
-MODULE_PARM_DESC(card_mem_size, "bytes of card memory behind memory-mapped channels, reported by INFO (0: unknown)");
+unsigned long gpufpga_card_mem_size;
+module_param_named(card_mem_size, gpufpga_card_mem_size, ulong, 0444);
+MODULE_PARM_DESC(card_mem_size, "bytes of card memory behind memory-mapped channels: reported by INFO, and transfers past it are refused (0: unknown, unchecked)");
 
 struct workqueue_struct *gpufpga_wq;
 static DEFINE_IDA(gpufpga_ida);
@@ -108,7 +108,7 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 	}
 	a.pin_kinds = gpufpga_pin_kinds();
 	a.max_desc_len = XDMA_DESC_MAX_LEN;
-	a.card_mem_size = card_mem_size;
+	a.card_mem_size = gpufpga_card_mem_size;
 	a.max_descs = gpufpga_max_descs;
 	a.max_segs = gpufpga_max_segs;
 	a.max_pins = gpufpga_max_pins;

@@ -600,7 +600,9 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	ret = gpufpga_req_shrink(r);
 	if (ret)
 		goto out;
-	if (!r->chan->stream && r->card_addr + r->total < r->card_addr) {
+	if (!r->chan->stream && (r->card_addr + r->total < r->card_addr ||
+				 (gpufpga_card_mem_size &&
+				  r->card_addr + r->total > gpufpga_card_mem_size))) {
 		ret = -EINVAL;
 		goto out;
 	}

@@ -11,5 +11,6 @@ func TestRig(t *testing.T) {
 	Run(t, Options{TestTimeout: 100 * time.Second},
 		"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
 		"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
+		"github.com/gpufpga/gpufpga/cmd/p2pctl/cli",
 	)
 }

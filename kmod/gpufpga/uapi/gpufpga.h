@@ -196,8 +196,9 @@ struct gpufpga_seg {
  * @nsegs:	in: entries at @segs, 1 to gpufpga_info.max_segs.
  * @segs:	in: user pointer to struct gpufpga_seg[@nsegs]; the transfer
  *		moves their bytes in order.
- * @card_addr:	in: card (AXI) address for a memory-mapped channel; must be 0
- *		for a stream channel.
+ * @card_addr:	in: card (AXI) address for a memory-mapped channel, inside
+ *		gpufpga_info.card_mem_size when that is known; must be 0 for a
+ *		stream channel.
  * @timeout_ms:	in: 0 for the default.
  * @eventfd:	in: with GPUFPGA_XFER_ASYNC, an eventfd signalled at completion,
  *		or -1.

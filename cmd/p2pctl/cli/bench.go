@@ -1,0 +1,124 @@
+package cli
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+)
+
+type benchRow struct {
+	Size     uint64  `json:"size"`
+	Count    int     `json:"count"`
+	GBps     float64 `json:"gb_per_s"`
+	P50us    float64 `json:"p50_us"`
+	P99us    float64 `json:"p99_us"`
+	EngineUs float64 `json:"engine_us"`
+}
+
+type benchJSON struct {
+	Channel string     `json:"channel"`
+	Memory  string     `json:"memory"`
+	Rows    []benchRow `json:"results"`
+}
+
+func percentile(sorted []time.Duration, p float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	return sorted[min(len(sorted)-1, int(p*float64(len(sorted))))]
+}
+
+func newBenchCmd(g *globals) *cobra.Command {
+	var mem, channel, sizes string
+	var count int
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure throughput and latency over transfer sizes",
+		Long: `bench runs --count transfers of each size in --sizes on --channel and reports
+throughput (bytes over the engine's time, start of the chain to its
+completion) and the latency a caller sees (submit to completion: p50, p99).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, idx, err := parseChannel(channel)
+			if err != nil {
+				return err
+			}
+			if count < 1 {
+				return usageErr("--count must be at least 1")
+			}
+			var list []uint64
+			for _, s := range strings.Split(sizes, ",") {
+				n, err := parseSize(s)
+				if err != nil || n == 0 {
+					return usageErr("--sizes: %v", err)
+				}
+				list = append(list, n)
+			}
+			d, err := g.open()
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			buf, err := allocPinned(d, mem, slices.Max(list), 1)
+			if err != nil {
+				return err
+			}
+			defer buf.close()
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			prog := &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count * len(list)}
+			defer prog.done()
+			out := benchJSON{Channel: channel, Memory: mem}
+			for si, n := range list {
+				var lat []time.Duration
+				var engine time.Duration
+				var bytes uint64
+				for i := range count {
+					t0 := time.Now()
+					r, err := d.Transfer(ctx, p2p.Transfer{Dir: dir, Channel: idx, Segments: []p2p.Segment{{Pin: buf.pin, Len: n}}})
+					if err != nil {
+						return err
+					}
+					lat = append(lat, time.Since(t0))
+					engine += r.Duration
+					bytes += r.Bytes
+					prog.step(si*count + i + 1)
+				}
+				slices.Sort(lat)
+				row := benchRow{Size: n, Count: count, P50us: us(percentile(lat, 0.5)), P99us: us(percentile(lat, 0.99)),
+					EngineUs: us(engine / time.Duration(count))}
+				if engine > 0 {
+					row.GBps = float64(bytes) / engine.Seconds() / 1e9
+				}
+				out.Rows = append(out.Rows, row)
+			}
+			return g.emit(out, func(w io.Writer) { writeBench(w, out) })
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "c2h0", "channel: h2c<N> or c2h<N>")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, or sim (the rig's simulated GPU)")
+	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,1MiB,16MiB", "comma-separated transfer sizes")
+	cmd.Flags().IntVar(&count, "count", 20, "transfers per size")
+	return cmd
+}
+
+func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
+
+func writeBench(w io.Writer, b benchJSON) {
+	fmt.Fprintf(w, "%s, %s memory\n", b.Channel, b.Memory)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "size\tcount\tthroughput\tengine\tp50 latency\tp99 latency\t")
+	for _, r := range b.Rows {
+		fmt.Fprintf(tw, "%s\t%d\t%.3f GB/s\t%.0f µs\t%.0f µs\t%.0f µs\t\n", fmtBytes(r.Size), r.Count, r.GBps, r.EngineUs, r.P50us, r.P99us)
+	}
+	tw.Flush()
+}

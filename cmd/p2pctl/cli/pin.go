@@ -1,0 +1,126 @@
+package cli
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/sgl"
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+)
+
+type segJSON struct {
+	Addr uint64 `json:"addr"`
+	Len  uint64 `json:"len"`
+}
+
+type pinJSON struct {
+	Handle      uint64    `json:"handle"`
+	Kind        string    `json:"kind"`
+	Addr        uint64    `json:"addr"`
+	Len         uint64    `json:"len"`
+	Offset      uint64    `json:"offset"`
+	PageSize    uint64    `json:"page_size"`
+	Pages       int       `json:"pages"`
+	Runs        int       `json:"runs"`
+	LargestRun  int       `json:"largest_run"`
+	Descriptors int       `json:"descriptors,omitempty"`
+	SGList      []segJSON `json:"sg_list,omitempty"`
+	SGNote      string    `json:"sg_note,omitempty"`
+}
+
+// describePin fills in the pin's SG list when the caller may see bus
+// addresses.
+func describePin(p *p2p.Pin) pinJSON {
+	out := pinJSON{
+		Handle: p.Handle, Kind: p.Kind.String(), Addr: p.Addr, Len: p.Len, Offset: p.Offset,
+		PageSize: p.PageSize, Pages: p.Pages, Runs: p.Runs, LargestRun: p.LargestRun,
+	}
+	st, err := p.Query(true)
+	if err != nil {
+		if errors.Is(err, p2p.ErrPermission) {
+			out.SGNote = "bus addresses need CAP_SYS_ADMIN"
+		} else {
+			out.SGNote = err.Error()
+		}
+		return out
+	}
+	b := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxDescLen}}
+	if err := b.Append(st.Table, p.Offset, p.Len); err != nil {
+		out.SGNote = err.Error()
+		return out
+	}
+	for _, s := range b.Segments() {
+		out.SGList = append(out.SGList, segJSON{s.Addr, s.Len})
+	}
+	out.Descriptors = len(out.SGList)
+	return out
+}
+
+func writePin(w io.Writer, p pinJSON) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "handle\t%d\n", p.Handle)
+	fmt.Fprintf(tw, "memory\t%s, %s at %#x (offset %d in the first page)\n", p.Kind, fmtBytes(p.Len), p.Addr, p.Offset)
+	fmt.Fprintf(tw, "pages\t%d x %s in %d contiguous runs (longest %d)\n", p.Pages, fmtBytes(p.PageSize), p.Runs, p.LargestRun)
+	if p.SGNote != "" {
+		fmt.Fprintf(tw, "SG list\t(%s)\n", p.SGNote)
+		tw.Flush()
+		return
+	}
+	fmt.Fprintf(tw, "descriptors\t%d\n", p.Descriptors)
+	tw.Flush()
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "#\tbus address\tlength\t")
+	for i, s := range p.SGList {
+		fmt.Fprintf(tw, "%d\t%#x\t%s\t\n", i, s.Addr, fmtBytes(s.Len))
+	}
+	tw.Flush()
+}
+
+func newPinCmd(g *globals) *cobra.Command {
+	var mem string
+	var size sizeValue = 1 << 20
+	var hold bool
+	cmd := &cobra.Command{
+		Use:   "pin",
+		Short: "Pin memory and show its geometry and scatter-gather list",
+		Long: `pin allocates --size bytes of --mem memory (host RAM, or the test rig's
+simulated GPU), pins it for DMA and prints the handle, the page geometry, the
+scatter-gather list and the number of XDMA descriptors a transfer of all of it
+takes. Bus addresses need root. With --hold it stays pinned until interrupted.`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			d, err := g.open()
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			b, err := allocPinned(d, mem, uint64(size), 1)
+			if err != nil {
+				return err
+			}
+			defer b.close()
+			p := describePin(b.pin)
+			if err := g.emit(p, func(w io.Writer) { writePin(w, p) }); err != nil {
+				return err
+			}
+			if hold {
+				sig := make(chan os.Signal, 1)
+				signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+				<-sig
+			}
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&mem, "mem", memSim, "memory to pin: host, or sim (the rig's simulated GPU)")
+	cmd.Flags().Var(&size, "size", "bytes to pin (e.g. 64KiB, 16MiB)")
+	cmd.Flags().BoolVar(&hold, "hold", false, "keep the pin until interrupted")
+	return cmd
+}

@@ -1,0 +1,235 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+)
+
+// parseChannel parses h2c0, c2h1, ... into a direction and index.
+func parseChannel(s string) (p2p.Direction, int, error) {
+	s = strings.ToLower(s)
+	var dir p2p.Direction
+	switch {
+	case strings.HasPrefix(s, "h2c"):
+		dir = p2p.H2C
+	case strings.HasPrefix(s, "c2h"):
+		dir = p2p.C2H
+	default:
+		return 0, 0, usageErr("channel %q: want h2c<N> or c2h<N>", s)
+	}
+	n, err := strconv.Atoi(s[3:])
+	if err != nil || n < 0 || n > 3 {
+		return 0, 0, usageErr("channel %q: want h2c0-h2c3 or c2h0-c2h3", s)
+	}
+	return dir, n, nil
+}
+
+type transferJSON struct {
+	Channel  string  `json:"channel"`
+	Memory   string  `json:"memory"`
+	Size     uint64  `json:"size"`
+	Count    int     `json:"count"`
+	Bytes    uint64  `json:"bytes"`
+	Seconds  float64 `json:"seconds"`
+	GBps     float64 `json:"gb_per_s"`
+	Verified bool    `json:"verified"`
+}
+
+func fill(b []byte, seed int) {
+	for i := range b {
+		b[i] = byte(i*131+seed) ^ byte(i>>9)
+	}
+}
+
+// progress shows a transfer counter on a terminal.
+type progress struct {
+	w     io.Writer
+	on    bool
+	total int
+}
+
+func (p *progress) step(n int) {
+	if p.on {
+		fmt.Fprintf(p.w, "\r%d/%d transfers", n, p.total)
+	}
+}
+
+func (p *progress) done() {
+	if p.on {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+func newTransferCmd(g *globals) *cobra.Command {
+	var mem, channel string
+	var size sizeValue = 1 << 20
+	var cardAddr uint64
+	var count int
+	var verify bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "transfer",
+		Short: "Move data between pinned memory and the card, optionally verified",
+		Long: `transfer runs --count transfers of --size bytes on --channel (h2c<N>:
+memory to card, c2h<N>: card to memory) using --mem memory.
+
+--verify (memory-mapped channels) writes a pattern and reads it back through
+card memory at --card-addr, comparing every byte.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, idx, err := parseChannel(channel)
+			if err != nil {
+				return err
+			}
+			if count < 1 {
+				return usageErr("--count must be at least 1")
+			}
+			d, err := g.open()
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			ch, ok := info.Channel(dir, idx)
+			if !ok {
+				return usageErr("%s: no such channel on %s (see p2pctl info)", channel, g.device)
+			}
+			if ch.Stream && cardAddr != 0 {
+				return usageErr("--card-addr is for memory-mapped channels; %s is a stream", channel)
+			}
+			if verify && ch.Stream {
+				return usageErr("--verify checks memory-mapped channels; %s is a stream", channel)
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			defer stop()
+			t := &transferRun{d: d, mem: mem, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
+			res, err := t.run(ctx, count, verify, &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count})
+			if err != nil {
+				return err
+			}
+			res.Channel, res.Memory = channel, mem
+			return g.emit(res, func(w io.Writer) {
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "channel\tmemory\tsize\tcount\ttime\tthroughput\tverified")
+				v := "no"
+				if res.Verified {
+					v = "yes"
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f ms\t%.3f GB/s\t%s\n", res.Channel, res.Memory, fmtBytes(res.Size),
+					res.Count, res.Seconds*1000, res.GBps, v)
+				tw.Flush()
+			})
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "c2h0", "channel: h2c<N> or c2h<N>")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, or sim (the rig's simulated GPU)")
+	cmd.Flags().Var(&size, "size", "bytes per transfer")
+	cmd.Flags().IntVar(&count, "count", 1, "transfers to run")
+	cmd.Flags().Uint64Var(&cardAddr, "card-addr", 0, "card address for memory-mapped channels")
+	cmd.Flags().BoolVar(&verify, "verify", false, "verify the data")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "per-transfer timeout (0: the driver's default)")
+	return cmd
+}
+
+type transferRun struct {
+	d       *p2p.Device
+	mem     string
+	size    uint64
+	card    uint64
+	dir     p2p.Direction
+	ch      p2p.Channel
+	timeout time.Duration
+}
+
+func (t *transferRun) xfer(dir p2p.Direction, b *buffer) p2p.Transfer {
+	return p2p.Transfer{Dir: dir, Channel: t.ch.Index, CardAddr: t.card, Segments: []p2p.Segment{b.pin.Whole()}, Timeout: t.timeout}
+}
+
+func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *progress) (transferJSON, error) {
+	res := transferJSON{Size: t.size, Count: count}
+	buf, err := allocPinned(t.d, t.mem, t.size, 1)
+	if err != nil {
+		return res, err
+	}
+	defer buf.close()
+	// Memory-mapped verification goes through a second buffer.
+	var other *buffer
+	if verify && !t.ch.Stream {
+		if other, err = allocPinned(t.d, t.mem, t.size, 2); err != nil {
+			return res, err
+		}
+		defer other.close()
+	}
+	defer prog.done()
+	var elapsed time.Duration
+	for i := range count {
+		if verify && !t.ch.Stream {
+			src, dst := buf, other
+			if t.dir == p2p.C2H {
+				src, dst = other, buf
+			}
+			fill(src.mem, i)
+			clear(dst.mem)
+			if t.dir == p2p.C2H {
+				if _, err := t.d.Transfer(ctx, t.xfer(p2p.H2C, src)); err != nil {
+					return res, err
+				}
+			}
+			r, err := t.d.Transfer(ctx, t.xfer(t.dir, buf))
+			if err != nil {
+				return res, err
+			}
+			elapsed += r.Duration
+			res.Bytes += r.Bytes
+			if t.dir == p2p.H2C {
+				if _, err := t.d.Transfer(ctx, t.xfer(p2p.C2H, dst)); err != nil {
+					return res, err
+				}
+			}
+			if off := firstDiff(src.mem, dst.mem); off >= 0 {
+				return res, verifyErr("transfer %d: byte %d differs after the round trip through card memory", i, off)
+			}
+		} else {
+			r, err := t.d.Transfer(ctx, t.xfer(t.dir, buf))
+			if err != nil {
+				return res, err
+			}
+			elapsed += r.Duration
+			res.Bytes += r.Bytes
+		}
+		prog.step(i + 1)
+	}
+	res.Verified = verify
+	res.Seconds = elapsed.Seconds()
+	if elapsed > 0 {
+		res.GBps = float64(res.Bytes) / elapsed.Seconds() / 1e9
+	}
+	return res, nil
+}
+
+func firstDiff(a, b []byte) int {
+	if bytes.Equal(a, b) {
+		return -1
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return len(a)
+}

@@ -1,0 +1,181 @@
+//go:build vmguest
+
+package cli
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+)
+
+// The test binary doubles as p2pctl: with P2PCTL_ARGS set it runs the CLI
+// with those arguments and exits with its code, so the tests drive a real
+// process and read its exit code.
+func TestMain(m *testing.M) {
+	if args, ok := os.LookupEnv("P2PCTL_ARGS"); ok {
+		var a []string
+		if err := json.Unmarshal([]byte(args), &a); err != nil {
+			os.Exit(99)
+		}
+		os.Exit(Main(a, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+type run struct {
+	stdout, stderr string
+	code           int
+}
+
+// selfCopy is the test binary where every user may run it.
+var selfCopy string
+
+func p2pctl(t *testing.T, cred *syscall.Credential, args ...string) run {
+	t.Helper()
+	a, _ := json.Marshal(args)
+	bin := os.Args[0]
+	if cred != nil {
+		if selfCopy == "" {
+			b, err := os.ReadFile(os.Args[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The initramfs's root is private to root; open a path.
+			dir := "/p2pctl-test"
+			if err := os.MkdirAll(dir, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, d := range []string{"/", dir} {
+				if err := os.Chmod(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+			}
+			selfCopy = dir + "/p2pctl"
+			if err := os.WriteFile(selfCopy, b, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		bin = selfCopy
+	}
+	cmd := exec.Command(bin)
+	cmd.Dir = "/"
+	cmd.Env = append(os.Environ(), "P2PCTL_ARGS="+string(a))
+	if cred != nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	}
+	var out, errOut strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err := cmd.Run()
+	r := run{stdout: out.String(), stderr: errOut.String()}
+	if ee, ok := err.(*exec.ExitError); ok {
+		r.code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func jsonRun(t *testing.T, v any, args ...string) {
+	t.Helper()
+	r := p2pctl(t, nil, append(args, "--json")...)
+	if r.code != 0 {
+		t.Fatalf("p2pctl %v: exit %d: %s", args, r.code, r.stderr)
+	}
+	if err := json.Unmarshal([]byte(r.stdout), v); err != nil {
+		t.Fatalf("p2pctl %v --json: %v\n%s", args, err, r.stdout)
+	}
+}
+
+func loadModules(t *testing.T) {
+	guest.Require(t)
+	guest.MustLoad(t, "nvp2p_sim")
+	guest.MustLoad(t, "gpufpga", "card_mem_size=67108864")
+	guest.MustLoad(t, "gpufpga_nv")
+	// Cleanups run last-in first-out: the bridge unloads first.
+}
+
+func TestCLIEndToEnd(t *testing.T) {
+	loadModules(t)
+	var infos []infoJSON
+	jsonRun(t, &infos, "info")
+	if len(infos) != 1 || len(infos[0].Channels) != 4 || len(infos[0].PinKinds) != 3 {
+		t.Fatalf("info: %+v", infos)
+	}
+	var p pinJSON
+	jsonRun(t, &p, "pin", "--mem", "sim", "--size", "1MiB")
+	var sum uint64
+	for _, s := range p.SGList {
+		sum += s.Len
+	}
+	if p.Kind != "gpu" || p.Pages != 16 || sum != 1<<20 || p.Descriptors != len(p.SGList) || p.Descriptors == 0 {
+		t.Fatalf("pin: %+v", p)
+	}
+	for _, ch := range []string{"h2c0", "c2h0"} {
+		for _, mem := range []string{"sim", "host"} {
+			var x transferJSON
+			jsonRun(t, &x, "transfer", "--channel", ch, "--mem", mem, "--size", "300KiB", "--count", "3", "--verify", "--card-addr", "4096")
+			if !x.Verified || x.Bytes != 3*300<<10 || x.Count != 3 {
+				t.Fatalf("transfer %s %s: %+v", ch, mem, x)
+			}
+		}
+	}
+	var c chainJSON
+	jsonRun(t, &c, "desc", "c2h0")
+	if len(c.Descriptors) == 0 || c.Problem != "" || c.Bytes != 300<<10 {
+		t.Fatalf("desc: %+v", c)
+	}
+	var b benchJSON
+	jsonRun(t, &b, "bench", "--sizes", "4KiB,256KiB", "--count", "4")
+	if len(b.Rows) != 2 || b.Rows[1].GBps <= 0 || b.Rows[0].P99us < b.Rows[0].P50us {
+		t.Fatalf("bench: %+v", b)
+	}
+	// Human output of the same commands works too.
+	for _, args := range [][]string{{"info"}, {"pin", "--size", "128KiB"}, {"transfer", "--verify"}, {"bench", "--count", "2", "--sizes", "64KiB"}, {"version"}} {
+		if r := p2pctl(t, nil, args...); r.code != 0 || r.stdout == "" {
+			t.Errorf("p2pctl %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
+		}
+	}
+}
+
+func TestCLIErrors(t *testing.T) {
+	loadModules(t)
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	nobody := &syscall.Credential{Uid: 65534, Gid: 65534}
+	for _, tc := range []struct {
+		cred *syscall.Credential
+		args []string
+		code int
+		msg  string
+	}{
+		{nil, []string{"info", "-d", "/dev/gpufpga7"}, ExitDevice, "/dev/gpufpga7 does not exist"},
+		{nil, []string{"transfer", "--channel", "c2h3"}, ExitUsage, "c2h3: no such channel"},
+		{nil, []string{"transfer", "--channel", "c2h1", "--card-addr", "4096"}, ExitUsage, "c2h1 is a stream"},
+		{nil, []string{"transfer", "--size", "1GiB", "--mem", "sim"}, ExitDevice, "simgpu: alloc"},
+		{nil, []string{"transfer", "--size", "64KiB", "--card-addr", "0x3fff000"}, ExitDevice, "invalid argument"},
+		{nil, []string{"transfer", "--size", "64KiB"}, ExitDevice, "DMA engine reported an error (C2H channel 0: magic_stopped)"},
+		{nobody, []string{"info", "-d", "/dev/gpufpga0"}, ExitDevice, "permission denied"},
+	} {
+		if strings.Contains(strings.Join(tc.args, " "), "--size 64KiB") && len(tc.args) == 3 {
+			if err := ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := p2pctl(t, tc.cred, tc.args...)
+		if r.code != tc.code || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("p2pctl %v: exit %d, stderr %q; want %d with %q", tc.args, r.code, r.stderr, tc.code, tc.msg)
+		}
+		if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
+			t.Errorf("p2pctl %v: crashed:\n%s", tc.args, r.stderr)
+		}
+	}
+}
