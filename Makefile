@@ -71,7 +71,7 @@ $(VMLINUX):
 
 # Boots QEMU with the simulated rig and runs the guest test packages.
 vmtest: kmod
-	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v ./hw/testbench/vmtest/
+	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v -run TestRig ./hw/testbench/vmtest/
 
 # The Go mirror of the driver's ABI (needs gcc).
 godefs:
@@ -90,8 +90,16 @@ test: deps lint unit vmtest
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
 
-demo: deps build
-	$(BIN)/p2p-testbench selftest
+# The engine model alone, then the whole rig: driver, simulated FPGA and GPU.
+demo: deps build kmod
+	@echo "== 1. XDMA engine model, in process"
+	@$(BIN)/p2p-testbench selftest
+	@echo
+	@echo "== 2. The driver in a QEMU guest against the simulated FPGA and GPU (log: build/demo.log)"
+	@set -o pipefail; GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
+		-run TestDemo ./hw/testbench/vmtest/ > build/demo.log 2>&1 \
+		|| { tail -n 40 build/demo.log; echo "demo failed: see build/demo.log" >&2; exit 1; }
+	@sed -n 's/.*DEMO| \{0,1\}//p' build/demo.log
 
 clean:
 	rm -rf $(BIN) build

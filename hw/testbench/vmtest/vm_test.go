@@ -12,5 +12,11 @@ func TestRig(t *testing.T) {
 		"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
 		"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
 		"github.com/gpufpga/gpufpga/cmd/p2pctl/cli",
+		"github.com/gpufpga/gpufpga/hw/testbench/demo",
 	)
+}
+
+// TestDemo boots the rig for `make demo` alone.
+func TestDemo(t *testing.T) {
+	Run(t, Options{TestTimeout: 100 * time.Second}, "github.com/gpufpga/gpufpga/hw/testbench/demo")
 }

@@ -1,0 +1,47 @@
+//go:build vmguest
+
+package demo
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/cli"
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+)
+
+func say(format string, a ...any) {
+	for _, line := range strings.Split(strings.TrimRight(fmt.Sprintf(format, a...), "\n"), "\n") {
+		fmt.Fprintf(os.Stdout, "DEMO| %s\n", line)
+	}
+}
+
+func TestDemo(t *testing.T) {
+	guest.Require(t)
+	say("QEMU guest, Debian kernel; simulated XDMA FPGA and NVIDIA GPU attached")
+	for _, m := range [][]string{{"nvp2p_sim"}, {"gpufpga", "card_mem_size=67108864"}, {"gpufpga_nv"}} {
+		guest.MustLoad(t, m[0], m[1:]...)
+		say("# loaded %s", strings.Join(m, " "))
+	}
+	for _, args := range [][]string{
+		{"info"},
+		{"pin", "--mem", "sim", "--size", "1MiB"},
+		{"transfer", "--channel", "h2c0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
+		{"transfer", "--channel", "c2h0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
+		{"bench", "--channel", "c2h0", "--mem", "sim", "--sizes", "64KiB,1MiB,4MiB", "--count", "8"},
+		{"desc", "c2h0"},
+	} {
+		var out, errOut bytes.Buffer
+		say("")
+		say("$ p2pctl %s", strings.Join(args, " "))
+		code := cli.Main(args, &out, &errOut)
+		say("%s%s", out.String(), errOut.String())
+		if code != cli.ExitOK {
+			t.Fatalf("p2pctl %v: exit %d", args, code)
+		}
+	}
+	guest.CheckDmesg(t)
+}
