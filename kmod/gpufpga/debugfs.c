@@ -3,6 +3,8 @@
  * debugfs, per device under gpufpga/<name>/:
  *   channels		state and counters of every channel
  *   pins		every pin of every open file
+ *   regs		the engine's registers, "offset value" a line (status
+ *			is read without clearing it)
  *   chain-{h2c,c2h}N	the last descriptor chain the channel ran: a header
  *			(u64 bus address, u32 descriptors, u32 first adjacent
  *			count, little-endian) and the descriptors, byte for byte
@@ -57,6 +59,53 @@ static int pins_show(struct seq_file *s, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(pins);
 
+static int regs_show(struct seq_file *s, void *unused)
+{
+	static const u32 chan_regs[] = {
+		XDMA_REG_IDENTIFIER, XDMA_REG_CONTROL, XDMA_REG_STATUS, XDMA_REG_COMPLETED,
+		XDMA_REG_ALIGNMENTS, XDMA_REG_INT_ENABLE,
+	};
+	static const u32 sgdma_regs[] = {
+		XDMA_REG_IDENTIFIER, XDMA_REG_DESC_LO, XDMA_REG_DESC_HI, XDMA_REG_DESC_ADJ,
+		XDMA_REG_DESC_CREDITS,
+	};
+	static const u32 block_regs[][2] = {
+		{ XDMA_TARGET_IRQ, XDMA_REG_IDENTIFIER },
+		{ XDMA_TARGET_IRQ, XDMA_REG_CHAN_INT_ENABLE },
+		{ XDMA_TARGET_IRQ, XDMA_REG_CHAN_INT_REQUEST },
+		{ XDMA_TARGET_IRQ, XDMA_REG_CHAN_INT_PENDING },
+		{ XDMA_TARGET_IRQ, XDMA_REG_CHAN_VECTOR },
+		{ XDMA_TARGET_IRQ, XDMA_REG_CHAN_VECTOR + 4 },
+		{ XDMA_TARGET_CONFIG, XDMA_REG_IDENTIFIER },
+		{ XDMA_TARGET_SGDMA_COMMON, XDMA_REG_IDENTIFIER },
+		{ XDMA_TARGET_SGDMA_COMMON, XDMA_REG_DESC_HALT },
+		{ XDMA_TARGET_SGDMA_COMMON, XDMA_REG_CREDIT_MODE },
+	};
+	struct gpufpga_dev *dev = s->private;
+	struct gpufpga_chan *ch;
+	u32 base, off;
+	int i;
+
+	gpufpga_for_each_chan(dev, ch) {
+		base = gpufpga_chan_reg(ch, 0);
+		for (i = 0; i < ARRAY_SIZE(chan_regs); i++) {
+			off = base + chan_regs[i];
+			seq_printf(s, "%#06x %#010x\n", off, gpufpga_read(dev, off));
+		}
+		base = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
+		for (i = 0; i < ARRAY_SIZE(sgdma_regs); i++) {
+			off = base + sgdma_regs[i];
+			seq_printf(s, "%#06x %#010x\n", off, gpufpga_read(dev, off));
+		}
+	}
+	for (i = 0; i < ARRAY_SIZE(block_regs); i++) {
+		off = XDMA_BASE(block_regs[i][0], 0) + block_regs[i][1];
+		seq_printf(s, "%#06x %#010x\n", off, gpufpga_read(dev, off));
+	}
+	return 0;
+}
+DEFINE_SHOW_ATTRIBUTE(regs);
+
 struct chain_header {
 	__le64 addr;
 	__le32 count;
@@ -104,6 +153,7 @@ void gpufpga_debugfs_init(struct gpufpga_dev *dev)
 	dev->debugfs = debugfs_create_dir(dev->name, gpufpga_debugfs_root);
 	debugfs_create_file("channels", 0400, dev->debugfs, dev, &channels_fops);
 	debugfs_create_file("pins", 0400, dev->debugfs, dev, &pins_fops);
+	debugfs_create_file("regs", 0400, dev->debugfs, dev, &regs_fops);
 	gpufpga_for_each_chan(dev, ch) {
 		snprintf(name, sizeof(name), "chain-%s%d", ch->dir ? "c2h" : "h2c", ch->index);
 		debugfs_create_file(name, 0400, dev->debugfs, ch, &chain_fops);

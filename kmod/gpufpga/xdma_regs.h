@@ -29,21 +29,28 @@
 #define XDMA_REG_STATUS		0x40
 #define XDMA_REG_STATUS_RC	0x44
 #define XDMA_REG_COMPLETED	0x48
+#define XDMA_REG_ALIGNMENTS	0x4c
 #define XDMA_REG_INT_ENABLE	0x90
 
 /* SGDMA registers. */
 #define XDMA_REG_DESC_LO	0x80
 #define XDMA_REG_DESC_HI	0x84
 #define XDMA_REG_DESC_ADJ	0x88
+#define XDMA_REG_DESC_CREDITS	0x8c
 
 /* SGDMA common registers. */
+#define XDMA_REG_DESC_HALT	0x10
 #define XDMA_REG_DESC_HALT_W1S	0x14
 #define XDMA_REG_DESC_HALT_W1C	0x18
+#define XDMA_REG_CREDIT_MODE	0x20
 #define XDMA_COMMON_C2H_SHIFT	16
 
 /* Interrupt block registers. */
+#define XDMA_REG_CHAN_INT_ENABLE	0x10
 #define XDMA_REG_CHAN_INT_ENABLE_W1S	0x14
 #define XDMA_REG_CHAN_INT_ENABLE_W1C	0x18
+#define XDMA_REG_CHAN_INT_REQUEST	0x44
+#define XDMA_REG_CHAN_INT_PENDING	0x4c
 #define XDMA_REG_CHAN_VECTOR		0xa0
 
 /* Identifier register. */

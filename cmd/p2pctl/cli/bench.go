@@ -105,7 +105,7 @@ completion) and the latency a caller sees (submit to completion: p50, p99).`,
 		},
 	}
 	cmd.Flags().StringVar(&channel, "channel", "c2h0", "channel: h2c<N> or c2h<N>")
-	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, or sim (the rig's simulated GPU)")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, sim (the rig's simulated GPU) or sim-dmabuf (the same through a dma-buf)")
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,1MiB,16MiB", "comma-separated transfer sizes")
 	cmd.Flags().IntVar(&count, "count", 20, "transfers per size")
 	return cmd

@@ -64,7 +64,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
 	root.AddCommand(
 		newVersionCmd(g), newInfoCmd(g), newPinCmd(g), newTransferCmd(g),
-		newBenchCmd(g), newDescCmd(g),
+		newBenchCmd(g), newDescCmd(g), newRegsCmd(g),
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -133,4 +134,19 @@ func TestDescDecodesDump(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	golden(t, "desc", bytes.ReplaceAll(out.Bytes(), []byte(filepath.Dir(good)), []byte("DIR")))
+}
+
+func TestRegsDecode(t *testing.T) {
+	regs, err := parseRegs([]byte("0x1000 0x1fc18006\n0x1040 0x00080012\n0x2010 0x0000000f\n0x0040 0xffffffff\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	for _, r := range regs {
+		fmt.Fprintf(&b, "%s %#x %s\n", r.Name, r.Value, r.Decoded)
+	}
+	golden(t, "regs", b.Bytes())
+	if _, err := parseRegs([]byte("garbage\n")); err == nil {
+		t.Fatal("garbage parsed")
+	}
 }

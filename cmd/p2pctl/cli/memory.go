@@ -14,6 +14,9 @@ import (
 const (
 	memHost = "host" // host RAM: the compat path
 	memSim  = "sim"  // the test rig's simulated GPU (nvp2p_sim)
+	// memSimDmabuf is the simulated GPU's memory exported as a dma-buf and
+	// pinned through it, as NVIDIA's dma-buf route does.
+	memSimDmabuf = "sim-dmabuf"
 )
 
 // buffer is memory p2pctl allocated, pinned, and can read and write.
@@ -53,7 +56,7 @@ func allocPinned(d *p2p.Device, kind string, size uint64, seed uint32) (*buffer,
 			b.close()
 			return nil, err
 		}
-	case memSim:
+	case memSim, memSimDmabuf:
 		if _, err := os.Stat(simgpu.DevicePath); err != nil {
 			return nil, fmt.Errorf("--mem sim needs the rig's simulated GPU (%s): %w", simgpu.DevicePath, err)
 		}
@@ -73,12 +76,21 @@ func allocPinned(d *p2p.Device, kind string, size uint64, seed uint32) (*buffer,
 			return nil, err
 		}
 		b.mem = b.mem[:size]
-		if b.pin, err = d.PinGPU(a.VA, size, p2p.PinOptions{}); err != nil {
+		if kind == memSim {
+			b.pin, err = d.PinGPU(a.VA, size, p2p.PinOptions{})
+		} else {
+			var f *os.File
+			if f, err = a.ExportDmabuf(a.VA, a.Size); err == nil {
+				b.pin, err = d.PinDmabuf(int(f.Fd()), 0, size)
+				f.Close() // the pin holds the dma-buf
+			}
+		}
+		if err != nil {
 			b.close()
 			return nil, err
 		}
 	default:
-		return nil, usageErr("--mem %q: want %s or %s", kind, memHost, memSim)
+		return nil, usageErr("--mem %q: want %s, %s or %s", kind, memHost, memSim, memSimDmabuf)
 	}
 	return b, nil
 }

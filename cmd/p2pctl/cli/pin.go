@@ -119,7 +119,7 @@ takes. Bus addresses need root. With --hold it stays pinned until interrupted.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&mem, "mem", memSim, "memory to pin: host, or sim (the rig's simulated GPU)")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "memory to pin: host, sim (the rig's simulated GPU) or sim-dmabuf (the same through a dma-buf)")
 	cmd.Flags().Var(&size, "size", "bytes to pin (e.g. 64KiB, 16MiB)")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the pin until interrupted")
 	return cmd

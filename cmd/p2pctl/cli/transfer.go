@@ -137,7 +137,7 @@ card memory at --card-addr, comparing every byte.`,
 		},
 	}
 	cmd.Flags().StringVar(&channel, "channel", "c2h0", "channel: h2c<N> or c2h<N>")
-	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, or sim (the rig's simulated GPU)")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, sim (the rig's simulated GPU) or sim-dmabuf (the same through a dma-buf)")
 	cmd.Flags().Var(&size, "size", "bytes per transfer")
 	cmd.Flags().IntVar(&count, "count", 1, "transfers to run")
 	cmd.Flags().Uint64Var(&cardAddr, "card-addr", 0, "card address for memory-mapped channels")

@@ -118,7 +118,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		t.Fatalf("pin: %+v", p)
 	}
 	for _, ch := range []string{"h2c0", "c2h0"} {
-		for _, mem := range []string{"sim", "host"} {
+		for _, mem := range []string{"sim", "host", "sim-dmabuf"} {
 			var x transferJSON
 			jsonRun(t, &x, "transfer", "--channel", ch, "--mem", mem, "--size", "300KiB", "--count", "3", "--verify", "--card-addr", "4096")
 			if !x.Verified || x.Bytes != 3*300<<10 || x.Count != 3 {
@@ -131,13 +131,18 @@ func TestCLIEndToEnd(t *testing.T) {
 	if len(c.Descriptors) == 0 || c.Problem != "" || c.Bytes != 300<<10 {
 		t.Fatalf("desc: %+v", c)
 	}
+	var regs []regJSON
+	jsonRun(t, &regs, "regs")
+	if len(regs) < 20 || !strings.Contains(regs[0].Decoded, "target 0 channel 0") {
+		t.Fatalf("regs: %+v", regs)
+	}
 	var b benchJSON
 	jsonRun(t, &b, "bench", "--sizes", "4KiB,256KiB", "--count", "4")
 	if len(b.Rows) != 2 || b.Rows[1].GBps <= 0 || b.Rows[0].P99us < b.Rows[0].P50us {
 		t.Fatalf("bench: %+v", b)
 	}
 	// Human output of the same commands works too.
-	for _, args := range [][]string{{"info"}, {"pin", "--size", "128KiB"}, {"transfer", "--verify"}, {"bench", "--count", "2", "--sizes", "64KiB"}, {"version"}} {
+	for _, args := range [][]string{{"info"}, {"pin", "--size", "128KiB"}, {"transfer", "--verify"}, {"bench", "--count", "2", "--sizes", "64KiB"}, {"version"}, {"regs"}} {
 		if r := p2pctl(t, nil, args...); r.code != 0 || r.stdout == "" {
 			t.Errorf("p2pctl %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 		}

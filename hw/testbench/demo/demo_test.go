@@ -32,7 +32,7 @@ func TestDemo(t *testing.T) {
 		{"transfer", "--channel", "h2c0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
 		{"transfer", "--channel", "c2h0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
 		{"bench", "--channel", "c2h0", "--mem", "sim", "--sizes", "64KiB,1MiB,4MiB", "--count", "8"},
-		{"desc", "c2h0"},
+		{"regs"},
 	} {
 		var out, errOut bytes.Buffer
 		say("")

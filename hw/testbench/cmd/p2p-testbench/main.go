@@ -15,7 +15,7 @@ func main() {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newSelftestCmd())
+	root.AddCommand(newSelftestCmd(), newServeCmd())
 	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "p2p-testbench:", err)
 		os.Exit(1)
