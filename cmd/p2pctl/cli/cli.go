@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -52,6 +53,12 @@ type globals struct {
 
 // Main runs p2pctl with args and returns its exit code.
 func Main(args []string, stdout, stderr io.Writer) int {
+	return Run(context.Background(), args, stdout, stderr)
+}
+
+// Run is Main with a context: cancelling it ends long-running commands
+// (trace, hold) as an interrupt would.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{out: stdout}
 	root := &cobra.Command{
 		Use:           "p2pctl",
@@ -64,12 +71,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
 	root.AddCommand(
 		newVersionCmd(g), newInfoCmd(g), newPinCmd(g), newTransferCmd(g),
-		newBenchCmd(g), newDescCmd(g), newRegsCmd(g),
+		newBenchCmd(g), newDescCmd(g), newRegsCmd(g), newTraceCmd(g),
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.Execute()
+	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
 	}
@@ -118,6 +125,11 @@ func (g *globals) emit(v any, human func(io.Writer)) error {
 	}
 	human(g.out)
 	return nil
+}
+
+// emitLine writes v as one line of JSON, for streams of records.
+func (g *globals) emitLine(v any) error {
+	return json.NewEncoder(g.out).Encode(v)
 }
 
 func newVersionCmd(g *globals) *cobra.Command {

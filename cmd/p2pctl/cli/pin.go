@@ -96,7 +96,7 @@ simulated GPU), pins it for DMA and prints the handle, the page geometry, the
 scatter-gather list and the number of XDMA descriptors a transfer of all of it
 takes. Bus addresses need root. With --hold it stays pinned until interrupted.`,
 		Args: cobra.NoArgs,
-		RunE: func(*cobra.Command, []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			d, err := g.open()
 			if err != nil {
 				return err
@@ -112,9 +112,9 @@ takes. Bus addresses need root. With --hold it stays pinned until interrupted.`,
 				return err
 			}
 			if hold {
-				sig := make(chan os.Signal, 1)
-				signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
-				<-sig
+				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				defer stop()
+				<-ctx.Done()
 			}
 			return nil
 		},

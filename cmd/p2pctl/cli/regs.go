@@ -106,7 +106,7 @@ func newRegsCmd(g *globals) *cobra.Command {
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "offset\tregister\tvalue\t")
 				for _, r := range regs {
-					fmt.Fprintf(tw, "%#06x\t%s\t%#010x\t%s\n", r.Offset, r.Name, r.Value, r.Decoded)
+					fmt.Fprintf(tw, "0x%04x\t%s\t0x%08x\t%s\n", r.Offset, r.Name, r.Value, r.Decoded)
 				}
 				tw.Flush()
 			})

@@ -3,6 +3,7 @@
 package cli
 
 import (
+	"bufio"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -146,6 +147,69 @@ func TestCLIEndToEnd(t *testing.T) {
 		if r := p2pctl(t, nil, args...); r.code != 0 || r.stdout == "" {
 			t.Errorf("p2pctl %v: exit %d\n%s%s", args, r.code, r.stdout, r.stderr)
 		}
+	}
+}
+
+func TestCLITrace(t *testing.T) {
+	loadModules(t)
+	a, _ := json.Marshal([]string{"trace", "--duration", "3s", "--interval", "500ms", "--json"})
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "P2PCTL_ARGS="+string(a))
+	var errOut strings.Builder
+	cmd.Stderr = &errOut
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The first tick means the programs are attached.
+	sc := bufio.NewScanner(stdout)
+	sc.Buffer(nil, 1<<20)
+	if !sc.Scan() {
+		t.Fatalf("trace printed nothing: %s", errOut.String())
+	}
+	lines := []string{sc.Text()}
+	var x transferJSON
+	jsonRun(t, &x, "transfer", "--channel", "h2c0", "--size", "256KiB", "--count", "5")
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("trace: %v\n%s", err, errOut.String())
+	}
+	var sum traceTickJSON
+	if err := json.Unmarshal([]byte(lines[len(lines)-1]), &sum); err != nil || !sum.Summary {
+		t.Fatalf("last line is not the summary: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	var h2c traceChannelJSON
+	for _, c := range sum.Channels {
+		if c.Name == "h2c0" {
+			h2c = c
+		}
+	}
+	if h2c.Transfers != 5 || h2c.Bytes != 5*256<<10 || len(h2c.LatencyBuckets) == 0 {
+		t.Fatalf("traced h2c0: %+v", h2c)
+	}
+	var pins, unpins int
+	for _, l := range lines {
+		var tick traceTickJSON
+		json.Unmarshal([]byte(l), &tick)
+		for _, e := range tick.Events {
+			switch e.Type {
+			case "pin":
+				pins++
+			case "unpin":
+				unpins++
+			}
+		}
+	}
+	if pins != 1 || unpins != 1 {
+		t.Fatalf("traced %d pins and %d unpins, want 1 and 1", pins, unpins)
+	}
+	if r := p2pctl(t, &syscall.Credential{Uid: 65534, Gid: 65534}, "trace", "--duration", "1s"); r.code != ExitDevice || !strings.Contains(r.stderr, "tracing needs root") {
+		t.Fatalf("trace as nobody: exit %d: %s", r.code, r.stderr)
 	}
 }
 

@@ -3,7 +3,10 @@
 package demo
 
 import (
+	"bufio"
 	"bytes"
+	"context"
+	"io"
 	"fmt"
 	"os"
 	"strings"
@@ -26,6 +29,26 @@ func TestDemo(t *testing.T) {
 		guest.MustLoad(t, m[0], m[1:]...)
 		say("# loaded %s", strings.Join(m, " "))
 	}
+	// Trace the whole demo; its summary comes last.
+	traceCtx, stopTrace := context.WithCancel(context.Background())
+	defer stopTrace()
+	traceOut, traceWriter := io.Pipe()
+	traceCode := make(chan int, 1)
+	go func() {
+		traceCode <- cli.Run(traceCtx, []string{"trace", "--interval", "200ms"}, traceWriter, traceWriter)
+		traceWriter.Close()
+	}()
+	lines := make(chan string, 4096)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(traceOut)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	if first, ok := <-lines; !ok || strings.HasPrefix(first, "p2pctl:") {
+		t.Fatalf("trace did not start: %s", first)
+	}
 	for _, args := range [][]string{
 		{"info"},
 		{"pin", "--mem", "sim", "--size", "1MiB"},
@@ -41,6 +64,22 @@ func TestDemo(t *testing.T) {
 		say("%s%s", out.String(), errOut.String())
 		if code != cli.ExitOK {
 			t.Fatalf("p2pctl %v: exit %d", args, code)
+		}
+	}
+	stopTrace()
+	var traced []string
+	for l := range lines {
+		traced = append(traced, l)
+	}
+	if code := <-traceCode; code != cli.ExitOK {
+		t.Fatalf("trace: exit %d: %s", code, strings.Join(traced, "\n"))
+	}
+	say("")
+	say("$ p2pctl trace    # ran alongside the commands above; its summary:")
+	for i, l := range traced {
+		if strings.HasPrefix(l, "summary") {
+			say("%s", strings.Join(traced[i:], "\n"))
+			break
 		}
 	}
 	guest.CheckDmesg(t)

@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Aggregates gpufpga's trace events in the kernel: per-channel byte,
+ * transfer and error counters and log2 latency histograms in maps, and
+ * discrete events (pin, unpin, revoke, failed transfer, error) through a
+ * ring buffer. Attached as raw tracepoints, whose arguments are the events'
+ * TP_PROTO arguments in order (kmod/gpufpga/trace.h).
+ */
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+
+#define NCHAN		8	/* 4 H2C, then 4 C2H */
+#define NBUCKETS	64
+#define OP_LEN		16
+
+enum event_type {
+	EVENT_PIN = 1,
+	EVENT_UNPIN,
+	EVENT_REVOKE,
+	EVENT_XFER_FAILED,
+	EVENT_ERROR,
+};
+
+struct event {
+	__u64 ts_ns;
+	__u64 handle_or_id;
+	__u64 len_or_bytes;
+	__u32 type;
+	__s32 dev;
+	__u32 kind_or_dir;
+	__u32 chan;
+	__u32 status;
+	__s32 error;
+	__u32 npages;
+	__u32 nruns;
+	char op[OP_LEN];
+};
+
+/* Puts struct event into BTF, for the generated Go type. */
+const struct event *unused_event __attribute__((unused));
+
+struct chan_stats {
+	__u64 bytes;
+	__u64 transfers;
+	__u64 errors;
+	__u64 submitted;
+	__u64 busy_ns;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NCHAN);
+	__type(key, __u32);
+	__type(value, struct chan_stats);
+} stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, NCHAN * NBUCKETS);
+	__type(key, __u32);
+	__type(value, __u64);
+} latency SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_RINGBUF);
+	__uint(max_entries, 256 * 1024);
+} events SEC(".maps");
+
+/* Events the ring buffer had no room for: reported, never hidden. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u64);
+} lost SEC(".maps");
+
+/* Only events of this device, or all when -1. */
+volatile const __s32 want_dev = -1;
+
+static __always_inline bool skip(__s32 dev)
+{
+	return want_dev >= 0 && dev != want_dev;
+}
+
+static __always_inline __u32 chan_index(__u32 dir, __u32 chan)
+{
+	return (dir ? 4 : 0) + (chan & 3);
+}
+
+static __always_inline __u32 log2_bucket(__u64 v)
+{
+	__u32 b = 0;
+
+	/* Bounded for the verifier: at most 64 steps. */
+	for (int i = 0; i < 64 && v > 1; i++) {
+		v >>= 1;
+		b++;
+	}
+	return b;
+}
+
+static __always_inline struct event *reserve(void)
+{
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+
+	if (!e) {
+		__u32 zero = 0;
+		__u64 *n = bpf_map_lookup_elem(&lost, &zero);
+
+		if (n)
+			(*n)++;
+		return NULL;
+	}
+	__builtin_memset(e, 0, sizeof(*e));
+	e->ts_ns = bpf_ktime_get_ns();
+	return e;
+}
+
+/* gpufpga_pin(int dev, u64 handle, u32 kind, u64 len, u32 npages, u32 nruns) */
+SEC("raw_tracepoint/gpufpga_pin")
+int on_pin(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct event *e;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	e = reserve();
+	if (!e)
+		return 0;
+	e->type = EVENT_PIN;
+	e->dev = (__s32)ctx->args[0];
+	e->handle_or_id = ctx->args[1];
+	e->kind_or_dir = (__u32)ctx->args[2];
+	e->len_or_bytes = ctx->args[3];
+	e->npages = (__u32)ctx->args[4];
+	e->nruns = (__u32)ctx->args[5];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* gpufpga_unpin and gpufpga_revoke(int dev, u64 handle, u32 kind, u64 len) */
+static __always_inline int mem_event(struct bpf_raw_tracepoint_args *ctx, __u32 type)
+{
+	struct event *e;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	e = reserve();
+	if (!e)
+		return 0;
+	e->type = type;
+	e->dev = (__s32)ctx->args[0];
+	e->handle_or_id = ctx->args[1];
+	e->kind_or_dir = (__u32)ctx->args[2];
+	e->len_or_bytes = ctx->args[3];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+SEC("raw_tracepoint/gpufpga_unpin")
+int on_unpin(struct bpf_raw_tracepoint_args *ctx)
+{
+	return mem_event(ctx, EVENT_UNPIN);
+}
+
+SEC("raw_tracepoint/gpufpga_revoke")
+int on_revoke(struct bpf_raw_tracepoint_args *ctx)
+{
+	return mem_event(ctx, EVENT_REVOKE);
+}
+
+/* gpufpga_xfer_submit(int dev, u64 id, u32 dir, u32 chan, u64 bytes, u32 descs) */
+SEC("raw_tracepoint/gpufpga_xfer_submit")
+int on_submit(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 key;
+	struct chan_stats *s;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	key = chan_index((__u32)ctx->args[2], (__u32)ctx->args[3]);
+	s = bpf_map_lookup_elem(&stats, &key);
+	if (s)
+		s->submitted++;
+	return 0;
+}
+
+/*
+ * gpufpga_xfer_complete(int dev, u64 id, u32 dir, u32 chan, u64 bytes,
+ *			 u64 duration_ns, u32 status, int error)
+ */
+SEC("raw_tracepoint/gpufpga_xfer_complete")
+int on_complete(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 dir = (__u32)ctx->args[2], chan = (__u32)ctx->args[3];
+	__u64 bytes = ctx->args[4], ns = ctx->args[5];
+	__s32 error = (__s32)ctx->args[7];
+	__u32 key = chan_index(dir, chan), bucket;
+	struct chan_stats *s;
+	struct event *e;
+	__u64 *h;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	s = bpf_map_lookup_elem(&stats, &key);
+	if (s) {
+		s->bytes += bytes;
+		s->transfers++;
+		s->busy_ns += ns;
+		if (error)
+			s->errors++;
+	}
+	bucket = key * NBUCKETS + log2_bucket(ns);
+	h = bpf_map_lookup_elem(&latency, &bucket);
+	if (h)
+		(*h)++;
+	if (!error)
+		return 0;
+	e = reserve();
+	if (!e)
+		return 0;
+	e->type = EVENT_XFER_FAILED;
+	e->dev = (__s32)ctx->args[0];
+	e->handle_or_id = ctx->args[1];
+	e->kind_or_dir = dir;
+	e->chan = chan;
+	e->len_or_bytes = bytes;
+	e->status = (__u32)ctx->args[6];
+	e->error = error;
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* gpufpga_error(int dev, const char *op, int error, u32 status) */
+SEC("raw_tracepoint/gpufpga_error")
+int on_error(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct event *e;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	e = reserve();
+	if (!e)
+		return 0;
+	e->type = EVENT_ERROR;
+	e->dev = (__s32)ctx->args[0];
+	bpf_probe_read_kernel_str(e->op, sizeof(e->op), (const char *)ctx->args[1]);
+	e->error = (__s32)ctx->args[2];
+	e->status = (__u32)ctx->args[3];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "GPL";

@@ -1,0 +1,200 @@
+//go:build vmguest
+
+package trace
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+)
+
+type rig struct {
+	d   *p2p.Device
+	g   *simgpu.GPU
+	ctl *rigctl.Control
+}
+
+func setup(t *testing.T) *rig {
+	t.Helper()
+	guest.Require(t)
+	if _, err := Start(context.Background(), Options{Device: -1}); !errors.Is(err, ErrModuleNotLoaded) {
+		t.Fatalf("Start without the module: %v, want ErrModuleNotLoaded", err)
+	}
+	guest.MustLoad(t, "nvp2p_sim")
+	guest.MustLoad(t, "gpufpga")
+	guest.MustLoad(t, "gpufpga_nv")
+	r := &rig{}
+	var err error
+	if r.d, err = p2p.Open("/dev/gpufpga0"); err != nil {
+		t.Fatal(err)
+	}
+	if r.g, err = simgpu.Open(); err != nil {
+		t.Fatal(err)
+	}
+	if r.ctl, err = rigctl.OpenControl(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { r.d.Close(); r.g.Close() })
+	return r
+}
+
+func (r *rig) pin(t *testing.T, size uint64) (*simgpu.Alloc, *p2p.Pin) {
+	t.Helper()
+	a, err := r.g.Alloc(size, simgpu.Fragmented, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := r.d.PinGPU(a.VA, size, p2p.PinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, p
+}
+
+// next waits for the next event of type typ, skipping others.
+func next(t *testing.T, s *Session, typ EventType) Event {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case e := <-s.Events():
+			if e.Type == typ {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no %v event", typ)
+		}
+	}
+}
+
+func TestTracedCountsEqualTransfers(t *testing.T) {
+	r := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Options{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	a, p := r.pin(t, 1<<20)
+	if e := next(t, s, EventPin); e.Handle != p.Handle || e.Len != 1<<20 || e.Pages != 16 || e.Kind != 0 {
+		t.Fatalf("pin event %+v", e)
+	}
+	before, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[string][]uint64{"h2c0": {4096, 65536, 1 << 20}, "c2h0": {100, 200000}}
+	for name, list := range sizes {
+		dir := p2p.H2C
+		if name == "c2h0" {
+			dir = p2p.C2H
+		}
+		for _, n := range list {
+			if _, err := r.d.Transfer(ctx, p2p.Transfer{Dir: dir, Segments: []p2p.Segment{{Pin: p, Len: n}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	after, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range after.Channels {
+		d := c.Sub(before.Channels[i])
+		var want, count uint64
+		for _, n := range sizes[c.Name] {
+			want += n
+			count++
+		}
+		var hist uint64
+		for _, n := range d.Latency {
+			hist += n
+		}
+		if d.Bytes != want || d.Transfers != count || d.Submitted != count || d.Errors != 0 || hist != count {
+			t.Errorf("%s: traced %+v, want %d bytes in %d transfers", c.Name, d, want, count)
+		}
+	}
+	// A fault: a failed-transfer event with its status, and an error event.
+	if err := r.ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.d.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}}); !errors.Is(err, p2p.ErrHardware) {
+		t.Fatalf("faulted transfer: %v", err)
+	}
+	got := map[EventType]Event{}
+	for len(got) < 2 {
+		select {
+		case e := <-s.Events():
+			if e.Type == EventTransferFailed || e.Type == EventError {
+				got[e.Type] = e
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("events of the failed transfer: %+v", got)
+		}
+	}
+	if e := got[EventTransferFailed]; e.Err != unix.EIO || e.Status&xdma.StatMagicStopped == 0 || e.Kind != 1 {
+		t.Fatalf("failed-transfer event %+v", e)
+	}
+	if e := got[EventError]; e.Op != "xfer" || e.Err != unix.EIO || e.Status&xdma.StatMagicStopped == 0 {
+		t.Fatalf("error event %+v", e)
+	}
+	// Revocation: freeing the memory under the pin.
+	if err := a.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(t, s, EventRevoke); e.Handle != p.Handle {
+		t.Fatalf("revoke event %+v", e)
+	}
+	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	if e := next(t, s, EventUnpin); e.Handle != p.Handle {
+		t.Fatalf("unpin event %+v", e)
+	}
+	final, _ := s.Snapshot()
+	if final.Lost != 0 {
+		t.Fatalf("%d events lost", final.Lost)
+	}
+}
+
+// TestTracingOverhead measures transfers per second with and without
+// tracing in one run. It reports; it asserts nothing about speed.
+func TestTracingOverhead(t *testing.T) {
+	r := setup(t)
+	_, p := r.pin(t, 64<<10)
+	ctx := context.Background()
+	rate := func() float64 {
+		const n = 300
+		t0 := time.Now()
+		for range n {
+			if _, err := r.d.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{{Pin: p, Len: 4096}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return n / time.Since(t0).Seconds()
+	}
+	rate() // warm up
+	off1 := rate()
+	s, err := Start(ctx, Options{Device: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	on := rate()
+	s.Close()
+	off2 := rate()
+	off := (off1 + off2) / 2
+	t.Logf("transfers/s without tracing %.0f (%.0f, %.0f), with tracing %.0f: ratio %.3f", off, off1, off2, on, on/off)
+	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+}
