@@ -18,7 +18,7 @@ MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs
+.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf
 
 all: build
 
@@ -72,6 +72,12 @@ $(VMLINUX):
 # Boots QEMU with the simulated rig and runs the guest test packages.
 vmtest: kmod
 	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v -run TestRig ./hw/testbench/vmtest/
+
+# The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
+# from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).
+bpf: $(VMLINUX)
+	bpftool btf dump file $(VMLINUX) format c > pkg/trace/bpf/vmlinux.h
+	$(GO) generate ./pkg/trace
 
 # The Go mirror of the driver's ABI (needs gcc).
 godefs:
