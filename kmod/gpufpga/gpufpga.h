@@ -3,6 +3,7 @@
  * gpufpga internals.
  *
  * Lock order, outermost first:
+ *   gpufpga_dev.ioctl_rwsem     ioctls (read) against device removal (write)
  *   gpufpga_file.lock (mutex)   the file's pins and async requests
  *   gpufpga_chan.lock (mutex)   the channel's running and queued requests
  *   gpufpga_dev.regs_lock       the register transport (mutex, rig only)
@@ -99,6 +100,8 @@ struct gpufpga_dev {
 	u32 mbox_seq;
 	bool link_down;
 	bool dead;
+	/* Held for reading by every ioctl; remove takes it to wait them out. */
+	struct rw_semaphore ioctl_rwsem;
 
 	u32 ip_version;
 	int nchan[2];

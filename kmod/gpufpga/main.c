@@ -134,27 +134,39 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		[_IOC_NR(GPUFPGA_IOC_CANCEL)] = _IOC_DIR(GPUFPGA_IOC_CANCEL),
 	};
 
+	long ret = -ENOTTY;
+
 	/* Dispatch on the number; the size is the struct's version. */
 	if (_IOC_TYPE(cmd) != GPUFPGA_IOC_MAGIC || _IOC_NR(cmd) >= ARRAY_SIZE(dirs) ||
 	    _IOC_DIR(cmd) != dirs[_IOC_NR(cmd)])
 		return -ENOTTY;
-	if (f->dev->dead)
+	down_read(&f->dev->ioctl_rwsem);
+	if (f->dev->dead) {
+		up_read(&f->dev->ioctl_rwsem);
 		return -ENODEV;
+	}
 	switch (_IOC_NR(cmd)) {
 	case _IOC_NR(GPUFPGA_IOC_INFO):
-		return gpufpga_ioctl_info(f, uarg, size);
+		ret = gpufpga_ioctl_info(f, uarg, size);
+		break;
 	case _IOC_NR(GPUFPGA_IOC_PIN):
-		return gpufpga_ioctl_pin(f, uarg, size);
+		ret = gpufpga_ioctl_pin(f, uarg, size);
+		break;
 	case _IOC_NR(GPUFPGA_IOC_UNPIN):
-		return gpufpga_ioctl_unpin(f, uarg, size);
+		ret = gpufpga_ioctl_unpin(f, uarg, size);
+		break;
 	case _IOC_NR(GPUFPGA_IOC_QUERY):
-		return gpufpga_ioctl_query(f, uarg, size);
+		ret = gpufpga_ioctl_query(f, uarg, size);
+		break;
 	case _IOC_NR(GPUFPGA_IOC_XFER):
-		return gpufpga_ioctl_xfer(f, uarg, size);
+		ret = gpufpga_ioctl_xfer(f, uarg, size);
+		break;
 	case _IOC_NR(GPUFPGA_IOC_CANCEL):
-		return gpufpga_ioctl_cancel(f, uarg, size);
+		ret = gpufpga_ioctl_cancel(f, uarg, size);
+		break;
 	}
-	return -ENOTTY;
+	up_read(&f->dev->ioctl_rwsem);
+	return ret;
 }
 
 static int gpufpga_open(struct inode *inode, struct file *file)
@@ -326,6 +338,7 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	dev->pdev = pci_dev_get(pdev);
 	mutex_init(&dev->files_lock);
 	INIT_LIST_HEAD(&dev->files);
+	init_rwsem(&dev->ioctl_rwsem);
 	dev->id = ida_alloc(&gpufpga_ida, GFP_KERNEL);
 	if (dev->id < 0) {
 		ret = dev->id;
@@ -375,20 +388,33 @@ err_put:
 	return ret;
 }
 
-/* The device goes away: stop all DMA; open files see -ENODEV. */
-static void gpufpga_remove(struct pci_dev *pdev)
+static void gpufpga_fail_channels(struct gpufpga_dev *dev)
 {
-	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 	struct gpufpga_chan *ch;
 
-	gpufpga_debugfs_exit(dev);
-	misc_deregister(&dev->misc);
-	dev->dead = true;
 	gpufpga_for_each_chan(dev, ch) {
 		mutex_lock(&ch->lock);
 		gpufpga_chan_fail_all(ch, -ENODEV);
 		mutex_unlock(&ch->lock);
 	}
+}
+
+/*
+ * The device goes away: stop all DMA; open files see -ENODEV. Failing the
+ * transfers first wakes blocked ioctls, so taking the rwsem waits only for
+ * calls already under way, whose transfers are then failed too.
+ */
+static void gpufpga_remove(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+
+	gpufpga_debugfs_exit(dev);
+	misc_deregister(&dev->misc);
+	dev->dead = true;
+	gpufpga_fail_channels(dev);
+	down_write(&dev->ioctl_rwsem);
+	up_write(&dev->ioctl_rwsem);
+	gpufpga_fail_channels(dev);
 	gpufpga_teardown_irqs(dev);
 	gpufpga_fini_channels(dev);
 	kref_put(&dev->ref, gpufpga_dev_release);

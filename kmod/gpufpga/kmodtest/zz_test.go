@@ -4,12 +4,59 @@ package kmodtest
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
+
+// TestZXUnbind removes the device under an open file with a transfer in
+// flight, as a hot unplug would: the transfer ends with ErrDeviceGone, the
+// file's calls fail the same way, closing it frees everything, and the
+// device comes back on rebind.
+func TestZXUnbind(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	ctl := control(t)
+	if err := ctl.ConfigureSource(4064, 100, 64); err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.ConfigureSource(4064, 0, 64)
+	link, err := os.Readlink("/sys/class/misc/gpufpga0/device")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdf := filepath.Base(link)
+	a := alloc(t, g, 1<<20, simgpu.Fragmented)
+	p := pinGPU(t, d, a.VA, a.Size)
+	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/unbind", []byte(bdf), 0); err != nil {
+		t.Fatal(err)
+	}
+	c := <-d.Completions()
+	if c.ID != id || !errors.Is(c.Err, p2p.ErrDeviceGone) {
+		t.Fatalf("in-flight transfer at unbind: %+v", c)
+	}
+	if _, err := d.Info(); !errors.Is(err, p2p.ErrDeviceGone) {
+		t.Fatalf("info after unbind: %v", err)
+	}
+	d.Close()
+	if c := counters(t, g); c.LivePins != 0 {
+		t.Fatalf("%d pins live after closing the orphaned file", c.LivePins)
+	}
+	if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/bind", []byte(bdf), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(devPath); err != nil {
+		t.Fatalf("after rebind: %v", err)
+	}
+}
 
 // TestZYLinkDown takes the FPGA off the bus: transfers fail with
 // ErrDeviceGone and the driver stops the device. It runs next to last.
