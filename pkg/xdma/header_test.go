@@ -1,11 +1,9 @@
 package xdma
 
 import (
-	"bufio"
-	"os"
-	"regexp"
-	"strconv"
 	"testing"
+
+	"github.com/gpufpga/gpufpga/internal/cdefs"
 )
 
 // The driver's C view of PG195, kmod/gpufpga/xdma_regs.h, must say what this
@@ -30,34 +28,12 @@ var cHeader = map[string]uint64{
 }
 
 func TestDriverHeaderAgrees(t *testing.T) {
-	f, err := os.Open("../../kmod/gpufpga/xdma_regs.h")
+	diffs, err := cdefs.Diff("../../kmod/gpufpga/xdma_regs.h", "XDMA_", cHeader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
-	def := regexp.MustCompile(`^#define\s+(XDMA_\w+)\s+(0x[0-9a-fA-F]+|\d+)\s*(/\*.*)?$`)
-	seen := map[string]bool{}
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		m := def.FindStringSubmatch(sc.Text())
-		if m == nil {
-			continue
-		}
-		v, _ := strconv.ParseUint(m[2], 0, 64)
-		want, ok := cHeader[m[1]]
-		if !ok {
-			t.Errorf("%s = %#x: no Go counterpart listed", m[1], v)
-			continue
-		}
-		if v != want {
-			t.Errorf("%s: C %#x, Go %#x", m[1], v, want)
-		}
-		seen[m[1]] = true
-	}
-	for name := range cHeader {
-		if !seen[name] {
-			t.Errorf("%s: not in the C header", name)
-		}
+	for _, d := range diffs {
+		t.Error(d)
 	}
 	// The BIT()/GENMASK() fields, by value.
 	if uint32(StatReadErrorMask) != 0x3e00 || uint32(StatWriteErrorMask) != 0x7c000 || uint32(StatDescErrorMask) != 0xf80000 ||
