@@ -51,6 +51,14 @@ struct gpufpga_regs_ops {
 };
 
 struct gpufpga_req;
+struct gpufpga_stream_state;
+
+/* A record waiting for read(): a finished transfer or a stream event. */
+struct gpufpga_event {
+	struct list_head node;		/* file->done */
+	struct gpufpga_req *req;	/* its transfer, or NULL */
+	struct gpufpga_completion rec;
+};
 
 struct gpufpga_chan {
 	struct gpufpga_dev *dev;
@@ -63,6 +71,7 @@ struct gpufpga_chan {
 	struct mutex lock;
 	struct gpufpga_req *active;
 	struct list_head queue;
+	struct gpufpga_stream_state *acq;	/* a running stream, or NULL */
 	struct delayed_work work;
 	unsigned long deadline;
 
@@ -216,7 +225,7 @@ struct gpufpga_req {
 	struct completion done;
 
 	struct list_head chan_node;	/* chan->queue */
-	struct list_head done_node;	/* file->done */
+	struct gpufpga_event ev;	/* its completion record */
 };
 
 /* regs.c */
@@ -247,6 +256,23 @@ void gpufpga_cancel_file(struct gpufpga_file *f);
 void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector);
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock);
+void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev);
+int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
+int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
+				  u64 len, u32 max);
+u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining);
+bool gpufpga_mem_active(struct gpufpga_mem *m);
+bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m);
+void gpufpga_start_next(struct gpufpga_chan *ch);
+
+/* stream.c */
+int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size);
+void gpufpga_stream_poll(struct gpufpga_chan *ch);
+void gpufpga_stream_end(struct gpufpga_chan *ch, int error);
+void gpufpga_stream_close(struct gpufpga_chan *ch, struct gpufpga_file *f);
+bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m);
 
 /* debugfs.c */
 void gpufpga_debugfs_init(struct gpufpga_dev *dev);

@@ -53,9 +53,10 @@
 #define RIG_CTL_FAULT		1	/* arg0 dir (0 H2C, 1 C2H), arg1 channel, arg2 fault */
 #define RIG_CTL_LINK		2	/* arg0: 1 link down, 0 up */
 #define RIG_CTL_SOURCE		3	/* arg0 payload bytes, arg1 frames/s (0: on demand), arg2 FIFO frames; restarts the source */
-#define RIG_CTL_SOURCE_STATS	4	/* arg0 field -> val0 low, val1 high */
+#define RIG_CTL_SOURCE_STATS	4	/* arg0 field of the last snapshot -> val0 low, val1 high */
 #define RIG_CTL_LATE_WRITES	5	/* -> val0 count of DMA writes into free VRAM pages */
 #define RIG_CTL_SINK_STATS	6	/* arg0 field -> val0 low, val1 high */
+#define RIG_CTL_SOURCE_SNAPSHOT	7	/* freeze the source's counters for SOURCE_STATS */
 
 /* Fields of RIG_CTL_SOURCE_STATS. */
 #define RIG_SRC_GENERATED	0

@@ -132,6 +132,9 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		[_IOC_NR(GPUFPGA_IOC_QUERY)] = _IOC_DIR(GPUFPGA_IOC_QUERY),
 		[_IOC_NR(GPUFPGA_IOC_XFER)] = _IOC_DIR(GPUFPGA_IOC_XFER),
 		[_IOC_NR(GPUFPGA_IOC_CANCEL)] = _IOC_DIR(GPUFPGA_IOC_CANCEL),
+		[_IOC_NR(GPUFPGA_IOC_STREAM_START)] = _IOC_DIR(GPUFPGA_IOC_STREAM_START),
+		[_IOC_NR(GPUFPGA_IOC_STREAM_RELEASE)] = _IOC_DIR(GPUFPGA_IOC_STREAM_RELEASE),
+		[_IOC_NR(GPUFPGA_IOC_STREAM_STOP)] = _IOC_DIR(GPUFPGA_IOC_STREAM_STOP),
 	};
 
 	long ret = -ENOTTY;
@@ -163,6 +166,15 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		break;
 	case _IOC_NR(GPUFPGA_IOC_CANCEL):
 		ret = gpufpga_ioctl_cancel(f, uarg, size);
+		break;
+	case _IOC_NR(GPUFPGA_IOC_STREAM_START):
+		ret = gpufpga_ioctl_stream_start(f, uarg, size);
+		break;
+	case _IOC_NR(GPUFPGA_IOC_STREAM_RELEASE):
+		ret = gpufpga_ioctl_stream_release(f, uarg, size);
+		break;
+	case _IOC_NR(GPUFPGA_IOC_STREAM_STOP):
+		ret = gpufpga_ioctl_stream_stop(f, uarg, size);
 		break;
 	}
 	up_read(&f->dev->ioctl_rwsem);

@@ -43,6 +43,9 @@
 #define XDMA_REG_DESC_HALT_W1S	0x14
 #define XDMA_REG_DESC_HALT_W1C	0x18
 #define XDMA_REG_CREDIT_MODE	0x20
+#define XDMA_REG_CREDIT_MODE_W1S 0x24
+#define XDMA_REG_CREDIT_MODE_W1C 0x28
+#define XDMA_MAX_CREDITS	0x3ff
 #define XDMA_COMMON_C2H_SHIFT	16
 
 /* Interrupt block registers. */

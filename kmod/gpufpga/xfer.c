@@ -38,7 +38,7 @@ static void gpufpga_req_put(struct gpufpga_req *r)
 }
 
 /* Appends n bytes at bus address addr, merging with the last segment. */
-static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n)
+static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32 max)
 {
 	struct gpufpga_busseg *last = r->nsegs ? &r->segs[r->nsegs - 1] : NULL;
 	u64 take;
@@ -50,7 +50,7 @@ static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n)
 		n -= take;
 	}
 	while (n) {
-		if (r->nsegs == gpufpga_max_descs)
+		if (r->nsegs == max)
 			return -E2BIG;
 		take = min_t(u64, XDMA_DESC_MAX_LEN, n);
 		r->segs[r->nsegs].addr = addr;
@@ -63,8 +63,14 @@ static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n)
 }
 
 /* Appends len bytes from byte off of the pinned pages of m. */
-static int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m,
-				 u64 off, u64 len)
+int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len)
+{
+	return gpufpga_append_window_limited(r, m, off, len, gpufpga_max_descs);
+}
+
+/* As gpufpga_append_window, with at most max segments in r. */
+int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
+				  u64 len, u32 max)
 {
 	u64 ps = m->page_size, page, n;
 	dma_addr_t addr;
@@ -78,7 +84,7 @@ static int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m,
 			page++;
 			n = min(len, n + ps);
 		}
-		ret = gpufpga_append_bus(r, addr, n);
+		ret = gpufpga_append_bus(r, addr, n, max);
 		if (ret)
 			return ret;
 		off += n;
@@ -87,7 +93,7 @@ static int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m,
 	return 0;
 }
 
-static bool gpufpga_mem_active(struct gpufpga_mem *m)
+bool gpufpga_mem_active(struct gpufpga_mem *m)
 {
 	bool active;
 
@@ -124,7 +130,7 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 	return 0;
 }
 
-static u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
+u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
 {
 	u32 room = (XDMA_DESC_BLOCK - addr % XDMA_DESC_BLOCK) / XDMA_DESC_SIZE - 1;
 
@@ -186,19 +192,35 @@ static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	return ch->last_first_adj;
 }
 
+/* Queues a record for read(). */
+void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev)
+{
+	spin_lock(&f->done_lock);
+	list_add_tail(&ev->node, &f->done);
+	spin_unlock(&f->done_lock);
+	wake_up_interruptible(&f->done_wq);
+}
+
 static void gpufpga_req_signal(struct gpufpga_req *r)
 {
-	struct gpufpga_file *f = r->file;
+	struct gpufpga_completion *c = &r->ev.rec;
 
 	if (!r->async) {
 		complete(&r->done);
 		return;
 	}
-	xa_erase(&f->pending, r->id);
-	spin_lock(&f->done_lock);
-	list_add_tail(&r->done_node, &f->done);	/* takes the ioctl's reference */
-	spin_unlock(&f->done_lock);
-	wake_up_interruptible(&f->done_wq);
+	xa_erase(&r->file->pending, r->id);
+	c->kind = GPUFPGA_EVENT_XFER;
+	c->id = r->id;
+	c->user_data = r->user_data;
+	c->bytes = r->bytes;
+	c->status = r->status;
+	c->error = r->error;
+	c->duration_ns = r->duration_ns;
+	c->dir = r->chan->dir;
+	c->channel = r->chan->index;
+	r->ev.req = r;		/* takes the ioctl's reference */
+	gpufpga_post_event(r->file, &r->ev);
 	if (r->efd)
 		eventfd_signal(r->efd, 1);
 }
@@ -255,8 +277,6 @@ static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u3
 	return bytes;
 }
 
-static void gpufpga_start_next(struct gpufpga_chan *ch);
-
 /* Runs r on the idle channel. Called with ch->lock held. */
 static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 {
@@ -283,7 +303,7 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	queue_delayed_work(gpufpga_wq, &ch->work, GPUFPGA_POLL);
 }
 
-static void gpufpga_start_next(struct gpufpga_chan *ch)
+void gpufpga_start_next(struct gpufpga_chan *ch)
 {
 	struct gpufpga_req *r;
 
@@ -323,6 +343,10 @@ static void gpufpga_chan_work(struct work_struct *work)
 	u32 status;
 
 	mutex_lock(&ch->lock);
+	if (ch->acq) {
+		gpufpga_stream_poll(ch);
+		goto out;
+	}
 	r = ch->active;
 	if (!r)
 		goto out;
@@ -385,13 +409,16 @@ void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_req *r, *tmp;
 
+	if (ch->acq)
+		gpufpga_stream_end(ch, error);
+
 	if (ch->active)
 		gpufpga_stop_req(ch, ch->active, error);
 	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
 		gpufpga_stop_req(ch, r, error);
 }
 
-static bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
+bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
 {
 	u32 i;
 
@@ -414,6 +441,10 @@ void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 
 	gpufpga_for_each_chan(dev, ch) {
 		mutex_lock(&ch->lock);
+		if (gpufpga_stream_uses(ch, m)) {
+			ch->revoked++;
+			gpufpga_stream_end(ch, -EKEYREVOKED);
+		}
 		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
 			if (gpufpga_req_uses(r, m)) {
 				ch->revoked++;
@@ -455,6 +486,7 @@ void gpufpga_cancel_file(struct gpufpga_file *f)
 
 	gpufpga_for_each_chan(f->dev, ch) {
 		mutex_lock(&ch->lock);
+		gpufpga_stream_close(ch, f);
 		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
 			if (r->file == f)
 				gpufpga_stop_req(ch, r, -ECANCELED);
@@ -465,17 +497,27 @@ void gpufpga_cancel_file(struct gpufpga_file *f)
 	}
 }
 
-/* Drops the completions nobody read. */
+static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
+{
+	if (ev->req) {
+		gpufpga_req_put(ev->req);
+		atomic_dec(&f->nasync);
+	} else {
+		kfree(ev);
+	}
+}
+
+/* Drops the records nobody read. */
 void gpufpga_drain_completions(struct gpufpga_file *f)
 {
-	struct gpufpga_req *r, *tmp;
+	struct gpufpga_event *ev, *tmp;
 	LIST_HEAD(done);
 
 	spin_lock(&f->done_lock);
 	list_splice_init(&f->done, &done);
 	spin_unlock(&f->done_lock);
-	list_for_each_entry_safe(r, tmp, &done, done_node)
-		gpufpga_req_put(r);
+	list_for_each_entry_safe(ev, tmp, &done, node)
+		gpufpga_event_free(f, ev);
 }
 
 static int gpufpga_check_xfer_arg(struct gpufpga_dev *dev, const struct gpufpga_xfer *a)
@@ -506,6 +548,7 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 	kref_init(&r->ref);
 	init_completion(&r->done);
 	INIT_LIST_HEAD(&r->chan_node);
+	INIT_LIST_HEAD(&r->ev.node);
 	r->file = f;
 	r->chan = &f->dev->chan[a->dir][a->channel];
 	r->async = a->flags & GPUFPGA_XFER_ASYNC;
@@ -541,6 +584,10 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	u32 i;
 
 	mutex_lock(&ch->lock);
+	if (ch->acq) {
+		mutex_unlock(&ch->lock);
+		return -EBUSY;
+	}
 	/*
 	 * A free callback marks the pin before it scans the channels, so
 	 * either it sees r queued here or r sees the mark.
@@ -681,20 +728,19 @@ int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int 
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock)
 {
-	struct gpufpga_completion c;
-	struct gpufpga_req *r;
+	struct gpufpga_event *ev;
 	size_t done = 0;
 	int ret;
 
-	if (count < sizeof(c))
+	if (count < sizeof(ev->rec))
 		return -EINVAL;
-	while (done + sizeof(c) <= count) {
+	while (done + sizeof(ev->rec) <= count) {
 		spin_lock(&f->done_lock);
-		r = list_first_entry_or_null(&f->done, struct gpufpga_req, done_node);
-		if (r)
-			list_del(&r->done_node);
+		ev = list_first_entry_or_null(&f->done, struct gpufpga_event, node);
+		if (ev)
+			list_del(&ev->node);
 		spin_unlock(&f->done_lock);
-		if (!r) {
+		if (!ev) {
 			if (done)
 				break;
 			if (nonblock)
@@ -704,25 +750,15 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				return ret;
 			continue;
 		}
-		memset(&c, 0, sizeof(c));
-		c.id = r->id;
-		c.user_data = r->user_data;
-		c.bytes = r->bytes;
-		c.status = r->status;
-		c.error = r->error;
-		c.duration_ns = r->duration_ns;
-		c.dir = r->chan->dir;
-		c.channel = r->chan->index;
-		if (copy_to_user(buf + done, &c, sizeof(c))) {
+		if (copy_to_user(buf + done, &ev->rec, sizeof(ev->rec))) {
 			/* Put it back: nothing is lost. */
 			spin_lock(&f->done_lock);
-			list_add(&r->done_node, &f->done);
+			list_add(&ev->node, &f->done);
 			spin_unlock(&f->done_lock);
 			return done ? done : -EFAULT;
 		}
-		gpufpga_req_put(r);
-		atomic_dec(&f->nasync);
-		done += sizeof(c);
+		gpufpga_event_free(f, ev);
+		done += sizeof(ev->rec);
 	}
 	return done;
 }

@@ -57,6 +57,7 @@ type Device struct {
 
 	mu        sync.Mutex
 	waiters   map[uint64]chan Completion // sync transfers waiting for their id
+	streams   map[int]*Stream            // running streams by C2H channel
 	early     map[uint64]Completion      // completions that beat their waiter
 	async     chan Completion            // completions of Submit
 	readerErr error
@@ -80,6 +81,7 @@ func Open(path string) (*Device, error) {
 		f:       f,
 		path:    path,
 		waiters: make(map[uint64]chan Completion),
+		streams: make(map[int]*Stream),
 		early:   make(map[uint64]Completion),
 		async:   make(chan Completion, 256),
 	}, nil

@@ -31,12 +31,21 @@ const (
 
 	xferFlagAsync = C.GPUFPGA_XFER_ASYNC
 
+	eventXfer      = C.GPUFPGA_EVENT_XFER
+	eventSlot      = C.GPUFPGA_EVENT_SLOT
+	eventStreamEnd = C.GPUFPGA_EVENT_STREAM_END
+	slotEOP        = C.GPUFPGA_SLOT_EOP
+
 	iocInfo   = C.GPUFPGA_IOC_INFO
 	iocPin    = C.GPUFPGA_IOC_PIN
 	iocUnpin  = C.GPUFPGA_IOC_UNPIN
 	iocQuery  = C.GPUFPGA_IOC_QUERY
 	iocXfer   = C.GPUFPGA_IOC_XFER
 	iocCancel = C.GPUFPGA_IOC_CANCEL
+
+	iocStreamStart   = C.GPUFPGA_IOC_STREAM_START
+	iocStreamRelease = C.GPUFPGA_IOC_STREAM_RELEASE
+	iocStreamStop    = C.GPUFPGA_IOC_STREAM_STOP
 )
 
 type (
@@ -48,4 +57,7 @@ type (
 	xferArg       C.struct_gpufpga_xfer
 	cancelArg     C.struct_gpufpga_cancel
 	completionArg C.struct_gpufpga_completion
+	streamArg     C.struct_gpufpga_stream
+	releaseArg    C.struct_gpufpga_release
+	streamStopArg C.struct_gpufpga_stream_stop
 )

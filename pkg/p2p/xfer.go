@@ -163,6 +163,18 @@ func (d *Device) startReader() error {
 
 const completionSize = int(unsafe.Sizeof(completionArg{}))
 
+// record is one read() record: a transfer's completion or a stream event.
+type record struct {
+	kind  uint32
+	flags uint32
+	c     Completion
+}
+
+func decodeRecord(b []byte) record {
+	le := binary.LittleEndian
+	return record{kind: le.Uint32(b[48:]), flags: le.Uint32(b[52:]), c: decodeCompletion(b)}
+}
+
 func decodeCompletion(b []byte) Completion {
 	le := binary.LittleEndian
 	c := Completion{
@@ -196,12 +208,21 @@ func (d *Device) readCompletions() {
 				w <- Completion{ID: id, Err: d.readerErr}
 				delete(d.waiters, id)
 			}
+			for ch, s := range d.streams {
+				s.end(d.readerErr)
+				delete(d.streams, ch)
+			}
 			d.reading = false
 			d.mu.Unlock()
 			return
 		}
 		for off := 0; off+completionSize <= n; off += completionSize {
-			c := decodeCompletion(buf[off:])
+			r := decodeRecord(buf[off:])
+			if r.kind != eventXfer {
+				d.streamEvent(r)
+				continue
+			}
+			c := r.c
 			d.mu.Lock()
 			w, ok := d.waiters[c.ID]
 			delete(d.waiters, c.ID)

@@ -25,12 +25,21 @@ const (
 
 	xferFlagAsync = 0x1
 
+	eventXfer      = 0x0
+	eventSlot      = 0x1
+	eventStreamEnd = 0x2
+	slotEOP        = 0x1
+
 	iocInfo   = 0x80804700
 	iocPin    = 0xc0504701
 	iocUnpin  = 0x40104702
 	iocQuery  = 0xc0604703
 	iocXfer   = 0xc0684704
 	iocCancel = 0x40104705
+
+	iocStreamStart   = 0x40284706
+	iocStreamRelease = 0x40184707
+	iocStreamStop    = 0x40084708
 )
 
 type (
@@ -129,5 +138,25 @@ type (
 		Duration_ns uint64
 		Dir         uint32
 		Channel     uint32
+		Kind        uint32
+		Flags       uint32
+	}
+	streamArg struct {
+		Channel  uint32
+		Nslots   uint32
+		Slots    uint64
+		Flags    uint32
+		Pad      uint32
+		Reserved [2]uint64
+	}
+	releaseArg struct {
+		Channel  uint32
+		Nslots   uint32
+		Slots    uint64
+		Reserved uint64
+	}
+	streamStopArg struct {
+		Channel uint32
+		Flags   uint32
 	}
 )

@@ -60,8 +60,11 @@ type Rig struct {
 
 	engine *xdma.Engine
 	source switchableSource
-	sink   *acq.Sink
-	card   []byte
+	// sourceSnap is the source's counters as of the last snapshot request,
+	// so the fields read one by one agree with each other.
+	sourceSnap acq.SourceStats
+	sink       *acq.Sink
+	card       []byte
 
 	kick       chan struct{}
 	lateWrites atomic.Uint64
@@ -361,8 +364,11 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		r.source.set(acq.NewSource(acq.SourceConfig{PayloadLen: int(a0), Rate: float64(a1), FIFO: int(a2)}))
 		r.wake()
 		return 0, 0, 0
+	case rl.CtlSourceSnap:
+		r.sourceSnap = r.source.stats()
+		return 0, 0, 0
 	case rl.CtlSourceStats:
-		st := r.source.stats()
+		st := r.sourceSnap
 		switch a0 {
 		case rl.SrcGenerated:
 			return split(st.Generated)

@@ -125,9 +125,13 @@ func (c *Control) read64(op, field uint32) (uint64, error) {
 	return uint64(hi)<<32 | uint64(lo), err
 }
 
-// SourceStats returns the stream source's accounting.
+// SourceStats returns the stream source's accounting, all fields from one
+// moment.
 func (c *Control) SourceStats() (acq.SourceStats, error) {
 	var st acq.SourceStats
+	if _, _, err := c.mb.Call(rl.CtlSourceSnap, 0, 0, 0); err != nil {
+		return st, err
+	}
 	var errs []error
 	for _, f := range []struct {
 		field uint32

@@ -36,6 +36,7 @@ const (
 	CtlSourceStats = 4
 	CtlLateWrites  = 5
 	CtlSinkStats   = 6
+	CtlSourceSnap  = 7
 
 	SrcGenerated = 0
 	SrcDelivered = 1
@@ -73,7 +74,7 @@ var HeaderConstants = map[string]uint64{
 	"RIG_VEC_MBOX":  VecMbox,
 	"RIG_OP_READ32": OpRead32, "RIG_OP_WRITE32": OpWrite32,
 	"RIG_CTL_FAULT": CtlFault, "RIG_CTL_LINK": CtlLink, "RIG_CTL_SOURCE": CtlSource,
-	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats,
+	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats, "RIG_CTL_SOURCE_SNAPSHOT": CtlSourceSnap,
 	"RIG_SRC_GENERATED": SrcGenerated, "RIG_SRC_DELIVERED": SrcDelivered, "RIG_SRC_DROPPED": SrcDropped,
 	"RIG_SRC_QUEUED": SrcQueued, "RIG_SRC_BYTES": SrcBytes,
 	"RIG_SINK_FRAMES": SinkFrames, "RIG_SINK_GAPS": SinkGaps, "RIG_SINK_DUPLICATES": SinkDuplicates,

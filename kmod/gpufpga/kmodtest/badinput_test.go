@@ -469,8 +469,8 @@ func TestRawSyncAndEventfd(t *testing.T) {
 	if _, err := unix.Read(efd, one[:]); err != nil || le.Uint64(one[:]) != 1 {
 		t.Fatalf("eventfd: %v %x", err, one)
 	}
-	var c [48]byte
-	if n, err := f.Read(c[:]); err != nil || n != 48 {
+	var c [56]byte
+	if n, err := f.Read(c[:]); err != nil || n != 56 {
 		t.Fatalf("completion read: %d, %v", n, err)
 	}
 	if le.Uint64(c[0:]) != id || le.Uint64(c[8:]) != 77 || le.Uint64(c[16:]) != 5000 || le.Uint32(c[28:]) != 0 || le.Uint32(c[40:]) != 1 {

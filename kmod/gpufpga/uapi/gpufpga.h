@@ -253,11 +253,28 @@ struct gpufpga_cancel {
 	__u32 pad;
 };
 
+/* Kinds of gpufpga_completion records. */
+#define GPUFPGA_EVENT_XFER	0	/* an asynchronous transfer finished */
+#define GPUFPGA_EVENT_SLOT	1	/* a stream slot was filled */
+#define GPUFPGA_EVENT_STREAM_END 2	/* a stream stopped; error says why */
+
+/* gpufpga_completion.flags of a slot. */
+#define GPUFPGA_SLOT_EOP	(1U << 0)	/* the packet (frame) ended in it */
+
 /**
  * struct gpufpga_completion - read() from the device returns whole records
- * of this, one per finished async transfer; poll() reports POLLIN while
- * any are waiting. A read with room for none fails with -EINVAL; with none
- * waiting it blocks, or fails with -EAGAIN under O_NONBLOCK.
+ * of this; poll() reports POLLIN while any are waiting. A read with room
+ * for none fails with -EINVAL; with none waiting it blocks, or fails with
+ * -EAGAIN under O_NONBLOCK.
+ * @kind:	GPUFPGA_EVENT_*.
+ * @id:		XFER: the transfer's id. SLOT: the slot's index. STREAM_END: 0.
+ * @user_data:	XFER: as submitted. SLOT: fill sequence number, from 0.
+ * @bytes:	bytes moved into the transfer's memory or the slot.
+ * @status:	the channel's XDMA status (at the end, for failures).
+ * @error:	0 or a negative errno (a STREAM_END after a failure says why).
+ * @duration_ns: XFER: engine time. SLOT: when it was seen filled
+ *		(CLOCK_MONOTONIC).
+ * @flags:	SLOT: GPUFPGA_SLOT_*.
  */
 struct gpufpga_completion {
 	__u64 id;
@@ -268,6 +285,62 @@ struct gpufpga_completion {
 	__u64 duration_ns;
 	__u32 dir;
 	__u32 channel;
+	__u32 kind;
+	__u32 flags;
+};
+
+/**
+ * struct gpufpga_stream - GPUFPGA_IOC_STREAM_START: run a C2H stream channel
+ * continuously into a ring of slots. Each slot is one segment of pinned
+ * memory that must be bus-contiguous (within one run of pages, at most
+ * gpufpga_info.max_desc_len bytes); the engine fills the slots in order,
+ * one packet (or slot-full) each, and each fill arrives as a SLOT record on
+ * read(). A filled slot belongs to user space until released: the engine
+ * stops at it rather than overwrite it, and data the FPGA cannot deliver
+ * meanwhile is lost upstream, where the FPGA counts it. The stream ends
+ * (a STREAM_END record) on STOP, on close, when a pin is revoked, or on an
+ * engine error.
+ * @channel:	a C2H stream channel with nothing queued or running.
+ * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter).
+ * @slots:	user pointer to struct gpufpga_seg[@nslots].
+ * @flags:	must be 0.
+ * @pad:	must be 0.
+ *
+ * Errors: -EINVAL (not a C2H stream channel, bad slot), -EBUSY (the
+ * channel is in use), -ENOENT, -EKEYREVOKED, -E2BIG (too many slots).
+ */
+struct gpufpga_stream {
+	__u32 channel;
+	__u32 nslots;
+	__u64 slots;
+	__u32 flags;
+	__u32 pad;
+	__u64 reserved[2];
+};
+
+/**
+ * struct gpufpga_release - GPUFPGA_IOC_STREAM_RELEASE: hand filled slots
+ * back to the engine.
+ * @channel:	the stream's channel.
+ * @nslots:	entries at @slots.
+ * @slots:	user pointer to __u32 slot indices, each filled and not yet
+ *		released (-EINVAL otherwise; nothing is released then).
+ */
+struct gpufpga_release {
+	__u32 channel;
+	__u32 nslots;
+	__u64 slots;
+	__u64 reserved;
+};
+
+/**
+ * struct gpufpga_stream_stop - GPUFPGA_IOC_STREAM_STOP: halt the stream;
+ * fills the engine finished first are reported, then STREAM_END.
+ * Errors: -ENOENT (no stream of this file on the channel).
+ */
+struct gpufpga_stream_stop {
+	__u32 channel;
+	__u32 flags;
 };
 
 #define GPUFPGA_IOC_MAGIC	'G'
@@ -277,5 +350,8 @@ struct gpufpga_completion {
 #define GPUFPGA_IOC_QUERY	_IOWR(GPUFPGA_IOC_MAGIC, 0x03, struct gpufpga_query)
 #define GPUFPGA_IOC_XFER	_IOWR(GPUFPGA_IOC_MAGIC, 0x04, struct gpufpga_xfer)
 #define GPUFPGA_IOC_CANCEL	_IOW(GPUFPGA_IOC_MAGIC, 0x05, struct gpufpga_cancel)
+#define GPUFPGA_IOC_STREAM_START _IOW(GPUFPGA_IOC_MAGIC, 0x06, struct gpufpga_stream)
+#define GPUFPGA_IOC_STREAM_RELEASE _IOW(GPUFPGA_IOC_MAGIC, 0x07, struct gpufpga_release)
+#define GPUFPGA_IOC_STREAM_STOP	_IOW(GPUFPGA_IOC_MAGIC, 0x08, struct gpufpga_stream_stop)
 
 #endif /* _UAPI_LINUX_GPUFPGA_H */

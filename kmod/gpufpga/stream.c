@@ -1,0 +1,395 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * Streams: a C2H stream channel runs a cyclic descriptor ring, one
+ * descriptor per slot of pinned memory, in credit mode. The engine may only
+ * fetch a descriptor it holds a credit for; a slot's credit is given back
+ * when user space has released it and every slot filled before it, so the
+ * engine can never come round to a slot user space still holds: it stops
+ * and waits instead, and the FPGA drops (and counts) what it cannot send.
+ *
+ * Called with ch->lock held unless noted; the lock order is gpufpga.h's.
+ */
+#include <linux/bitmap.h>
+#include <linux/slab.h>
+#include <linux/uaccess.h>
+
+#include "gpufpga.h"
+#include "trace.h"
+
+struct gpufpga_stream_state {
+	struct gpufpga_file *file;
+	u32 nslots;
+	struct gpufpga_mem **mems;	/* one reference per slot */
+	struct gpufpga_busseg *slots;
+	unsigned long *held;		/* filled, not yet released */
+	unsigned long *released;	/* released, credit not yet given */
+	u32 next_fill;			/* ring order */
+	u32 next_credit;
+	u32 completed;			/* last completed count seen */
+	u64 seq;
+};
+
+static void gpufpga_stream_free(struct gpufpga_stream_state *st)
+{
+	u32 i;
+
+	for (i = 0; i < st->nslots; i++) {
+		if (!st->mems[i])
+			continue;
+		atomic_dec(&st->mems[i]->inflight);
+		gpufpga_mem_put(st->mems[i]);
+	}
+	bitmap_free(st->held);
+	bitmap_free(st->released);
+	kvfree(st->slots);
+	kvfree(st->mems);
+	kfree(st);
+}
+
+static u32 gpufpga_sgdma_reg(struct gpufpga_chan *ch, u32 reg)
+{
+	return XDMA_BASE(XDMA_TARGET_C2H_SGDMA, ch->index) + reg;
+}
+
+static u32 gpufpga_common_bit(struct gpufpga_chan *ch)
+{
+	return BIT(XDMA_COMMON_C2H_SHIFT + ch->index);
+}
+
+bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
+{
+	u32 i;
+
+	if (!ch->acq)
+		return false;
+	for (i = 0; i < ch->acq->nslots; i++)
+		if (ch->acq->mems[i] == m)
+			return true;
+	return false;
+}
+
+static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 kind, u32 slot, u64 seq, u64 bytes,
+			     u32 flags, int error, u32 status)
+{
+	struct gpufpga_event *ev = kzalloc(sizeof(*ev), GFP_KERNEL);
+
+	if (!ev)
+		return -ENOMEM;
+	ev->rec.kind = kind;
+	ev->rec.id = slot;
+	ev->rec.user_data = seq;
+	ev->rec.bytes = bytes;
+	ev->rec.flags = flags;
+	ev->rec.error = error;
+	ev->rec.status = status;
+	ev->rec.duration_ns = ktime_get_ns();
+	ev->rec.dir = ch->dir;
+	ev->rec.channel = ch->index;
+	gpufpga_post_event(ch->acq->file, ev);
+	return 0;
+}
+
+/* Reports the slots the engine filled since the last look. */
+static void gpufpga_stream_collect(struct gpufpga_chan *ch)
+{
+	struct gpufpga_stream_state *st = ch->acq;
+	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	u32 count, n, slot, status;
+
+	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	if (ch->dev->link_down)
+		return;
+	n = (count - st->completed) & 0xffffff;
+	rmb();	/* results written before the count moved */
+	while (n--) {
+		slot = st->next_fill;
+		status = le32_to_cpu(res[slot].status);
+		if (gpufpga_post_slot(ch, GPUFPGA_EVENT_SLOT, slot, st->seq, le32_to_cpu(res[slot].len),
+				      status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, 0, 0))
+			break;	/* picked up on the next look */
+		res[slot].status = 0;
+		set_bit(slot, st->held);
+		st->next_fill = (slot + 1) % st->nslots;
+		st->seq++;
+		st->completed = (st->completed + 1) & 0xffffff;
+		ch->bytes += le32_to_cpu(res[slot].len);
+		ch->xfers++;
+	}
+}
+
+/* Ends the stream: halt, report what was filled, then STREAM_END. */
+void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	struct gpufpga_stream_state *st = ch->acq;
+	u32 status = 0;
+
+	if (!st)
+		return;
+	if (!dev->link_down) {
+		status = gpufpga_chan_halt(ch);
+		gpufpga_stream_collect(ch);
+		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
+			      gpufpga_common_bit(ch));
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
+			      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
+	}
+	if (error)
+		trace_gpufpga_error(dev->id, "stream", error, status);
+	gpufpga_post_slot(ch, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0, error, status);
+	ch->last_status = status;
+	ch->acq = NULL;
+	gpufpga_stream_free(st);
+	gpufpga_start_next(ch);
+}
+
+/* At close: ends the file's stream on ch, if it has one. */
+void gpufpga_stream_close(struct gpufpga_chan *ch, struct gpufpga_file *f)
+{
+	if (ch->acq && ch->acq->file == f)
+		gpufpga_stream_end(ch, -ECANCELED);
+}
+
+/* The channel's work item, in stream mode. */
+void gpufpga_stream_poll(struct gpufpga_chan *ch)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	u32 status;
+
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	if (dev->link_down) {
+		gpufpga_stream_end(ch, -ENODEV);
+		return;
+	}
+	gpufpga_stream_collect(ch);
+	if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY)) {
+		ch->errors++;
+		gpufpga_stream_end(ch, -EIO);
+		return;
+	}
+	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
+}
+
+/* Lays out the cyclic ring: every slot reports completion, none stops. */
+static void gpufpga_stream_load(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	dma_addr_t results = ch->ring_bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	struct xdma_desc *d = ch->ring;
+	u32 i, n = st->nslots;
+
+	for (i = 0; i < n; i++, d++) {
+		u32 next = (i + 1) % n;
+		dma_addr_t next_addr = ch->ring_bus + (u64)next * XDMA_DESC_SIZE;
+
+		d->control = cpu_to_le32(XDMA_DESC_MAGIC << 16 | XDMA_DESC_COMPLETED |
+					 gpufpga_adjacent_after(next_addr, n - next - 1) << 8);
+		d->len = cpu_to_le32(st->slots[i].len);
+		d->src = cpu_to_le64(results + (u64)i * XDMA_RESULT_SIZE);
+		d->dst = cpu_to_le64(st->slots[i].addr);
+		d->next = cpu_to_le64(next_addr);
+	}
+	memset(ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, 0, (size_t)n * XDMA_RESULT_SIZE);
+	memcpy(ch->last_chain, ch->ring, (size_t)n * XDMA_DESC_SIZE);
+	ch->last_count = n;
+	ch->last_addr = ch->ring_bus;
+	ch->last_first_adj = gpufpga_adjacent_after(ch->ring_bus, n - 1);
+}
+
+static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	struct gpufpga_dev *dev = ch->dev;
+
+	gpufpga_stream_load(ch, st);
+	st->completed = 0;	/* RUN's rising edge clears the count */
+	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_LO), lower_32_bits(ch->ring_bus));
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_HI), upper_32_bits(ch->ring_bus));
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ch->last_first_adj);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1S,
+		      gpufpga_common_bit(ch));
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), st->nslots);
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
+		      XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
+	wmb();	/* the ring before RUN */
+	ch->acq = st;
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
+	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
+}
+
+/* Looks up and checks the slots. Called with f->lock held. */
+static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_state *st,
+				const struct gpufpga_seg *us)
+{
+	struct gpufpga_req probe = {};
+	struct gpufpga_busseg seg;
+	struct gpufpga_mem *m;
+	u32 i;
+	int ret;
+
+	/* One bus segment per slot, built as a transfer's would be. */
+	probe.segs = &seg;
+	for (i = 0; i < st->nslots; i++) {
+		m = xa_load(&f->pins, us[i].handle);
+		if (!m)
+			return -ENOENT;
+		if (!gpufpga_mem_active(m))
+			return -EKEYREVOKED;
+		if (!us[i].len || us[i].offset >= m->len || us[i].len > m->len - us[i].offset)
+			return -EINVAL;
+		probe.nsegs = 0;
+		ret = gpufpga_append_window_limited(&probe, m, m->offset + us[i].offset, us[i].len, 1);
+		if (ret)
+			return ret == -E2BIG ? -EINVAL : ret;
+		st->slots[i] = seg;
+		kref_get(&m->ref);
+		atomic_inc(&m->inflight);
+		st->mems[i] = m;
+	}
+	return 0;
+}
+
+int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_stream_state *st;
+	struct gpufpga_stream a;
+	struct gpufpga_chan *ch;
+	struct gpufpga_seg *us;
+	int ret;
+	u32 i;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_stream, pad));
+	if (ret)
+		return ret;
+	if (a.flags || a.pad || a.reserved[0] || a.reserved[1] || a.channel >= GPUFPGA_MAX_CHANNELS || !a.nslots)
+		return -EINVAL;
+	ch = &f->dev->chan[GPUFPGA_C2H][a.channel];
+	if (!ch->present || !ch->stream)
+		return -EINVAL;
+	if (a.nslots > min(gpufpga_max_descs, (unsigned int)XDMA_MAX_CREDITS))
+		return -E2BIG;
+	if (f->dev->link_down)
+		return -ENODEV;
+	us = vmemdup_user(u64_to_user_ptr(a.slots), (size_t)a.nslots * sizeof(*us));
+	if (IS_ERR(us))
+		return PTR_ERR(us);
+	st = kzalloc(sizeof(*st), GFP_KERNEL);
+	if (!st) {
+		kvfree(us);
+		return -ENOMEM;
+	}
+	st->file = f;
+	st->nslots = a.nslots;
+	st->mems = kvcalloc(a.nslots, sizeof(*st->mems), GFP_KERNEL);
+	st->slots = kvcalloc(a.nslots, sizeof(*st->slots), GFP_KERNEL);
+	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL);
+	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL);
+	if (!st->mems || !st->slots || !st->held || !st->released) {
+		ret = -ENOMEM;
+		goto err;
+	}
+	mutex_lock(&f->lock);
+	ret = gpufpga_stream_slots(f, st, us);
+	mutex_unlock(&f->lock);
+	if (ret)
+		goto err;
+
+	mutex_lock(&ch->lock);
+	if (ch->acq || ch->active || !list_empty(&ch->queue)) {
+		ret = -EBUSY;
+	} else {
+		/* As for transfers: a revocation since the lookup wins. */
+		for (i = 0; i < st->nslots && !ret; i++)
+			if (!gpufpga_mem_active(st->mems[i]))
+				ret = -EKEYREVOKED;
+	}
+	if (!ret)
+		gpufpga_stream_run(ch, st);
+	mutex_unlock(&ch->lock);
+	if (ret)
+		goto err;
+	kvfree(us);
+	return 0;
+
+err:
+	gpufpga_stream_free(st);
+	kvfree(us);
+	return ret;
+}
+
+static struct gpufpga_chan *gpufpga_stream_chan(struct gpufpga_file *f, u32 channel)
+{
+	if (channel >= GPUFPGA_MAX_CHANNELS)
+		return NULL;
+	return &f->dev->chan[GPUFPGA_C2H][channel];
+}
+
+int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_stream_state *st;
+	struct gpufpga_release a;
+	struct gpufpga_chan *ch;
+	u32 *slots, i, credits = 0;
+	int ret = 0;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
+	if (ret)
+		return ret;
+	ch = gpufpga_stream_chan(f, a.channel);
+	if (!ch || a.reserved || !a.nslots || a.nslots > XDMA_MAX_CREDITS)
+		return -EINVAL;
+	slots = memdup_user(u64_to_user_ptr(a.slots), (size_t)a.nslots * sizeof(*slots));
+	if (IS_ERR(slots))
+		return PTR_ERR(slots);
+	mutex_lock(&ch->lock);
+	st = ch->acq;
+	if (!st || st->file != f) {
+		ret = -ENOENT;
+		goto out;
+	}
+	/* All or nothing: check every index before releasing any. */
+	for (i = 0; i < a.nslots; i++) {
+		if (slots[i] >= st->nslots || !test_bit(slots[i], st->held)) {
+			ret = -EINVAL;
+			goto out;
+		}
+		clear_bit(slots[i], st->held);
+		set_bit(slots[i], st->released);
+	}
+	while (test_bit(st->next_credit, st->released)) {
+		clear_bit(st->next_credit, st->released);
+		st->next_credit = (st->next_credit + 1) % st->nslots;
+		credits++;
+	}
+	if (credits)
+		gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), credits);
+out:
+	if (ret == -EINVAL && st)	/* undo a partial pass */
+		while (i--) {
+			clear_bit(slots[i], st->released);
+			set_bit(slots[i], st->held);
+		}
+	mutex_unlock(&ch->lock);
+	kfree(slots);
+	return ret;
+}
+
+int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size)
+{
+	struct gpufpga_stream_stop a;
+	struct gpufpga_chan *ch;
+	int ret;
+
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
+	if (ret)
+		return ret;
+	ch = gpufpga_stream_chan(f, a.channel);
+	if (!ch || a.flags)
+		return -EINVAL;
+	mutex_lock(&ch->lock);
+	if (ch->acq && ch->acq->file == f)
+		gpufpga_stream_end(ch, 0);
+	else
+		ret = -ENOENT;
+	mutex_unlock(&ch->lock);
+	return ret;
+}

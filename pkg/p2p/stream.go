@@ -1,0 +1,140 @@
+//go:build linux
+
+package p2p
+
+import (
+	"fmt"
+	"sync"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Slot is one filled slot of a stream. It belongs to the caller until
+// released; the engine never refills it before.
+type Slot struct {
+	Index int           // into the slots the stream was started with
+	Seq   uint64        // fill sequence number, from 0
+	Bytes uint64        // bytes the engine wrote into it
+	EOP   bool          // the packet (frame) ended in this slot
+	Time  time.Duration // when the driver saw it filled (CLOCK_MONOTONIC)
+}
+
+// Stream is a C2H stream channel running continuously into a ring of
+// slots. Read filled slots from Slots, hand them back with Release.
+type Stream struct {
+	d       *Device
+	channel int
+	nslots  int
+	slots   chan Slot
+	once    sync.Once
+	err     error
+	ended   chan struct{}
+}
+
+// StartStream starts a C2H stream channel filling slots: each segment must
+// be bus-contiguous (one run of pages) and is filled with one packet or up
+// to its length.
+func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
+	if len(slots) == 0 {
+		return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no slots"}
+	}
+	segs := make([]segArg, len(slots))
+	for i, s := range slots {
+		if s.Pin == nil {
+			return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("slot %d has no pin", i)}
+		}
+		segs[i] = segArg{Handle: s.Pin.Handle, Offset: s.Offset, Len: s.Len}
+	}
+	st := &Stream{d: d, channel: channel, nslots: len(slots), slots: make(chan Slot, len(slots)+1), ended: make(chan struct{})}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.startReader(); err != nil {
+		return nil, err
+	}
+	if _, busy := d.streams[channel]; busy {
+		return nil, &Error{Op: "stream", Err: unix.EBUSY, Kind: ErrBusy, Detail: fmt.Sprintf("c2h%d already streams", channel)}
+	}
+	a := streamArg{Channel: uint32(channel), Nslots: uint32(len(segs)), Slots: uint64(uintptr(unsafe.Pointer(&segs[0])))}
+	if err := d.ioctl(iocStreamStart, unsafe.Pointer(&a)); err != nil {
+		return nil, newError("stream", err, fmt.Sprintf("c2h%d, %d slots", channel, len(slots)))
+	}
+	d.streams[channel] = st
+	return st, nil
+}
+
+// streamEvent hands a slot or end-of-stream record to its stream.
+func (d *Device) streamEvent(r record) {
+	d.mu.Lock()
+	st := d.streams[r.c.Channel]
+	if r.kind == eventStreamEnd {
+		delete(d.streams, r.c.Channel)
+	}
+	d.mu.Unlock()
+	if st == nil {
+		return
+	}
+	if r.kind == eventStreamEnd {
+		st.end(r.c.Err)
+		return
+	}
+	// Never blocks: the driver reports at most nslots unreleased fills.
+	st.slots <- Slot{Index: int(r.c.ID), Seq: r.c.UserData, Bytes: r.c.Bytes, EOP: r.flags&slotEOP != 0, Time: r.c.Duration}
+}
+
+func (s *Stream) end(err error) {
+	s.once.Do(func() {
+		s.err = err
+		close(s.slots)
+		close(s.ended)
+	})
+}
+
+// Slots delivers filled slots in fill order. It is closed when the stream
+// ends; Err then says why.
+func (s *Stream) Slots() <-chan Slot { return s.slots }
+
+// Err returns nil while the stream runs or after Stop, else why it ended
+// (ErrRevoked, ErrHardware with the engine status, ErrDeviceGone, ...).
+func (s *Stream) Err() error {
+	select {
+	case <-s.ended:
+		return s.err
+	default:
+		return nil
+	}
+}
+
+// Release hands slots back to the engine.
+func (s *Stream) Release(idx ...int) error {
+	if len(idx) == 0 {
+		return nil
+	}
+	v := make([]uint32, len(idx))
+	for i, x := range idx {
+		v[i] = uint32(x)
+	}
+	a := releaseArg{Channel: uint32(s.channel), Nslots: uint32(len(v)), Slots: uint64(uintptr(unsafe.Pointer(&v[0])))}
+	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {
+		return newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
+	}
+	return nil
+}
+
+// Stop halts the stream and waits until it has ended; slots filled before
+// the halt still arrive on Slots first.
+func (s *Stream) Stop() error {
+	a := streamStopArg{Channel: uint32(s.channel)}
+	if err := s.d.ioctl(iocStreamStop, unsafe.Pointer(&a)); err != nil {
+		e := newError("stop", err, fmt.Sprintf("c2h%d", s.channel))
+		select {
+		case <-s.ended:
+			return nil // it had ended already
+		default:
+			return e
+		}
+	}
+	<-s.ended
+	return nil
+}
