@@ -13,7 +13,7 @@ KDIR ?= /lib/modules/$(KVER)/build
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils
 
-GO_CMDS := ./cmd/... ./hw/testbench/cmd/...
+GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)

@@ -205,6 +205,9 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_LO), lower_32_bits(ch->ring_bus));
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_HI), upper_32_bits(ch->ring_bus));
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ch->last_first_adj);
+	/* Off, then on: no credit left over from an earlier user counts. */
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
+		      gpufpga_common_bit(ch));
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1S,
 		      gpufpga_common_bit(ch));
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), st->nslots);

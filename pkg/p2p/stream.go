@@ -3,6 +3,7 @@
 package p2p
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -106,7 +107,8 @@ func (s *Stream) Err() error {
 	}
 }
 
-// Release hands slots back to the engine.
+// Release hands slots back to the engine. After the stream ended it does
+// nothing.
 func (s *Stream) Release(idx ...int) error {
 	if len(idx) == 0 {
 		return nil
@@ -117,7 +119,12 @@ func (s *Stream) Release(idx ...int) error {
 	}
 	a := releaseArg{Channel: uint32(s.channel), Nslots: uint32(len(v)), Slots: uint64(uintptr(unsafe.Pointer(&v[0])))}
 	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {
-		return newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
+		e := newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
+		if errors.Is(e, ErrNotFound) {
+			// The stream ended: its slots went with it.
+			return nil
+		}
+		return e
 	}
 	return nil
 }

@@ -412,7 +412,7 @@ func (c *channel) writeSGDMA(reg, v uint32) {
 		c.descAdj = v & 0x3F
 	case RegDescCredits:
 		// Writes add credits; the counter is 10 bits wide.
-		c.credits = min(c.credits+v&0x3FF, 0x3FF)
+		c.credits = min(c.credits+v&MaxCredits, MaxCredits)
 	}
 }
 
@@ -495,12 +495,25 @@ func (e *Engine) writeCommon(reg, v uint32) {
 	case RegDescHaltW1C:
 		e.halt &^= v
 	case RegCreditMode:
-		e.creditMode = v & mask
+		e.setCreditMode(v & mask)
 	case RegCreditModeW1S:
-		e.creditMode |= v & mask
+		e.setCreditMode(e.creditMode | v&mask)
 	case RegCreditModeW1C:
-		e.creditMode &^= v
+		e.setCreditMode(e.creditMode &^ v)
 	}
+}
+
+// setCreditMode changes the credit-mode bits; a channel leaving credit mode
+// loses the credits it had, so the next user starts from zero.
+func (e *Engine) setCreditMode(v uint32) {
+	for _, list := range [][]*channel{e.h2c, e.c2h} {
+		for _, c := range list {
+			if e.creditMode&c.commonBit() != 0 && v&c.commonBit() == 0 {
+				c.credits = 0
+			}
+		}
+	}
+	e.creditMode = v
 }
 
 // commonBit returns c's bit in the SGDMA common registers.

@@ -425,3 +425,16 @@ func TestEngineRejectsBusFaults(t *testing.T) {
 		t.Fatalf("status %s, want write error 0x1", xdma.DecodeStatus(xdma.C2H, 0, st))
 	}
 }
+
+func TestEngineCreditsClearWithCreditMode(t *testing.T) {
+	r := newRig(t, 1)
+	common := xdma.Base(xdma.TargetSGDMACommon, 0)
+	credits := xdma.Base(xdma.TargetC2HSGDMA, 0) + xdma.RegDescCredits
+	r.e.WriteReg(common+xdma.RegCreditModeW1S, 1<<16)
+	r.e.WriteReg(credits, 5)
+	r.e.WriteReg(common+xdma.RegCreditModeW1C, 1<<16)
+	r.e.WriteReg(common+xdma.RegCreditModeW1S, 1<<16)
+	if n := r.e.ReadReg(credits); n != 0 {
+		t.Fatalf("%d credits survived leaving credit mode", n)
+	}
+}

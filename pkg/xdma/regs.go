@@ -69,6 +69,8 @@ const (
 	RegDescHi       = 0x84
 	RegDescAdjacent = 0x88 // extra descriptors adjacent to the first
 	RegDescCredits  = 0x8C
+	// MaxCredits is what the 10-bit credit counter holds.
+	MaxCredits = 0x3FF
 )
 
 // SGDMA common register offsets, relative to Base(TargetSGDMACommon, 0).

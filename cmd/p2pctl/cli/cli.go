@@ -71,7 +71,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return &exitError{ExitUsage, err} })
 	root.AddCommand(
 		newVersionCmd(g), newInfoCmd(g), newPinCmd(g), newTransferCmd(g),
-		newBenchCmd(g), newDescCmd(g), newRegsCmd(g), newTraceCmd(g),
+		newBenchCmd(g), newDescCmd(g), newRegsCmd(g), newTraceCmd(g), newStreamCmd(g),
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)

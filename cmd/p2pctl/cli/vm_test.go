@@ -132,6 +132,31 @@ func TestCLIEndToEnd(t *testing.T) {
 	if len(c.Descriptors) == 0 || c.Problem != "" || c.Bytes != 300<<10 {
 		t.Fatalf("desc: %+v", c)
 	}
+	var lines []streamJSON
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil { // one frame a slot
+		t.Fatal(err)
+	}
+	r := p2pctl(t, nil, "stream", "--bytes", "8MiB", "--slots", "16", "--slot-size", "64KiB", "--json", "--out", "/tmp/stream.bin")
+	if r.code != 0 {
+		t.Fatalf("stream: exit %d: %s", r.code, r.stderr)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+		var sl streamJSON
+		if err := json.Unmarshal([]byte(l), &sl); err != nil {
+			t.Fatalf("stream --json line %q: %v", l, err)
+		}
+		lines = append(lines, sl)
+	}
+	if sum := lines[len(lines)-1]; !sum.Summary || sum.Mode != "direct" || sum.Bytes < 8<<20 || sum.Gaps != 0 || sum.CRCFailures != 0 || sum.Frames == 0 {
+		t.Fatalf("stream summary: %+v", sum)
+	}
+	if fi, err := os.Stat("/tmp/stream.bin"); err != nil || uint64(fi.Size()) != lines[len(lines)-1].Bytes {
+		t.Fatalf("recording: %v, %v", fi, err)
+	}
 	var regs []regJSON
 	jsonRun(t, &regs, "regs")
 	if len(regs) < 20 || !strings.Contains(regs[0].Decoded, "target 0 channel 0") {

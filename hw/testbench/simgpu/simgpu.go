@@ -5,11 +5,15 @@
 package simgpu
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
 // DevicePath is the simulated GPU's control device.
@@ -181,4 +185,34 @@ func (g *GPU) Counters() (Counters, error) {
 		return c, fmt.Errorf("simgpu: counters: %w", err)
 	}
 	return c, nil
+}
+
+// StreamMemory allocates the simulated GPU's memory and pins it on a
+// gpufpga device: the rig's stand-in for cudaMalloc'd buffers in
+// pkg/stream.
+type StreamMemory struct {
+	GPU     *GPU
+	Pattern Pattern
+}
+
+// Alloc implements stream.Memory.
+func (m StreamMemory) Alloc(d *p2p.Device, size uint64) (stream.Region, error) {
+	a, err := m.GPU.Alloc(size, m.Pattern, 1)
+	if err != nil {
+		return stream.Region{}, err
+	}
+	mem, err := a.Bytes()
+	if err != nil {
+		a.Free()
+		return stream.Region{}, err
+	}
+	pin, err := d.PinGPU(a.VA, size, p2p.PinOptions{})
+	if err != nil {
+		a.Free()
+		return stream.Region{}, err
+	}
+	return stream.Region{Pin: pin, Bytes: mem[:size], Free: func() error {
+		err := pin.Unpin()
+		return errors.Join(err, a.Free())
+	}}, nil
 }

@@ -13,6 +13,7 @@ func TestRig(t *testing.T) {
 		"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
 		"github.com/gpufpga/gpufpga/cmd/p2pctl/cli",
 		"github.com/gpufpga/gpufpga/pkg/trace",
+		"github.com/gpufpga/gpufpga/pkg/stream",
 		"github.com/gpufpga/gpufpga/hw/testbench/demo",
 	)
 }

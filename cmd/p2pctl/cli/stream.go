@@ -1,0 +1,185 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/stream"
+)
+
+type streamJSON struct {
+	Time        time.Time `json:"time"`
+	Summary     bool      `json:"summary,omitempty"`
+	Mode        string    `json:"mode"`
+	Seconds     float64   `json:"seconds"`
+	Bytes       uint64    `json:"bytes"`
+	Slots       uint64    `json:"slots"`
+	GBps        float64   `json:"gb_per_s"`
+	SlotsPerS   float64   `json:"slots_per_s"`
+	Held        int       `json:"held"`
+	MaxHeld     int       `json:"max_held"`
+	LatencyUs   float64   `json:"slot_latency_us"`
+	Frames      uint64    `json:"frames"`
+	Gaps        uint64    `json:"gaps"`
+	Duplicates  uint64    `json:"duplicates"`
+	CRCFailures uint64    `json:"crc_failures"`
+	Error       string    `json:"error,omitempty"`
+}
+
+func streamLine(st stream.Stats, summary bool) streamJSON {
+	out := streamJSON{Time: time.Now(), Summary: summary, Mode: st.Mode.String(), Seconds: st.Elapsed.Seconds(),
+		Bytes: st.Bytes, Slots: st.Slots, GBps: st.GBps, Held: st.Held, MaxHeld: st.MaxHeld,
+		LatencyUs: us(st.SlotLatency), Frames: st.Frames.Frames, Gaps: st.Frames.Gaps,
+		Duplicates: st.Frames.Duplicates, CRCFailures: st.Frames.CRCFailures}
+	if out.Seconds > 0 {
+		out.SlotsPerS = float64(st.Slots) / out.Seconds
+	}
+	return out
+}
+
+func writeStreamLine(w io.Writer, l streamJSON) {
+	label := l.Time.Format("15:04:05")
+	if l.Summary {
+		label = fmt.Sprintf("summary (%s mode, %.1f s)", l.Mode, l.Seconds)
+	}
+	fmt.Fprintf(w, "%s  %s in %d slots  %.3f GB/s  %.0f slots/s  held %d (max %d)  latency %.0f µs  frames %d  gaps %d  duplicates %d  CRC failures %d\n",
+		label, fmtBytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, l.Held, l.MaxHeld, l.LatencyUs, l.Frames, l.Gaps, l.Duplicates, l.CRCFailures)
+	if l.Error != "" {
+		fmt.Fprintf(w, "%s  ended: %s\n", label, l.Error)
+	}
+}
+
+func newStreamCmd(g *globals) *cobra.Command {
+	var mode, mem, channel, out string
+	var slots int
+	var slotSize sizeValue = 64 << 10
+	var duration, interval time.Duration
+	var limit sizeValue
+	cmd := &cobra.Command{
+		Use:   "stream",
+		Short: "Acquire continuously from a C2H stream channel into a ring of slots",
+		Long: `stream runs a C2H stream channel into a ring of --slots slots of --slot-size
+bytes, in GPU memory (direct mode) or in host memory copied on to the GPU
+(compat mode; auto picks direct when the driver can pin GPU memory). Every
+slot's frames are checked (sequence numbers and CRC32C) and released; live
+statistics print every --interval and a summary at the end. --out records
+the slots' bytes to a file. GPU memory is the rig's simulated GPU (--mem sim)
+until the CUDA layer lands.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			dir, idx, err := parseChannel(channel)
+			if err != nil {
+				return err
+			}
+			if dir != 1 {
+				return usageErr("--channel %s: streams run on c2h channels", channel)
+			}
+			m := map[string]stream.Mode{"auto": stream.Auto, "direct": stream.Direct, "compat": stream.Compat}
+			sm, ok := m[mode]
+			if !ok {
+				return usageErr("--mode %q: want auto, direct or compat", mode)
+			}
+			if mem != memSim {
+				return usageErr("--mem %q: GPU memory is %q (the rig's simulated GPU) until the CUDA layer lands", mem, memSim)
+			}
+			if slots < 1 || interval <= 0 {
+				return usageErr("--slots and --interval must be positive")
+			}
+			d, err := g.open()
+			if err != nil {
+				return err
+			}
+			defer d.Close()
+			gpu, err := simgpu.Open()
+			if err != nil {
+				return &exitError{ExitDevice, err}
+			}
+			defer gpu.Close()
+			var rec *os.File
+			if out != "" {
+				if rec, err = os.Create(out); err != nil {
+					return err
+				}
+				defer rec.Close()
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			if duration > 0 {
+				var cancel context.CancelFunc
+				ctx, cancel = context.WithTimeout(ctx, duration)
+				defer cancel()
+			}
+			s, err := stream.Start(ctx, stream.Config{
+				Device: d, Channel: idx, SlotSize: uint64(slotSize), Slots: slots, Mode: sm,
+				GPU: simgpu.StreamMemory{GPU: gpu, Pattern: simgpu.Fragmented}, Host: stream.HostMemory{}, Check: true,
+			})
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			emit := func(l streamJSON) error {
+				if g.json {
+					return g.emitLine(l)
+				}
+				writeStreamLine(g.out, l)
+				return nil
+			}
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				select {
+				case f, ok := <-s.Filled():
+					if !ok {
+						l := streamLine(s.Stats(), true)
+						if err := s.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+							l.Error = err.Error()
+							emit(l)
+							return err
+						}
+						if err := emit(l); err != nil {
+							return err
+						}
+						if l.Gaps+l.Duplicates+l.CRCFailures != 0 {
+							return verifyErr("frames lost or damaged: %d gaps, %d duplicates, %d CRC failures", l.Gaps, l.Duplicates, l.CRCFailures)
+						}
+						return nil
+					}
+					if rec != nil {
+						if _, err := rec.Write(f.Data); err != nil {
+							return err
+						}
+					}
+					if err := s.Release(f.Slot); err != nil {
+						return err
+					}
+					if limit > 0 && s.Stats().Bytes >= uint64(limit) {
+						s.Stop()
+					}
+				case <-tick.C:
+					if err := emit(streamLine(s.Stats(), false)); err != nil {
+						return err
+					}
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&channel, "channel", "c2h1", "C2H stream channel")
+	cmd.Flags().IntVar(&slots, "slots", 16, "slots in the ring")
+	cmd.Flags().Var(&slotSize, "slot-size", "bytes per slot (within one GPU page run, e.g. 64KiB)")
+	cmd.Flags().StringVar(&mode, "mode", "auto", "auto, direct (GPU memory) or compat (host memory, copied to the GPU)")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "GPU memory: sim (the rig's simulated GPU)")
+	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
+	cmd.Flags().Var(&limit, "bytes", "stop after this many bytes (0: no limit)")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "statistics interval")
+	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
+	return cmd
+}
