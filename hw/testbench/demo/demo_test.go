@@ -9,11 +9,13 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/cli"
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 )
 
 func say(format string, a ...any) {
@@ -28,6 +30,14 @@ func TestDemo(t *testing.T) {
 	for _, m := range [][]string{{"nvp2p_sim"}, {"gpufpga", "card_mem_size=67108864"}, {"gpufpga_nv"}} {
 		guest.MustLoad(t, m[0], m[1:]...)
 		say("# loaded %s", strings.Join(m, " "))
+	}
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The simulated FPGA's source: 64 KiB frames, as fast as they are read.
+	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil {
+		t.Fatal(err)
 	}
 	// Trace the whole demo; its summary comes last.
 	traceCtx, stopTrace := context.WithCancel(context.Background())
@@ -55,6 +65,7 @@ func TestDemo(t *testing.T) {
 		{"transfer", "--channel", "h2c0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
 		{"transfer", "--channel", "c2h0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
 		{"bench", "--channel", "c2h0", "--mem", "sim", "--sizes", "64KiB,1MiB,4MiB", "--count", "8"},
+		{"stream", "--channel", "c2h1", "--slots", "16", "--slot-size", "64KiB", "--bytes", "32MiB", "--interval", "1h"},
 		{"regs"},
 	} {
 		var out, errOut bytes.Buffer
@@ -65,6 +76,14 @@ func TestDemo(t *testing.T) {
 		if code != cli.ExitOK {
 			t.Fatalf("p2pctl %v: exit %d", args, code)
 		}
+	}
+	// The example acquisition program, as a user would copy it.
+	say("")
+	say("$ acquire -bytes 128MiB    # examples/acquire")
+	out, err := exec.Command("/bin/acquire", "-bytes", "134217728").CombinedOutput()
+	say("%s", out)
+	if err != nil {
+		t.Fatalf("acquire: %v", err)
 	}
 	stopTrace()
 	var traced []string

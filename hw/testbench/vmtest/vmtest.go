@@ -139,7 +139,11 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	govmtest.Run(t, "rig",
 		govmtest.WithPackageToTest(pkgs...),
 		govmtest.WithGoTestTimeout(opts.TestTimeout),
-		govmtest.WithUimage(uimage.WithFiles(files...)),
+		govmtest.WithUimage(
+			uimage.WithFiles(files...),
+			// The example acquisition program, which the demo runs.
+			uimage.WithBinaryCommands("github.com/gpufpga/gpufpga/examples/acquire"),
+		),
 		govmtest.WithQEMUFn(
 			qemu.WithKernel(kernel),
 			qemu.WithAppendKernel("console=ttyS0", "slub_debug=FZPU", "panic=-1"),

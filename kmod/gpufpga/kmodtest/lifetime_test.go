@@ -46,13 +46,25 @@ func TestChildMidTransfer(t *testing.T) {
 	if _, err := d.PinHost(host); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute}, 0); err != nil {
-		t.Fatal(err)
-	}
-	for {
-		st, _ := p.Query(false)
-		if st.Inflight == 1 {
-			break
+	if os.Getenv("KMODTEST_CHILD") == "stream" {
+		var slots []p2p.Segment
+		for i := range 8 {
+			slots = append(slots, p2p.Segment{Pin: p, Offset: uint64(i) << 16, Len: 4096})
+		}
+		s, err := d.StartStream(1, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		<-s.Slots() // running, and holding a slot
+	} else {
+		if _, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute}, 0); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			st, _ := p.Query(false)
+			if st.Inflight == 1 {
+				break
+			}
 		}
 	}
 	fmt.Println("CHILD-READY")
@@ -60,6 +72,13 @@ func TestChildMidTransfer(t *testing.T) {
 }
 
 func TestKilledProcessLeavesNothing(t *testing.T) {
+	for _, what := range []string{"transfer", "stream"} {
+		t.Run(what, func(t *testing.T) { killChildMid(t, what) })
+	}
+}
+
+// killChildMid kills a child in the middle of a transfer or a stream.
+func killChildMid(t *testing.T, what string) {
 	setup(t)
 	g := openGPU(t)
 	ctl := control(t)
@@ -68,7 +87,7 @@ func TestKilledProcessLeavesNothing(t *testing.T) {
 	}
 	defer ctl.ConfigureSource(4064, 0, 64)
 	cmd := exec.Command(os.Args[0], "-test.run=^TestChildMidTransfer$", "-test.v")
-	cmd.Env = append(os.Environ(), "KMODTEST_CHILD=1")
+	cmd.Env = append(os.Environ(), "KMODTEST_CHILD="+what)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
