@@ -18,7 +18,7 @@ MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf
+.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf gpubench
 
 all: build
 
@@ -72,6 +72,13 @@ $(VMLINUX):
 # Boots QEMU with the simulated rig and runs the guest test packages.
 vmtest: kmod
 	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v -run TestRig ./hw/testbench/vmtest/
+
+# On a machine with an NVIDIA GPU (no Go needed there: copy bin/gpubench):
+# attributes, dma-buf export, pinned H2D and D2D copy rates, as JSON in
+# results/. The binary needs neither cgo nor the CUDA toolkit.
+gpubench: build
+	@mkdir -p results
+	$(BIN)/gpubench > results/$$(date -u +%F)-$$(hostname)-gpubench.json
 
 # The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
 # from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).

@@ -4,6 +4,7 @@ go 1.26.0
 
 require (
 	github.com/cilium/ebpf v0.22.0
+	github.com/ebitengine/purego v0.11.3
 	github.com/hugelgupf/vmtest v0.0.0-20240307030256-5d9f3d34a58d
 	github.com/spf13/cobra v1.10.2
 	github.com/u-root/mkuimage v0.0.0-20250905073043-9a40452f5d3b

@@ -1,0 +1,144 @@
+// Command gpubench measures the GPU side of gpufpga on a machine with an
+// NVIDIA GPU: device attributes, dma-buf export, and the pinned host to GPU
+// copy peak and device-to-device copy rate that the compat path and the
+// frame checker are judged against. It prints one JSON document.
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/cuda"
+)
+
+type copyResult struct {
+	Bytes uint64  `json:"bytes"`
+	Reps  int     `json:"reps"`
+	GBps  float64 `json:"gb_per_s"`
+}
+
+type report struct {
+	Date           string       `json:"date"`
+	Host           string       `json:"host"`
+	Device         string       `json:"device"`
+	TotalMem       uint64       `json:"total_mem"`
+	RDMASupported  int          `json:"gpudirect_rdma_supported"`
+	RDMAFlush      int          `json:"gpudirect_rdma_flush_writes_options"`
+	RDMAOrdering   int          `json:"gpudirect_rdma_writes_ordering"`
+	DmaBufSupport  int          `json:"dma_buf_supported"`
+	DmaBufSize     int64        `json:"dma_buf_export_size"`
+	DmaBufWant     uint64       `json:"dma_buf_export_want"`
+	HtoD           []copyResult `json:"pinned_htod"`
+	DtoD           []copyResult `json:"dtod"`
+	AllocAligned64 bool         `json:"alloc_64k_aligned"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "gpubench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	runtime.LockOSThread()
+	drv, err := cuda.Open()
+	if err != nil {
+		return err
+	}
+	g, err := drv.Device(0)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if err := g.Lock(); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	r := report{Date: time.Now().UTC().Format(time.RFC3339), Host: host}
+	if r.Device, err = g.Name(); err != nil {
+		return err
+	}
+	r.TotalMem, _ = g.TotalMem()
+	r.RDMASupported, _ = g.Attribute(cuda.AttrGPUDirectRDMASupported)
+	r.RDMAFlush, _ = g.Attribute(cuda.AttrGPUDirectRDMAFlushWrites)
+	r.RDMAOrdering, _ = g.Attribute(cuda.AttrGPUDirectRDMAWritesOrdering)
+	r.DmaBufSupport, _ = g.Attribute(cuda.AttrDmaBufSupported)
+
+	const big = 1 << 30
+	dst, err := g.Alloc(big)
+	if err != nil {
+		return err
+	}
+	defer dst.Free()
+	r.AllocAligned64 = dst.Ptr%(64<<10) == 0
+	src, err := g.Alloc(big)
+	if err != nil {
+		return err
+	}
+	defer src.Free()
+	hb, err := g.HostAlloc(big)
+	if err != nil {
+		return err
+	}
+	defer hb.Free()
+	for i := range hb.Bytes {
+		hb.Bytes[i] = byte(i)
+	}
+	s, err := g.NewStream()
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	start, _ := g.NewEvent()
+	end, _ := g.NewEvent()
+	timeit := func(n uint64, reps int, op func(off uint64) error) (copyResult, error) {
+		if err := op(0); err != nil { // warm up
+			return copyResult{}, err
+		}
+		if err := s.Sync(); err != nil {
+			return copyResult{}, err
+		}
+		start.Record(s)
+		for i := range reps {
+			if err := op(uint64(i) * n % (big - n + 1)); err != nil {
+				return copyResult{}, err
+			}
+		}
+		end.Record(s)
+		ms, err := end.Since(start)
+		if err != nil {
+			return copyResult{}, err
+		}
+		return copyResult{Bytes: n, Reps: reps, GBps: float64(n) * float64(reps) / (float64(ms) / 1000) / 1e9}, nil
+	}
+	for _, n := range []uint64{1 << 20, 4 << 20, 64 << 20, 1 << 30} {
+		reps := int(max(4, (4<<30)/n))
+		c, err := timeit(n, reps, func(off uint64) error { return s.CopyHtoD(dst.Ptr+off, hb.Bytes[off:off+n]) })
+		if err != nil {
+			return err
+		}
+		r.HtoD = append(r.HtoD, c)
+		c, err = timeit(n, reps, func(off uint64) error { return s.CopyDtoD(dst.Ptr+off, src.Ptr+off, n) })
+		if err != nil {
+			return err
+		}
+		r.DtoD = append(r.DtoD, c)
+	}
+	// dma-buf export of a 64 MiB range: its size must match.
+	r.DmaBufWant = 64 << 20
+	if fd, err := dst.ExportDmabuf(0, 64<<20); err == nil {
+		r.DmaBufSize, _ = unix.Seek(fd, 0, 2)
+		unix.Close(fd)
+	} else {
+		fmt.Fprintln(os.Stderr, "gpubench: dma-buf export:", err)
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}

@@ -1,0 +1,302 @@
+//go:build linux
+
+// Package cuda is the part of the CUDA driver API gpufpga needs, loaded at
+// run time from libcuda.so.1 so that every binary builds without cgo or the
+// CUDA toolkit and runs, with GPU features off, where there is no GPU.
+//
+// The driver API binds a context to an OS thread: call Lock on the
+// goroutine that uses a Context, and keep using it from there.
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// ErrNoDriver reports that libcuda.so.1 could not be loaded.
+var ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not found): GPU features are off")
+
+// Error is a failed driver call.
+type Error struct {
+	Op   string
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (%d)", e.Op, e.Msg, e.Code) }
+
+// Device attributes the project reads (CUdevice_attribute).
+const (
+	AttrGPUDirectRDMASupported      = 116
+	AttrGPUDirectRDMAFlushWrites    = 117
+	AttrGPUDirectRDMAWritesOrdering = 118
+	AttrDmaBufSupported             = 124
+)
+
+const (
+	pointerAttrSyncMemops = 6   // CU_POINTER_ATTRIBUTE_SYNC_MEMOPS
+	memRangeHandleDmaBuf  = 1   // CU_MEM_RANGE_HANDLE_TYPE_DMA_BUF_FD
+	memHostAllocPortable  = 0x1 // CU_MEMHOSTALLOC_PORTABLE
+	gpuPage               = 64 << 10
+)
+
+// Driver is the loaded libcuda.
+type Driver struct {
+	lib  uintptr
+	mu   sync.Mutex
+	syms map[string]uintptr
+}
+
+// Open loads libcuda.so.1 and initialises it.
+func Open() (*Driver, error) {
+	lib, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrNoDriver, err)
+	}
+	d := &Driver{lib: lib, syms: map[string]uintptr{}}
+	if err := d.call("cuInit", 0); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
+
+func (d *Driver) sym(name string) (uintptr, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if p, ok := d.syms[name]; ok {
+		return p, nil
+	}
+	p, err := purego.Dlsym(d.lib, name)
+	if err != nil {
+		return 0, fmt.Errorf("cuda: %s: %w", name, err)
+	}
+	d.syms[name] = p
+	return p, nil
+}
+
+// call invokes a driver function returning CUresult.
+func (d *Driver) call(name string, args ...uintptr) error {
+	fn, err := d.sym(name)
+	if err != nil {
+		return err
+	}
+	r, _, _ := purego.SyscallN(fn, args...)
+	if code := int(int32(r)); code != 0 {
+		return &Error{Op: name, Code: code, Msg: d.errorString(code)}
+	}
+	return nil
+}
+
+func (d *Driver) errorString(code int) string {
+	fn, err := d.sym("cuGetErrorString")
+	if err != nil {
+		return "unknown error"
+	}
+	var s *byte
+	purego.SyscallN(fn, uintptr(code), uintptr(unsafe.Pointer(&s)))
+	if s == nil {
+		return "unknown error"
+	}
+	var b []byte
+	for p := unsafe.Pointer(s); *(*byte)(p) != 0; p = unsafe.Add(p, 1) {
+		b = append(b, *(*byte)(p))
+	}
+	return string(b)
+}
+
+// DeviceCount returns the number of CUDA devices.
+func (d *Driver) DeviceCount() (int, error) {
+	var n int32
+	err := d.call("cuDeviceGetCount", uintptr(unsafe.Pointer(&n)))
+	return int(n), err
+}
+
+// Device is a CUDA device with its primary context.
+type Device struct {
+	drv     *Driver
+	ordinal int32
+	dev     int32
+	ctx     uintptr
+}
+
+// Device retains device n's primary context.
+func (d *Driver) Device(n int) (*Device, error) {
+	g := &Device{drv: d, ordinal: int32(n)}
+	if err := d.call("cuDeviceGet", uintptr(unsafe.Pointer(&g.dev)), uintptr(n)); err != nil {
+		return nil, err
+	}
+	if err := d.call("cuDevicePrimaryCtxRetain", uintptr(unsafe.Pointer(&g.ctx)), uintptr(g.dev)); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+// Lock binds the device's context to the calling goroutine's OS thread;
+// call it before using the device from a goroutine, and Unlock after.
+func (g *Device) Lock() error {
+	runtime.LockOSThread()
+	return g.drv.call("cuCtxSetCurrent", g.ctx)
+}
+
+// Unlock releases the goroutine's OS thread.
+func (g *Device) Unlock() { runtime.UnlockOSThread() }
+
+// Close releases the primary context.
+func (g *Device) Close() error {
+	return g.drv.call("cuDevicePrimaryCtxRelease_v2", uintptr(g.dev))
+}
+
+// Name returns the device's name.
+func (g *Device) Name() (string, error) {
+	b := make([]byte, 256)
+	if err := g.drv.call("cuDeviceGetName", uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(g.dev)); err != nil {
+		return "", err
+	}
+	for i, c := range b {
+		if c == 0 {
+			return string(b[:i]), nil
+		}
+	}
+	return string(b), nil
+}
+
+// Attribute reads a device attribute.
+func (g *Device) Attribute(attr int) (int, error) {
+	var v int32
+	err := g.drv.call("cuDeviceGetAttribute", uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(g.dev))
+	return int(v), err
+}
+
+// TotalMem returns the device memory in bytes.
+func (g *Device) TotalMem() (uint64, error) {
+	var n uint64
+	err := g.drv.call("cuDeviceTotalMem_v2", uintptr(unsafe.Pointer(&n)), uintptr(g.dev))
+	return n, err
+}
+
+// Buffer is device memory, rounded to whole 64 KiB pages so that a peer can
+// pin it; Ptr is 64 KiB aligned.
+type Buffer struct {
+	Ptr  uint64
+	Size uint64
+	dev  *Device
+}
+
+// Alloc allocates size bytes (rounded up to 64 KiB) and sets SYNC_MEMOPS on
+// them, as memory a peer writes needs.
+func (g *Device) Alloc(size uint64) (*Buffer, error) {
+	size = (size + gpuPage - 1) &^ (gpuPage - 1)
+	b := &Buffer{Size: size, dev: g}
+	if err := g.drv.call("cuMemAlloc_v2", uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size)); err != nil {
+		return nil, err
+	}
+	if b.Ptr%gpuPage != 0 {
+		b.Free()
+		return nil, fmt.Errorf("cuda: allocation at %#x is not 64 KiB aligned", b.Ptr)
+	}
+	one := uint32(1)
+	if err := g.drv.call("cuPointerSetAttribute", uintptr(unsafe.Pointer(&one)), pointerAttrSyncMemops, uintptr(b.Ptr)); err != nil {
+		b.Free()
+		return nil, err
+	}
+	return b, nil
+}
+
+// Free frees the buffer.
+func (b *Buffer) Free() error { return b.dev.drv.call("cuMemFree_v2", uintptr(b.Ptr)) }
+
+// ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
+func (b *Buffer) ExportDmabuf(off, size uint64) (int, error) {
+	var fd int32
+	err := b.dev.drv.call("cuMemGetHandleForAddressRange", uintptr(unsafe.Pointer(&fd)), uintptr(b.Ptr+off),
+		uintptr(size), memRangeHandleDmaBuf, 0)
+	return int(fd), err
+}
+
+// HostBuffer is page-locked host memory.
+type HostBuffer struct {
+	Bytes []byte
+	dev   *Device
+}
+
+// HostAlloc allocates page-locked host memory.
+func (g *Device) HostAlloc(size uint64) (*HostBuffer, error) {
+	var p unsafe.Pointer
+	if err := g.drv.call("cuMemHostAlloc", uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable); err != nil {
+		return nil, err
+	}
+	return &HostBuffer{Bytes: unsafe.Slice((*byte)(p), size), dev: g}, nil
+}
+
+// Free frees the host buffer.
+func (h *HostBuffer) Free() error {
+	return h.dev.drv.call("cuMemFreeHost", uintptr(unsafe.Pointer(&h.Bytes[0])))
+}
+
+// Stream is a CUDA stream.
+type Stream struct {
+	s   uintptr
+	dev *Device
+}
+
+// NewStream creates a stream.
+func (g *Device) NewStream() (*Stream, error) {
+	s := &Stream{dev: g}
+	err := g.drv.call("cuStreamCreate", uintptr(unsafe.Pointer(&s.s)), 0)
+	return s, err
+}
+
+// Close destroys the stream.
+func (s *Stream) Close() error { return s.dev.drv.call("cuStreamDestroy_v2", s.s) }
+
+// Sync waits for the stream's work.
+func (s *Stream) Sync() error { return s.dev.drv.call("cuStreamSynchronize", s.s) }
+
+// CopyHtoD queues a copy of src to device address dst.
+func (s *Stream) CopyHtoD(dst uint64, src []byte) error {
+	return s.dev.drv.call("cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.s)
+}
+
+// CopyDtoD queues a device-to-device copy.
+func (s *Stream) CopyDtoD(dst, src, n uint64) error {
+	return s.dev.drv.call("cuMemcpyDtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), s.s)
+}
+
+// CopyDtoH copies device memory to dst, synchronously.
+func (g *Device) CopyDtoH(dst []byte, src uint64) error {
+	return g.drv.call("cuMemcpyDtoH_v2", uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)))
+}
+
+// Event is a CUDA event for timing.
+type Event struct {
+	e   uintptr
+	dev *Device
+}
+
+// NewEvent creates an event.
+func (g *Device) NewEvent() (*Event, error) {
+	e := &Event{dev: g}
+	err := g.drv.call("cuEventCreate", uintptr(unsafe.Pointer(&e.e)), 0)
+	return e, err
+}
+
+// Record records the event on s.
+func (e *Event) Record(s *Stream) error { return e.dev.drv.call("cuEventRecord", e.e, s.s) }
+
+// Since waits for e and returns the milliseconds from start to e.
+func (e *Event) Since(start *Event) (float32, error) {
+	if err := e.dev.drv.call("cuEventSynchronize", e.e); err != nil {
+		return 0, err
+	}
+	var ms float32
+	err := e.dev.drv.call("cuEventElapsedTime", uintptr(unsafe.Pointer(&ms)), start.e, e.e)
+	return ms, err
+}
+
+// Close destroys the event.
+func (e *Event) Close() error { return e.dev.drv.call("cuEventDestroy_v2", e.e) }
