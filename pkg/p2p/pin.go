@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 )
 
@@ -46,7 +48,7 @@ func (d *Device) PinGPU(va, length uint64, opts PinOptions) (*Pin, error) {
 // (and must not move) until the pin is gone: use memory from mmap.
 func (d *Device) PinHost(buf []byte) (*Pin, error) {
 	if len(buf) == 0 {
-		return nil, &Error{Op: "pin", Err: 22, Kind: ErrInvalid, Detail: "empty host buffer"}
+		return nil, &Error{Op: "pin", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "empty host buffer"}
 	}
 	a := pinArg{Kind: pinKindHost, Addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), Len: uint64(len(buf)), Fd: -1}
 	return d.pin(&a, fmt.Sprintf("host %d bytes", len(buf)))
