@@ -346,6 +346,14 @@ func (r *Rig) register(op, off, val, _ uint32) (uint32, uint32, uint32) {
 
 func split(v uint64) (uint32, uint32, uint32) { return 0, uint32(v), uint32(v >> 32) }
 
+// field answers a read of counter i of values, or EINVAL.
+func field(i uint32, values ...uint64) (uint32, uint32, uint32) {
+	if int(i) >= len(values) {
+		return uint32(unix.EINVAL), 0, 0
+	}
+	return split(values[i])
+}
+
 func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	einval := uint32(unix.EINVAL)
 	switch op {
@@ -369,32 +377,12 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return 0, 0, 0
 	case rl.CtlSourceStats:
 		st := r.sourceSnap
-		switch a0 {
-		case rl.SrcGenerated:
-			return split(st.Generated)
-		case rl.SrcDelivered:
-			return split(st.Delivered)
-		case rl.SrcDropped:
-			return split(st.Dropped)
-		case rl.SrcQueued:
-			return split(st.Queued)
-		case rl.SrcBytes:
-			return split(st.Bytes)
-		}
+		// Indexed by the RIG_SRC_* field numbers.
+		return field(a0, st.Generated, st.Delivered, st.Dropped, st.Queued, st.Bytes)
 	case rl.CtlSinkStats:
 		fs, packets := r.sink.Stats()
-		switch a0 {
-		case rl.SinkFrames:
-			return split(fs.Frames)
-		case rl.SinkGaps:
-			return split(fs.Gaps)
-		case rl.SinkDuplicates:
-			return split(fs.Duplicates)
-		case rl.SinkCRCFailures:
-			return split(fs.CRCFailures)
-		case rl.SinkPackets:
-			return split(packets)
-		}
+		// Indexed by the RIG_SINK_* field numbers.
+		return field(a0, fs.Frames, fs.Gaps, fs.Duplicates, fs.CRCFailures, packets)
 	case rl.CtlLateWrites:
 		return split(r.lateWrites.Load())
 	}
