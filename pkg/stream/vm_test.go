@@ -10,50 +10,27 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/guest"
-	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
-type rig struct {
-	d   *p2p.Device
-	gpu *simgpu.GPU
-	ctl *rigctl.Control
-}
+type rig struct{ *guestrig.Rig }
 
-func setup(t *testing.T, payload int, rate uint32, fifo int) *rig {
+func setup(t *testing.T, payload int, rate uint32, fifo int) rig {
 	t.Helper()
-	guest.Require(t)
-	guest.MustLoad(t, "nvp2p_sim")
-	guest.MustLoad(t, "gpufpga")
-	guest.MustLoad(t, "gpufpga_nv")
-	r := &rig{}
-	var err error
-	if r.d, err = p2p.Open("/dev/gpufpga0"); err != nil {
+	r := rig{guestrig.Open(t)}
+	if err := r.Ctl.ConfigureSource(payload, rate, fifo); err != nil {
 		t.Fatal(err)
 	}
-	if r.gpu, err = simgpu.Open(); err != nil {
-		t.Fatal(err)
-	}
-	if r.ctl, err = rigctl.OpenControl(); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.ctl.ConfigureSource(payload, rate, fifo); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		r.d.Close()
-		r.gpu.Close()
-	})
 	return r
 }
 
-func (r *rig) config(mode stream.Mode, slots int, size uint64) stream.Config {
-	return stream.Config{Device: r.d, Channel: 1, SlotSize: size, Slots: slots, Mode: mode,
-		GPU: simgpu.StreamMemory{GPU: r.gpu, Pattern: simgpu.Fragmented}, Host: stream.HostMemory{}, Check: true}
+func (r rig) config(mode stream.Mode, slots int, size uint64) stream.Config {
+	return stream.Config{Device: r.Dev, Channel: 1, SlotSize: size, Slots: slots, Mode: mode,
+		GPU: simgpu.StreamMemory{GPU: r.GPU, Pattern: simgpu.Fragmented}, Host: stream.HostMemory{}, Check: true}
 }
 
 func cpuTime() time.Duration {
@@ -154,24 +131,24 @@ func TestEndings(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-s.Filled()
-	r.gpu.Close() // as a process exiting would: every allocation freed
+	r.GPU.Close() // as a process exiting would: every allocation freed
 	for range s.Filled() {
 	}
 	if !errors.Is(s.Err(), p2p.ErrRevoked) {
 		t.Fatalf("after the GPU memory was freed: %v", s.Err())
 	}
 	s.Close()
-	if late, err := r.ctl.LateWrites(); err != nil || late != 0 {
+	if late, err := r.Ctl.LateWrites(); err != nil || late != 0 {
 		t.Fatalf("%d late writes (%v)", late, err)
 	}
-	info, err := r.d.Info()
+	info, err := r.Dev.Info()
 	if err != nil {
 		t.Fatal(err)
 	}
 	if info.PinnedTotal != 0 {
 		t.Fatalf("%d bytes still pinned", info.PinnedTotal)
 	}
-	if r.gpu, err = simgpu.Open(); err != nil {
+	if r.GPU, err = simgpu.Open(); err != nil {
 		t.Fatal(err)
 	}
 	// A stop mid-stream ends it cleanly.

@@ -11,49 +11,30 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
-	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
-type rig struct {
-	d   *p2p.Device
-	g   *simgpu.GPU
-	ctl *rigctl.Control
-}
+type rig struct{ *guestrig.Rig }
 
-func setup(t *testing.T) *rig {
+func setup(t *testing.T) rig {
 	t.Helper()
 	guest.Require(t)
 	if _, err := Start(context.Background(), Options{Device: -1}); !errors.Is(err, ErrModuleNotLoaded) {
 		t.Fatalf("Start without the module: %v, want ErrModuleNotLoaded", err)
 	}
-	guest.MustLoad(t, "nvp2p_sim")
-	guest.MustLoad(t, "gpufpga")
-	guest.MustLoad(t, "gpufpga_nv")
-	r := &rig{}
-	var err error
-	if r.d, err = p2p.Open("/dev/gpufpga0"); err != nil {
-		t.Fatal(err)
-	}
-	if r.g, err = simgpu.Open(); err != nil {
-		t.Fatal(err)
-	}
-	if r.ctl, err = rigctl.OpenControl(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { r.d.Close(); r.g.Close() })
-	return r
+	return rig{guestrig.Open(t)}
 }
 
-func (r *rig) pin(t *testing.T, size uint64) (*simgpu.Alloc, *p2p.Pin) {
+func (r rig) pin(t *testing.T, size uint64) (*simgpu.Alloc, *p2p.Pin) {
 	t.Helper()
-	a, err := r.g.Alloc(size, simgpu.Fragmented, 0)
+	a, err := r.GPU.Alloc(size, simgpu.Fragmented, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := r.d.PinGPU(a.VA, size, p2p.PinOptions{})
+	p, err := r.Dev.PinGPU(a.VA, size, p2p.PinOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,7 +81,7 @@ func TestTracedCountsEqualTransfers(t *testing.T) {
 			dir = p2p.C2H
 		}
 		for _, n := range list {
-			if _, err := r.d.Transfer(ctx, p2p.Transfer{Dir: dir, Segments: []p2p.Segment{{Pin: p, Len: n}}}); err != nil {
+			if _, err := r.Dev.Transfer(ctx, p2p.Transfer{Dir: dir, Segments: []p2p.Segment{{Pin: p, Len: n}}}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -125,10 +106,10 @@ func TestTracedCountsEqualTransfers(t *testing.T) {
 		}
 	}
 	// A fault: a failed-transfer event with its status, and an error event.
-	if err := r.ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
+	if err := r.Ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.d.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}}); !errors.Is(err, p2p.ErrHardware) {
+	if _, err := r.Dev.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}}); !errors.Is(err, p2p.ErrHardware) {
 		t.Fatalf("faulted transfer: %v", err)
 	}
 	got := map[EventType]Event{}
@@ -177,7 +158,7 @@ func TestTracingOverhead(t *testing.T) {
 		const n = 300
 		t0 := time.Now()
 		for range n {
-			if _, err := r.d.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{{Pin: p, Len: 4096}}}); err != nil {
+			if _, err := r.Dev.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{{Pin: p, Len: 4096}}}); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
@@ -94,16 +94,8 @@ func jsonRun(t *testing.T, v any, args ...string) {
 	}
 }
 
-func loadModules(t *testing.T) {
-	guest.Require(t)
-	guest.MustLoad(t, "nvp2p_sim")
-	guest.MustLoad(t, "gpufpga", "card_mem_size=67108864")
-	guest.MustLoad(t, "gpufpga_nv")
-	// Cleanups run last-in first-out: the bridge unloads first.
-}
-
 func TestCLIEndToEnd(t *testing.T) {
-	loadModules(t)
+	guestrig.Load(t, "card_mem_size=67108864")
 	var infos []infoJSON
 	jsonRun(t, &infos, "info")
 	if len(infos) != 1 || len(infos[0].Channels) != 4 || len(infos[0].PinKinds) != 3 {
@@ -176,7 +168,7 @@ func TestCLIEndToEnd(t *testing.T) {
 }
 
 func TestCLITrace(t *testing.T) {
-	loadModules(t)
+	guestrig.Load(t, "card_mem_size=67108864")
 	a, _ := json.Marshal([]string{"trace", "--interval", "200ms", "--json"})
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), "P2PCTL_ARGS="+string(a))
@@ -243,7 +235,7 @@ func TestCLITrace(t *testing.T) {
 }
 
 func TestCLIErrors(t *testing.T) {
-	loadModules(t)
+	guestrig.Load(t, "card_mem_size=67108864")
 	ctl, err := rigctl.OpenControl()
 	if err != nil {
 		t.Fatal(err)

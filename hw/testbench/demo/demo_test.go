@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/cli"
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 )
 
@@ -27,10 +28,8 @@ func say(format string, a ...any) {
 func TestDemo(t *testing.T) {
 	guest.Require(t)
 	say("QEMU guest, Debian kernel; simulated XDMA FPGA and NVIDIA GPU attached")
-	for _, m := range [][]string{{"nvp2p_sim"}, {"gpufpga", "card_mem_size=67108864"}, {"gpufpga_nv"}} {
-		guest.MustLoad(t, m[0], m[1:]...)
-		say("# loaded %s", strings.Join(m, " "))
-	}
+	guestrig.Load(t, "card_mem_size=67108864")
+	say("# loaded nvp2p_sim, gpufpga card_mem_size=67108864, gpufpga_nv")
 	ctl, err := rigctl.OpenControl()
 	if err != nil {
 		t.Fatal(err)
