@@ -18,7 +18,7 @@ MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf gpubench
+.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
 
 all: build
 
@@ -73,12 +73,33 @@ $(VMLINUX):
 vmtest: kmod
 	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v -run TestRig ./hw/testbench/vmtest/
 
-# On a machine with an NVIDIA GPU (no Go needed there: copy bin/gpubench):
-# attributes, dma-buf export, pinned H2D and D2D copy rates, as JSON in
-# results/. The binary needs neither cgo nor the CUDA toolkit.
-gpubench: build
+# GPU work runs on a machine with an NVIDIA GPU, which needs neither Go nor
+# the CUDA toolkit: `make gpubin` here, copy bin/gpu/ there, and run
+# bin/gpu/run there (the GPU tests, then the benchmark into results/).
+GPU_TEST_PKGS := cuda gpucheck stream
+
+gpubin:
+	@mkdir -p $(BIN)/gpu
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpu/ ./cmd/gpubench
+	@for p in $(GPU_TEST_PKGS); do \
+		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$p.test ./pkg/$$p/ || exit 1; \
+	done
+	cp hw/gpu/run $(BIN)/gpu/run
+
+# The same on a GPU machine that has Go.
+gputest: gpubin
+	$(BIN)/gpu/run
+
+# One pass of measurements on the GPU, as JSON in results/.
+gpubench: gpubin
 	@mkdir -p results
-	$(BIN)/gpubench > results/$$(date -u +%F)-$$(hostname)-gpubench.json
+	$(BIN)/gpu/gpubench > results/$$(date -u +%F)-$$(hostname)-gpubench.json
+
+# The frame checker's PTX, for every GPU from compute capability 8.0 on
+# (needs nvcc; the PTX is committed).
+NVCC ?= nvcc
+ptx:
+	$(NVCC) -ptx -arch=compute_80 -O3 pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
 
 # The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
 # from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).

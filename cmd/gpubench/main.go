@@ -1,7 +1,10 @@
 // Command gpubench measures the GPU side of gpufpga on a machine with an
-// NVIDIA GPU: device attributes, dma-buf export, and the pinned host to GPU
-// copy peak and device-to-device copy rate that the compat path and the
-// frame checker are judged against. It prints one JSON document.
+// NVIDIA GPU, in one pass: device attributes, dma-buf export, the pinned
+// host to GPU copy peak and the device-to-device copy rate, the frame
+// checker kernel against that copy rate, and the compat path (the device
+// model writing frames into a pinned host ring in process, slots copied to
+// the GPU and checked there) against the copy peak. It prints one JSON
+// document.
 package main
 
 import (
@@ -36,6 +39,9 @@ type report struct {
 	HtoD           []copyResult `json:"pinned_htod"`
 	DtoD           []copyResult `json:"dtod"`
 	AllocAligned64 bool         `json:"alloc_64k_aligned"`
+	HtoDPeak       float64      `json:"pinned_htod_peak_gb_per_s"`
+	Checker        []checkRun   `json:"frame_checker"`
+	Compat         *compatRun   `json:"compat"`
 }
 
 func main() {
@@ -137,6 +143,20 @@ func run() error {
 		unix.Close(fd)
 	} else {
 		fmt.Fprintln(os.Stderr, "gpubench: dma-buf export:", err)
+	}
+	for _, c := range r.HtoD {
+		r.HtoDPeak = max(r.HtoDPeak, c.GBps)
+	}
+	d2d := r.DtoD[len(r.DtoD)-1] // 1 GiB
+	for _, fs := range []int{4 << 10, 64 << 10, 1 << 20} {
+		c, err := benchChecker(g, s, hb, dst, big, fs, d2d.GBps)
+		if err != nil {
+			return fmt.Errorf("frame checker, %d-byte frames: %w", fs, err)
+		}
+		r.Checker = append(r.Checker, c)
+	}
+	if r.Compat, err = benchCompat(g, r.HtoDPeak); err != nil {
+		return fmt.Errorf("compat path: %w", err)
 	}
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")

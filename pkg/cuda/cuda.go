@@ -36,6 +36,8 @@ const (
 	AttrGPUDirectRDMAFlushWrites    = 117
 	AttrGPUDirectRDMAWritesOrdering = 118
 	AttrDmaBufSupported             = 124
+	AttrMultiprocessorCount         = 16
+	AttrMaxSharedPerBlockOptin      = 97
 )
 
 const (
@@ -238,6 +240,19 @@ func (h *HostBuffer) Free() error {
 	return h.dev.drv.call("cuMemFreeHost", uintptr(unsafe.Pointer(&h.Bytes[0])))
 }
 
+const hostRegisterPortable = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
+
+// HostRegister page-locks existing host memory (page aligned) for
+// asynchronous copies.
+func (g *Device) HostRegister(b []byte) error {
+	return g.drv.call("cuMemHostRegister_v2", uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable)
+}
+
+// HostUnregister undoes HostRegister.
+func (g *Device) HostUnregister(b []byte) error {
+	return g.drv.call("cuMemHostUnregister", uintptr(unsafe.Pointer(&b[0])))
+}
+
 // Stream is a CUDA stream.
 type Stream struct {
 	s   uintptr
@@ -278,11 +293,21 @@ type Event struct {
 	dev *Device
 }
 
-// NewEvent creates an event.
-func (g *Device) NewEvent() (*Event, error) {
+// NewEvent creates an event for timing.
+func (g *Device) NewEvent() (*Event, error) { return g.newEvent(0) }
+
+// NewSyncEvent creates an event for ordering and completion only, cheaper
+// to record than a timing event.
+func (g *Device) NewSyncEvent() (*Event, error) { return g.newEvent(eventDisableTiming) }
+
+const eventDisableTiming = 0x2 // CU_EVENT_DISABLE_TIMING
+
+func (g *Device) newEvent(flags uintptr) (*Event, error) {
 	e := &Event{dev: g}
-	err := g.drv.call("cuEventCreate", uintptr(unsafe.Pointer(&e.e)), 0)
-	return e, err
+	if err := g.drv.call("cuEventCreate", uintptr(unsafe.Pointer(&e.e)), flags); err != nil {
+		return nil, err
+	}
+	return e, nil
 }
 
 // Record records the event on s.
@@ -300,3 +325,86 @@ func (e *Event) Since(start *Event) (float32, error) {
 
 // Close destroys the event.
 func (e *Event) Close() error { return e.dev.drv.call("cuEventDestroy_v2", e.e) }
+
+// Sync waits until the work before the event's last Record is done.
+func (e *Event) Sync() error { return e.dev.drv.call("cuEventSynchronize", e.e) }
+
+// CopyDtoH queues a copy of device memory to dst, which must be page-locked
+// (HostAlloc) for the copy to be asynchronous.
+func (s *Stream) CopyDtoH(dst []byte, src uint64) error {
+	return s.dev.drv.call("cuMemcpyDtoHAsync_v2", uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.s)
+}
+
+// MemsetD8 queues setting n bytes at dst to v.
+func (s *Stream) MemsetD8(dst uint64, v byte, n uint64) error {
+	return s.dev.drv.call("cuMemsetD8Async", uintptr(dst), uintptr(v), uintptr(n), s.s)
+}
+
+// Module is loaded GPU code.
+type Module struct {
+	m   uintptr
+	dev *Device
+}
+
+// LoadPTX JIT-compiles PTX text for the device and loads it.
+func (g *Device) LoadPTX(ptx []byte) (*Module, error) {
+	text := make([]byte, len(ptx)+1) // the driver reads up to a NUL
+	copy(text, ptx)
+	m := &Module{dev: g}
+	if err := g.drv.call("cuModuleLoadData", uintptr(unsafe.Pointer(&m.m)), uintptr(unsafe.Pointer(&text[0]))); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Close unloads the module.
+func (m *Module) Close() error { return m.dev.drv.call("cuModuleUnload", m.m) }
+
+// Function is a kernel of a loaded module.
+type Function struct {
+	f    uintptr
+	name string
+	dev  *Device
+}
+
+// Function looks up a kernel by its (extern "C") name.
+func (m *Module) Function(name string) (*Function, error) {
+	cname := append([]byte(name), 0)
+	f := &Function{name: name, dev: m.dev}
+	if err := m.dev.drv.call("cuModuleGetFunction", uintptr(unsafe.Pointer(&f.f)), m.m, uintptr(unsafe.Pointer(&cname[0]))); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+const funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+
+// SetMaxDynamicShared allows launches with up to n bytes of dynamic shared
+// memory, above the default 48 KiB where the device allows it.
+func (f *Function) SetMaxDynamicShared(n int) error {
+	return f.dev.drv.call("cuFuncSetAttribute", f.f, funcAttrMaxDynamicShared, uintptr(n))
+}
+
+// Launch queues the kernel on s with a one-dimensional grid and block.
+// Each argument is passed as 8 little-endian bytes: pointers and 64-bit
+// parameters as they are, 32-bit parameters in the low half.
+func (f *Function) Launch(s *Stream, grid, block, shared int, args ...uint64) error {
+	// The driver reads the arguments through this array during the call;
+	// pin both so the collector cannot move or free them meanwhile.
+	vals := make([]uint64, len(args)+1)
+	copy(vals, args)
+	ptrs := make([]unsafe.Pointer, len(args)+1)
+	var pin runtime.Pinner
+	defer pin.Unpin()
+	pin.Pin(&vals[0])
+	pin.Pin(&ptrs[0])
+	for i := range args {
+		ptrs[i] = unsafe.Pointer(&vals[i])
+	}
+	err := f.dev.drv.call("cuLaunchKernel", f.f, uintptr(grid), 1, 1, uintptr(block), 1, 1, uintptr(shared), s.s,
+		uintptr(unsafe.Pointer(&ptrs[0])), 0)
+	if err != nil {
+		return fmt.Errorf("%s: %w", f.name, err)
+	}
+	return nil
+}

@@ -3,7 +3,13 @@
 // Package stream runs continuous acquisition: an FPGA's C2H stream channel
 // filling a ring of slots in GPU memory (direct mode) or in host memory
 // whose slots are then copied to the GPU (compat mode), with every frame
-// accounted for: frames parsed, sequence gaps, duplicates and CRC failures.
+// accounted for: frames parsed, sequence gaps, duplicates and CRC failures,
+// checked on the GPU where they land or on the CPU.
+//
+// In compat mode the host ring and the GPU ring have the same slots: slot
+// i is copied to GPU slot i as soon as it is filled, copies of successive
+// slots overlapping each other and the FPGA's filling of the next, and the
+// host slot goes back to the FPGA when the consumer releases the GPU one.
 package stream
 
 import (
@@ -19,19 +25,6 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
 
-// Region is pinned memory with a view the CPU can read.
-type Region struct {
-	Pin   *p2p.Pin
-	Bytes []byte
-	Free  func() error // unpins and frees
-}
-
-// Memory provides pinned memory: GPU memory (direct mode, and the
-// destination of compat mode's copies) or host memory.
-type Memory interface {
-	Alloc(d *p2p.Device, size uint64) (Region, error)
-}
-
 // Mode says where the ring lives.
 type Mode int
 
@@ -46,6 +39,20 @@ func (m Mode) String() string {
 	return [...]string{"auto", "direct", "compat"}[m]
 }
 
+// Check says where frames are verified.
+type Check int
+
+// Checks.
+const (
+	CheckNone Check = iota // count bytes and slots only
+	CheckCPU               // parse every frame on the CPU (GPU memory the CPU can read, or compat mode's host slots)
+	CheckGPU               // run the frame checker kernel on every slot in GPU memory (a GPUChecking GPU, fixed-size frames)
+)
+
+func (c Check) String() string {
+	return [...]string{"none", "cpu", "gpu"}[c]
+}
+
 // Config describes a session.
 type Config struct {
 	Device  *p2p.Device
@@ -56,18 +63,21 @@ type Config struct {
 	SlotSize uint64
 	Slots    int
 	Mode     Mode
-	GPU      Memory // GPU memory
-	Host     Memory // host memory, for compat mode
-	// Check parses the frames of every slot on the CPU and accounts for
-	// them; without it only bytes and slots are counted.
-	Check bool
+	GPU      GPU // where slots end up, in either mode
+	Check    Check
+	// FrameSize is the size of every frame, for CheckGPU: slots hold
+	// whole frames.
+	FrameSize int
 }
 
-// Filled is a slot ready for the consumer: Data is its bytes in GPU memory
-// (direct) or in the GPU copy (compat), as the CPU sees them.
+// Filled is a slot ready for the consumer, in GPU memory.
 type Filled struct {
-	Slot  int
-	Seq   uint64
+	Slot int
+	Seq  uint64
+	Addr uint64 // GPU virtual address of the slot's first byte
+	Len  uint64 // bytes filled
+	// Data is the slot's bytes as the CPU sees them, when the GPU's memory
+	// is CPU-visible (the simulated GPU); nil on CUDA.
 	Data  []byte
 	EOP   bool
 	Ready time.Time
@@ -76,9 +86,10 @@ type Filled struct {
 // Stats describe a session so far.
 type Stats struct {
 	Mode        Mode
+	Check       Check
 	Bytes       uint64
 	Slots       uint64
-	Elapsed     time.Duration
+	Elapsed     time.Duration // to now, or to the end of the session
 	GBps        float64
 	Held        int           // slots the consumer holds now
 	MaxHeld     int           // most slots held at once
@@ -86,22 +97,43 @@ type Stats struct {
 	Frames      frame.Stats
 }
 
+// Source fills a ring's slots in order and takes them back: the driver's
+// C2H stream (*p2p.Stream, what Start uses) or an in-process model of the
+// FPGA (Attach).
+type Source interface {
+	Slots() <-chan p2p.Slot
+	Release(slots ...int) error
+	Stop() error
+	Err() error
+}
+
 // Session is a running acquisition.
 type Session struct {
 	cfg     Config
 	mode    Mode
-	ring    Region
-	gpu     Region // compat: where slots are copied
-	st      *p2p.Stream
+	gpu     GPUBuffer // the ring (direct) or where slots are copied (compat)
+	gpuPin  *p2p.Pin  // direct mode
+	host    *hostRing // compat mode, allocated by Start
+	ring    []byte    // compat mode: the host ring the source fills
+	cpuView []byte    // the GPU buffer as the CPU sees it, if it can
+	checker FrameChecker
+	cpuChk  frame.Checker
+	src     Source
+	inQueue chan inflight
 	filled  chan Filled
 	mu      sync.Mutex
 	stats   Stats
-	checker frame.Checker
 	started time.Time
+	ended   time.Time // when the last slot was delivered, once the session ended
 	latency time.Duration
 	err     error
 	done    chan struct{}
 	once    sync.Once
+}
+
+type inflight struct {
+	slot p2p.Slot
+	copy Copy // compat mode
 }
 
 // ErrConfig reports a configuration that cannot run.
@@ -110,8 +142,11 @@ var ErrConfig = errors.New("stream: bad configuration")
 // Start allocates the ring, starts the channel and delivers filled slots
 // until ctx ends, Stop is called, or the stream fails.
 func Start(ctx context.Context, cfg Config) (*Session, error) {
-	if cfg.Device == nil || cfg.Slots < 1 || cfg.SlotSize == 0 || cfg.GPU == nil {
-		return nil, fmt.Errorf("%w: need a device, slots, a slot size and GPU memory", ErrConfig)
+	if cfg.Device == nil {
+		return nil, fmt.Errorf("%w: need a device", ErrConfig)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	mode := cfg.Mode
 	if mode == Auto {
@@ -124,87 +159,235 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 			mode = Direct
 		}
 	}
-	if mode == Compat && cfg.Host == nil {
-		return nil, fmt.Errorf("%w: compat mode needs host memory", ErrConfig)
-	}
-	s := &Session{cfg: cfg, mode: mode, filled: make(chan Filled, cfg.Slots), done: make(chan struct{})}
-	size := cfg.SlotSize * uint64(cfg.Slots)
-	var err error
-	if mode == Direct {
-		s.ring, err = cfg.GPU.Alloc(cfg.Device, size)
-	} else {
-		if s.ring, err = cfg.Host.Alloc(cfg.Device, size); err == nil {
-			if s.gpu, err = cfg.GPU.Alloc(cfg.Device, size); err != nil {
-				s.ring.Free()
-			}
-		}
-	}
+	s, err := newSession(cfg, mode)
 	if err != nil {
-		return nil, fmt.Errorf("stream: %v ring of %d x %d bytes: %w", mode, cfg.Slots, cfg.SlotSize, err)
+		return nil, err
+	}
+	pin := s.gpuPin
+	if mode == Compat {
+		if s.host, err = allocHostRing(cfg.Device, cfg.GPU, s.size()); err != nil {
+			s.free()
+			return nil, fmt.Errorf("stream: compat host ring of %d x %d bytes: %w", cfg.Slots, cfg.SlotSize, err)
+		}
+		s.ring, pin = s.host.mem, s.host.pin
 	}
 	segs := make([]p2p.Segment, cfg.Slots)
 	for i := range segs {
-		segs[i] = p2p.Segment{Pin: s.ring.Pin, Offset: uint64(i) * cfg.SlotSize, Len: cfg.SlotSize}
+		segs[i] = p2p.Segment{Pin: pin, Offset: uint64(i) * cfg.SlotSize, Len: cfg.SlotSize}
 	}
-	if s.st, err = cfg.Device.StartStream(cfg.Channel, segs); err != nil {
+	st, err := cfg.Device.StartStream(cfg.Channel, segs)
+	if err != nil {
 		s.free()
 		return nil, err
 	}
-	s.started = time.Now()
-	s.stats.Mode = mode
-	go s.run(ctx)
+	s.run(ctx, st)
 	return s, nil
 }
 
-func (s *Session) free() {
-	if s.ring.Free != nil {
-		s.ring.Free()
+// Attach runs a compat-mode session on a source that fills host, a ring of
+// cfg.Slots slots of cfg.SlotSize bytes, without the driver: the in-process
+// device model that benchmarks and tests use. cfg.Device and cfg.Channel
+// are unused.
+func Attach(ctx context.Context, cfg Config, host []byte, src Source) (*Session, error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
-	if s.gpu.Free != nil {
+	if uint64(len(host)) < cfg.SlotSize*uint64(cfg.Slots) {
+		return nil, fmt.Errorf("%w: host ring of %d bytes for %d x %d", ErrConfig, len(host), cfg.Slots, cfg.SlotSize)
+	}
+	s, err := newSession(cfg, Compat)
+	if err != nil {
+		return nil, err
+	}
+	s.ring = host
+	unregister, err := cfg.GPU.RegisterHost(host)
+	if err != nil {
+		s.free()
+		return nil, err
+	}
+	s.host = &hostRing{unregister: unregister}
+	s.run(ctx, src)
+	return s, nil
+}
+
+func (c *Config) validate() error {
+	if c.Slots < 1 || c.SlotSize == 0 || c.GPU == nil {
+		return fmt.Errorf("%w: need slots, a slot size and a GPU", ErrConfig)
+	}
+	if c.Check == CheckGPU {
+		if _, ok := c.GPU.(GPUChecking); !ok {
+			return fmt.Errorf("%w: this GPU cannot check frames (CUDA can)", ErrConfig)
+		}
+		if c.FrameSize <= 0 || c.SlotSize%uint64(c.FrameSize) != 0 {
+			return fmt.Errorf("%w: checking on the GPU needs slots of whole frames: %d-byte slots, %d-byte frames",
+				ErrConfig, c.SlotSize, c.FrameSize)
+		}
+	}
+	return nil
+}
+
+func newSession(cfg Config, mode Mode) (*Session, error) {
+	s := &Session{cfg: cfg, mode: mode, inQueue: make(chan inflight, cfg.Slots), filled: make(chan Filled, cfg.Slots),
+		done: make(chan struct{})}
+	var err error
+	if s.gpu, err = cfg.GPU.Alloc(s.size()); err != nil {
+		return nil, fmt.Errorf("stream: %v ring of %d x %d bytes: %w", mode, cfg.Slots, cfg.SlotSize, err)
+	}
+	if v, ok := s.gpu.(CPUVisible); ok {
+		s.cpuView = v.Bytes()
+	}
+	if cfg.Check == CheckCPU && s.cpuView == nil && mode == Direct {
+		s.free()
+		return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+	}
+	if cfg.Check == CheckGPU {
+		if s.checker, err = cfg.GPU.(GPUChecking).NewFrameChecker(cfg.FrameSize, int(cfg.SlotSize)/cfg.FrameSize); err != nil {
+			s.free()
+			return nil, err
+		}
+	}
+	if mode == Direct {
+		if s.gpuPin, err = cfg.Device.PinGPU(s.gpu.Addr(), s.size(), p2p.PinOptions{}); err != nil {
+			s.free()
+			return nil, fmt.Errorf("stream: direct ring of %d x %d bytes: %w", cfg.Slots, cfg.SlotSize, err)
+		}
+	}
+	return s, nil
+}
+
+func (s *Session) size() uint64 { return s.cfg.SlotSize * uint64(s.cfg.Slots) }
+
+func (s *Session) free() {
+	if s.checker != nil {
+		s.checker.Close()
+	}
+	if s.gpuPin != nil {
+		s.gpuPin.Unpin()
+	}
+	if s.host != nil {
+		s.host.free()
+	}
+	if s.gpu != nil {
 		s.gpu.Free()
 	}
 }
 
-func (s *Session) run(ctx context.Context) {
-	defer close(s.filled)
-	defer close(s.done)
-	stop := context.AfterFunc(ctx, func() { s.st.Stop() })
+func (s *Session) run(ctx context.Context, src Source) {
+	s.src = src
+	s.started = time.Now()
+	s.stats.Mode = s.mode
+	s.stats.Check = s.cfg.Check
+	go s.collect(ctx)
+	go s.deliver()
+}
+
+// collect takes filled slots from the source and, in compat mode, starts
+// their copies to the GPU; deliver waits for them in order. Copies of
+// successive slots overlap one another and the FPGA filling the next ones.
+func (s *Session) collect(ctx context.Context) {
+	defer close(s.inQueue)
+	stop := context.AfterFunc(ctx, func() { s.src.Stop() })
 	defer stop()
 	size := s.cfg.SlotSize
-	for sl := range s.st.Slots() {
-		data := s.ring.Bytes[uint64(sl.Index)*size : uint64(sl.Index)*size+sl.Bytes]
+	for sl := range s.src.Slots() {
+		in := inflight{slot: sl}
 		if s.mode == Compat {
-			// The copy to the GPU; with CUDA this is an async H2D copy.
-			dst := s.gpu.Bytes[uint64(sl.Index)*size:]
-			copy(dst, data)
-			data = dst[:sl.Bytes]
-		}
-		s.mu.Lock()
-		s.stats.Bytes += sl.Bytes
-		s.stats.Slots++
-		s.stats.Held++
-		s.stats.MaxHeld = max(s.stats.MaxHeld, s.stats.Held)
-		if s.cfg.Check {
-			for b := data; len(b) > 0; {
-				n, err := s.checker.Check(b)
-				if err != nil {
-					break // counted as a CRC failure
-				}
-				b = b[n:]
+			off := uint64(sl.Index) * size
+			cp, err := s.gpu.CopyIn(off, s.ring[off:off+sl.Bytes])
+			if err != nil {
+				s.fail(fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err))
+				s.src.Stop()
+				continue
 			}
+			in.copy = cp
 		}
-		s.latency += monotonic() - sl.Time
-		s.stats.SlotLatency = s.latency / time.Duration(s.stats.Slots)
-		s.mu.Unlock()
-		f := Filled{Slot: sl.Index, Seq: sl.Seq, Data: data, EOP: sl.EOP, Ready: time.Now()}
-		s.filled <- f // room for every slot: the ring bounds what is out
+		s.inQueue <- in // room for every slot: the ring bounds what is out
 	}
 	s.mu.Lock()
-	s.err = s.st.Err()
+	if s.err == nil {
+		s.err = s.src.Err()
+	}
 	if s.err == nil && ctx.Err() != nil {
 		s.err = ctx.Err()
 	}
 	s.mu.Unlock()
+}
+
+func (s *Session) fail(err error) {
+	s.mu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.mu.Unlock()
+}
+
+func (s *Session) deliver() {
+	defer close(s.done)
+	defer close(s.filled)
+	defer func() {
+		s.mu.Lock()
+		s.ended = time.Now()
+		s.mu.Unlock()
+	}()
+	size := s.cfg.SlotSize
+	for in := range s.inQueue {
+		sl := in.slot
+		off := uint64(sl.Index) * size
+		if in.copy != nil {
+			if err := in.copy.Wait(); err != nil {
+				s.fail(fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err))
+				s.src.Stop()
+				continue
+			}
+		}
+		if err := s.check(off, sl.Bytes); err != nil {
+			s.fail(err)
+			s.src.Stop()
+			continue
+		}
+		f := Filled{Slot: sl.Index, Seq: sl.Seq, Addr: s.gpu.Addr() + off, Len: sl.Bytes, EOP: sl.EOP}
+		if s.cpuView != nil {
+			f.Data = s.cpuView[off : off+sl.Bytes]
+		}
+		s.mu.Lock()
+		s.stats.Frames = s.cpuChk.Stats
+		if s.checker != nil {
+			s.stats.Frames = s.checker.Stats()
+		}
+		s.stats.Bytes += sl.Bytes
+		s.stats.Slots++
+		s.stats.Held++
+		s.stats.MaxHeld = max(s.stats.MaxHeld, s.stats.Held)
+		s.latency += monotonic() - sl.Time
+		s.stats.SlotLatency = s.latency / time.Duration(s.stats.Slots)
+		s.mu.Unlock()
+		f.Ready = time.Now()
+		s.filled <- f
+	}
+}
+
+// check verifies the frames of a slot where the configuration says. Only
+// deliver calls it; the counts reach Stats under mu afterwards.
+func (s *Session) check(off, n uint64) error {
+	switch s.cfg.Check {
+	case CheckGPU:
+		if err := s.checker.Check(s.gpu, off, n); err != nil {
+			return fmt.Errorf("stream: checking frames on the GPU: %w", err)
+		}
+	case CheckCPU:
+		data := s.ring // compat: the host slot, which is what was copied
+		if s.cpuView != nil {
+			data = s.cpuView
+		}
+		for b := data[off : off+n]; len(b) > 0; {
+			k, err := s.cpuChk.Check(b)
+			if err != nil {
+				break // counted as a CRC failure
+			}
+			b = b[k:]
+		}
+	}
+	return nil
 }
 
 // monotonic reads CLOCK_MONOTONIC, the driver's clock for slot times.
@@ -225,7 +408,7 @@ func (s *Session) Release(slot int) error {
 	s.mu.Lock()
 	s.stats.Held--
 	s.mu.Unlock()
-	if err := s.st.Release(slot); err != nil {
+	if err := s.src.Release(slot); err != nil {
 		s.mu.Lock()
 		s.stats.Held++
 		s.mu.Unlock()
@@ -236,7 +419,7 @@ func (s *Session) Release(slot int) error {
 
 // Stop ends the session and waits until its slots are delivered.
 func (s *Session) Stop() error {
-	err := s.st.Stop()
+	err := s.src.Stop()
 	<-s.done
 	return err
 }
@@ -267,9 +450,11 @@ func (s *Session) Stats() Stats {
 	defer s.mu.Unlock()
 	st := s.stats
 	st.Elapsed = time.Since(s.started)
+	if !s.ended.IsZero() {
+		st.Elapsed = s.ended.Sub(s.started)
+	}
 	if st.Elapsed > 0 {
 		st.GBps = float64(st.Bytes) / st.Elapsed.Seconds() / 1e9
 	}
-	st.Frames = s.checker.Stats
 	return st
 }

@@ -30,7 +30,7 @@ func setup(t *testing.T, payload int, rate uint32, fifo int) rig {
 
 func (r rig) config(mode stream.Mode, slots int, size uint64) stream.Config {
 	return stream.Config{Device: r.Dev, Channel: 1, SlotSize: size, Slots: slots, Mode: mode,
-		GPU: simgpu.StreamMemory{GPU: r.GPU, Pattern: simgpu.Fragmented}, Host: stream.HostMemory{}, Check: true}
+		GPU: simgpu.StreamGPU{GPU: r.GPU, Pattern: simgpu.Fragmented}, Check: stream.CheckCPU}
 }
 
 func cpuTime() time.Duration {
@@ -125,7 +125,7 @@ func TestEndings(t *testing.T) {
 	// Freeing the GPU memory under the ring ends it with ErrRevoked. The
 	// freed memory is no longer readable, so nothing checks frames.
 	cfg := r.config(stream.Direct, 8, 4096)
-	cfg.Check = false
+	cfg.Check = stream.CheckNone
 	s, err = stream.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 const (
 	memHost = "host" // host RAM: the compat path
 	memSim  = "sim"  // the test rig's simulated GPU (nvp2p_sim)
+	memCUDA = "cuda" // GPU memory from the CUDA driver
 	// memSimDmabuf is the simulated GPU's memory exported as a dma-buf and
 	// pinned through it, as NVIDIA's dma-buf route does.
 	memSimDmabuf = "sim-dmabuf"

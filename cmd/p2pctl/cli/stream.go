@@ -13,8 +13,32 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
+
+// openStreamGPU opens the GPU memory a stream's slots end up in.
+func openStreamGPU(mem string) (stream.GPU, func(), error) {
+	switch mem {
+	case memCUDA:
+		c, err := stream.OpenCUDA(0)
+		if err != nil {
+			code := ExitDevice
+			if errors.Is(err, cuda.ErrNoDriver) {
+				err = fmt.Errorf("%w: use --mem sim on the test rig", err)
+			}
+			return nil, nil, &exitError{code, err}
+		}
+		return c, func() { c.Close() }, nil
+	case memSim:
+		gpu, err := simgpu.Open()
+		if err != nil {
+			return nil, nil, &exitError{ExitDevice, err}
+		}
+		return simgpu.StreamGPU{GPU: gpu, Pattern: simgpu.Fragmented}, func() { gpu.Close() }, nil
+	}
+	return nil, nil, usageErr("--mem %q: want %s or %s", mem, memCUDA, memSim)
+}
 
 type streamJSON struct {
 	Time        time.Time `json:"time"`
@@ -59,8 +83,9 @@ func writeStreamLine(w io.Writer, l streamJSON) {
 }
 
 func newStreamCmd(g *globals) *cobra.Command {
-	var mode, mem, channel, out string
+	var mode, mem, channel, out, check string
 	var slots int
+	var frameSize sizeValue
 	var slotSize sizeValue = 64 << 10
 	var duration, interval time.Duration
 	var limit sizeValue
@@ -70,10 +95,11 @@ func newStreamCmd(g *globals) *cobra.Command {
 		Long: `stream runs a C2H stream channel into a ring of --slots slots of --slot-size
 bytes, in GPU memory (direct mode) or in host memory copied on to the GPU
 (compat mode; auto picks direct when the driver can pin GPU memory). Every
-slot's frames are checked (sequence numbers and CRC32C) and released; live
+slot's frames are checked (sequence numbers and CRC32C: --check cpu, or gpu
+with the CUDA frame checker, which needs --frame-size) and released; live
 statistics print every --interval and a summary at the end. --out records
-the slots' bytes to a file. GPU memory is the rig's simulated GPU (--mem sim)
-until the CUDA layer lands.`,
+the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
+(--mem cuda) or the rig's simulated GPU (--mem sim).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
@@ -88,22 +114,27 @@ until the CUDA layer lands.`,
 			if !ok {
 				return usageErr("--mode %q: want auto, direct or compat", mode)
 			}
-			if mem != memSim {
-				return usageErr("--mem %q: GPU memory is %q (the rig's simulated GPU) until the CUDA layer lands", mem, memSim)
+			checks := map[string]stream.Check{"none": stream.CheckNone, "cpu": stream.CheckCPU, "gpu": stream.CheckGPU}
+			ck, ok := checks[check]
+			if !ok {
+				return usageErr("--check %q: want cpu, gpu or none", check)
 			}
 			if slots < 1 || interval <= 0 {
 				return usageErr("--slots and --interval must be positive")
+			}
+			if out != "" && mem == memCUDA {
+				return usageErr("--out records CPU-visible memory: not with --mem %s", memCUDA)
 			}
 			d, err := g.open()
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			gpu, err := simgpu.Open()
+			gpu, closeGPU, err := openStreamGPU(mem)
 			if err != nil {
-				return &exitError{ExitDevice, err}
+				return err
 			}
-			defer gpu.Close()
+			defer closeGPU()
 			var rec *os.File
 			if out != "" {
 				if rec, err = os.Create(out); err != nil {
@@ -120,7 +151,7 @@ until the CUDA layer lands.`,
 			}
 			s, err := stream.Start(ctx, stream.Config{
 				Device: d, Channel: idx, SlotSize: uint64(slotSize), Slots: slots, Mode: sm,
-				GPU: simgpu.StreamMemory{GPU: gpu, Pattern: simgpu.Fragmented}, Host: stream.HostMemory{}, Check: true,
+				GPU: gpu, Check: ck, FrameSize: int(frameSize),
 			})
 			if err != nil {
 				return err
@@ -176,7 +207,9 @@ until the CUDA layer lands.`,
 	cmd.Flags().IntVar(&slots, "slots", 16, "slots in the ring")
 	cmd.Flags().Var(&slotSize, "slot-size", "bytes per slot (within one GPU page run, e.g. 64KiB)")
 	cmd.Flags().StringVar(&mode, "mode", "auto", "auto, direct (GPU memory) or compat (host memory, copied to the GPU)")
-	cmd.Flags().StringVar(&mem, "mem", memSim, "GPU memory: sim (the rig's simulated GPU)")
+	cmd.Flags().StringVar(&mem, "mem", memSim, "GPU memory: cuda, or sim (the rig's simulated GPU)")
+	cmd.Flags().StringVar(&check, "check", "cpu", "where frames are checked: cpu, gpu (CUDA) or none")
+	cmd.Flags().Var(&frameSize, "frame-size", "bytes per frame, for --check gpu")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().Var(&limit, "bytes", "stop after this many bytes (0: no limit)")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "statistics interval")

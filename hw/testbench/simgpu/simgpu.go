@@ -5,14 +5,12 @@
 package simgpu
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
@@ -187,32 +185,48 @@ func (g *GPU) Counters() (Counters, error) {
 	return c, nil
 }
 
-// StreamMemory allocates the simulated GPU's memory and pins it on a
-// gpufpga device: the rig's stand-in for cudaMalloc'd buffers in
-// pkg/stream.
-type StreamMemory struct {
+// StreamGPU is the simulated GPU as pkg/stream's GPU: allocations laid
+// out by Pattern, CPU-visible, filled in compat mode by CPU copies.
+type StreamGPU struct {
 	GPU     *GPU
 	Pattern Pattern
 }
 
-// Alloc implements stream.Memory.
-func (m StreamMemory) Alloc(d *p2p.Device, size uint64) (stream.Region, error) {
+// Alloc implements stream.GPU.
+func (m StreamGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
 	a, err := m.GPU.Alloc(size, m.Pattern, 1)
 	if err != nil {
-		return stream.Region{}, err
+		return nil, err
 	}
-	mem, err := a.Bytes()
-	if err != nil {
+	if _, err := a.Bytes(); err != nil {
 		a.Free()
-		return stream.Region{}, err
+		return nil, err
 	}
-	pin, err := d.PinGPU(a.VA, size, p2p.PinOptions{})
-	if err != nil {
-		a.Free()
-		return stream.Region{}, err
-	}
-	return stream.Region{Pin: pin, Bytes: mem[:size], Free: func() error {
-		err := pin.Unpin()
-		return errors.Join(err, a.Free())
-	}}, nil
+	return streamBuffer{a}, nil
 }
+
+// RegisterHost implements stream.GPU: CPU copies need nothing.
+func (StreamGPU) RegisterHost([]byte) (func() error, error) { return func() error { return nil }, nil }
+
+type streamBuffer struct{ a *Alloc }
+
+func (b streamBuffer) Addr() uint64  { return b.a.VA }
+func (b streamBuffer) Size() uint64  { return b.a.Size }
+func (b streamBuffer) Bytes() []byte { return b.a.mem }
+func (b streamBuffer) Free() error   { return b.a.Free() }
+
+// CopyIn copies at once, as the CPU writing through BAR1 would.
+func (b streamBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	if b.a.mem == nil {
+		return nil, fmt.Errorf("simgpu: %#x is no longer mapped", b.a.VA)
+	}
+	if off > b.a.Size || uint64(len(src)) > b.a.Size-off {
+		return nil, fmt.Errorf("simgpu: copy of %d bytes to offset %d of %d", len(src), off, b.a.Size)
+	}
+	copy(b.a.mem[off:], src)
+	return doneCopy{}, nil
+}
+
+type doneCopy struct{}
+
+func (doneCopy) Wait() error { return nil }

@@ -1,0 +1,187 @@
+//go:build linux
+
+package acq
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+)
+
+// HostRingConfig configures a HostRing.
+type HostRingConfig struct {
+	Ring      []byte // Slots * SlotSize bytes
+	Slots     int
+	SlotSize  int
+	FrameSize int // slots hold SlotSize/FrameSize whole frames
+	Workers   int // slots encoded at once; 0 means 1
+}
+
+// ErrNotHeld reports a release of a slot the consumer does not hold.
+var ErrNotHeld = errors.New("acq: slot not held")
+
+// HostRing is the device model's frame source and C2H stream engine run in
+// process, for measuring what consumes a ring without QEMU: it writes
+// frames into a host ring's slots in ring order and reports each filled
+// slot as the driver does (a p2p.Slot), under the driver's credit rule: a
+// slot is written again only once it and every slot before it were
+// released. Workers encode successive slots at once, as an FPGA's frame
+// generator is as wide as its link needs. It is unpaced: it fills a slot
+// as soon as it holds the slot's credit, like a link faster than the host.
+type HostRing struct {
+	cfg     HostRingConfig
+	credits chan struct{}
+	jobs    chan ringJob
+	order   chan ringJob
+	slots   chan p2p.Slot
+	stop    chan struct{}
+	stopped sync.Once
+	done    chan struct{}
+	start   time.Time
+
+	mu         sync.Mutex
+	held       []bool
+	released   []bool
+	nextCredit int
+	generated  uint64
+}
+
+type ringJob struct {
+	k    uint64 // fill sequence number; slot k % Slots
+	done chan struct{}
+}
+
+// NewHostRing starts the model.
+func NewHostRing(cfg HostRingConfig) (*HostRing, error) {
+	if cfg.Slots < 1 || cfg.FrameSize < frame.HeaderSize || cfg.SlotSize < cfg.FrameSize ||
+		cfg.SlotSize%cfg.FrameSize != 0 || len(cfg.Ring) < cfg.Slots*cfg.SlotSize {
+		return nil, fmt.Errorf("acq: host ring of %d bytes for %d slots of %d bytes of %d-byte frames",
+			len(cfg.Ring), cfg.Slots, cfg.SlotSize, cfg.FrameSize)
+	}
+	cfg.Workers = max(cfg.Workers, 1)
+	r := &HostRing{
+		cfg:      cfg,
+		credits:  make(chan struct{}, cfg.Slots),
+		jobs:     make(chan ringJob, cfg.Slots),
+		order:    make(chan ringJob, cfg.Slots),
+		slots:    make(chan p2p.Slot, cfg.Slots),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+		held:     make([]bool, cfg.Slots),
+		released: make([]bool, cfg.Slots),
+		start:    time.Now(),
+	}
+	for range cfg.Slots {
+		r.credits <- struct{}{}
+	}
+	var workers sync.WaitGroup
+	for range cfg.Workers {
+		workers.Add(1)
+		go func() {
+			defer workers.Done()
+			for j := range r.jobs {
+				r.fill(j.k)
+				close(j.done)
+			}
+		}()
+	}
+	go r.dispatch()
+	go func() {
+		r.emit()
+		close(r.jobs)
+		workers.Wait()
+		close(r.done)
+	}()
+	return r, nil
+}
+
+// dispatch hands out a slot for each credit, in ring order.
+func (r *HostRing) dispatch() {
+	defer close(r.order)
+	for k := uint64(0); ; k++ {
+		select {
+		case <-r.stop:
+			return
+		case <-r.credits:
+		}
+		j := ringJob{k: k, done: make(chan struct{})}
+		r.jobs <- j
+		r.order <- j
+	}
+}
+
+// emit reports slots in fill order as their workers finish.
+func (r *HostRing) emit() {
+	defer close(r.slots)
+	for j := range r.order {
+		<-j.done
+		idx := int(j.k % uint64(r.cfg.Slots))
+		r.mu.Lock()
+		r.held[idx] = true
+		r.generated += uint64(r.cfg.SlotSize / r.cfg.FrameSize)
+		r.mu.Unlock()
+		r.slots <- p2p.Slot{Index: idx, Seq: j.k, Bytes: uint64(r.cfg.SlotSize), EOP: true, Time: monotonic()}
+	}
+}
+
+func (r *HostRing) fill(k uint64) {
+	per := r.cfg.SlotSize / r.cfg.FrameSize
+	slot := r.cfg.Ring[int(k%uint64(r.cfg.Slots))*r.cfg.SlotSize:]
+	ts := uint64(time.Since(r.start))
+	for i := range per {
+		frame.Encode(slot[i*r.cfg.FrameSize:], k*uint64(per)+uint64(i), ts, r.cfg.FrameSize-frame.HeaderSize)
+	}
+}
+
+// Slots delivers filled slots in fill order; closed after Stop.
+func (r *HostRing) Slots() <-chan p2p.Slot { return r.slots }
+
+// Release returns slots; credits go back in ring order, as the driver's.
+func (r *HostRing) Release(slots ...int) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, s := range slots {
+		if s < 0 || s >= r.cfg.Slots || !r.held[s] {
+			return fmt.Errorf("%w: %d", ErrNotHeld, s)
+		}
+	}
+	for _, s := range slots {
+		r.held[s] = false
+		r.released[s] = true
+	}
+	for r.released[r.nextCredit] {
+		r.released[r.nextCredit] = false
+		r.nextCredit = (r.nextCredit + 1) % r.cfg.Slots
+		r.credits <- struct{}{}
+	}
+	return nil
+}
+
+// Stop ends the model: slots being filled are still delivered.
+func (r *HostRing) Stop() error {
+	r.stopped.Do(func() { close(r.stop) })
+	<-r.done // never long: the slots channel has room for every slot
+	return nil
+}
+
+// Err is always nil: the model does not fail.
+func (r *HostRing) Err() error { return nil }
+
+// Generated returns the frames written into slots so far.
+func (r *HostRing) Generated() uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.generated
+}
+
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
+}

@@ -1,0 +1,132 @@
+//go:build linux && gpu
+
+package cuda
+
+import (
+	"bytes"
+	"errors"
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+func device(t *testing.T) *Device {
+	t.Helper()
+	runtime.LockOSThread()
+	t.Cleanup(runtime.UnlockOSThread)
+	drv, err := Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := drv.Device(0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	if err := g.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// Allocations are whole 64 KiB pages at 64 KiB-aligned addresses, and a
+// dma-buf export of a range has that range's size.
+func TestAllocAndExport(t *testing.T) {
+	g := device(t)
+	b, err := g.Alloc(3<<20 + 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	if b.Ptr%(64<<10) != 0 || b.Size != 3<<20+64<<10 {
+		t.Fatalf("allocation at %#x of %d bytes", b.Ptr, b.Size)
+	}
+	supported, err := g.Attribute(AttrDmaBufSupported)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := b.ExportDmabuf(64<<10, 2<<20)
+	if supported == 0 {
+		if err == nil {
+			t.Fatal("dma-buf export worked on a GPU that says it has no dma-buf support")
+		}
+		return // and the export fails, as it must
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if n, err := unix.Seek(fd, 0, 2); err != nil || n != 2<<20 {
+		t.Fatalf("dma-buf of %d bytes (%v), want 2 MiB", n, err)
+	}
+}
+
+// Bytes make the round trip through registered host memory, async copies
+// on a stream and an event, and a kernel-free device copy.
+func TestCopies(t *testing.T) {
+	g := device(t)
+	const n = 8 << 20
+	host, err := unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(host)
+	for i := range host {
+		host[i] = byte(i * 7)
+	}
+	if err := g.HostRegister(host); err != nil {
+		t.Fatal(err)
+	}
+	defer g.HostUnregister(host)
+	a, _ := g.Alloc(n)
+	b, _ := g.Alloc(n)
+	defer a.Free()
+	defer b.Free()
+	s, err := g.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	e, err := g.NewSyncEvent()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if err := s.CopyHtoD(a.Ptr, host); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyDtoD(b.Ptr, a.Ptr, n); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.MemsetD8(b.Ptr, 0xAB, 16); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Record(s); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, n)
+	if err := g.CopyDtoH(got, b.Ptr); err != nil {
+		t.Fatal(err)
+	}
+	copy(host[:16], bytes.Repeat([]byte{0xAB}, 16))
+	if !bytes.Equal(got, host) {
+		t.Fatal("the device copy differs from the host bytes")
+	}
+}
+
+// Driver errors carry the call, the code and the driver's message.
+func TestErrors(t *testing.T) {
+	g := device(t)
+	if _, err := g.LoadPTX([]byte("this is not PTX")); err == nil {
+		t.Fatal("loading garbage as PTX succeeded")
+	} else if e := (*Error)(nil); !errors.As(err, &e) || e.Op != "cuModuleLoadData" || e.Code == 0 {
+		t.Fatalf("LoadPTX(garbage): %v", err)
+	}
+	if _, err := g.Alloc(1 << 62); err == nil {
+		t.Fatal("allocating 4 EiB succeeded")
+	}
+}

@@ -1,0 +1,203 @@
+//go:build linux
+
+package stream_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/acq"
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/stream"
+)
+
+const (
+	slots     = 8
+	slotSize  = 256 << 10
+	frameSize = 4 << 10
+)
+
+// attach runs compat mode on the in-process device model and a simulated
+// GPU, as the benchmark does on a real one.
+func attach(t *testing.T, ctx context.Context, gpu stream.GPU, check stream.Check) (*stream.Session, *acq.HostRing) {
+	t.Helper()
+	host := make([]byte, slots*slotSize)
+	src, err := acq.NewHostRing(acq.HostRingConfig{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize, Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := stream.Attach(ctx, stream.Config{SlotSize: slotSize, Slots: slots, GPU: gpu, Check: check, FrameSize: frameSize}, host, src)
+	if err != nil {
+		src.Stop()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, src
+}
+
+// checkSlot verifies that a delivered slot holds the frames of fill k, in
+// GPU memory.
+func checkSlot(t *testing.T, f stream.Filled) {
+	t.Helper()
+	if f.Len != slotSize || uint64(len(f.Data)) != f.Len {
+		t.Fatalf("slot %d: %d bytes, %d visible", f.Slot, f.Len, len(f.Data))
+	}
+	for i := 0; i < slotSize/frameSize; i++ {
+		h, err := frame.Parse(f.Data[i*frameSize:])
+		if err != nil {
+			t.Fatalf("slot %d (fill %d) frame %d: %v", f.Slot, f.Seq, i, err)
+		}
+		if want := f.Seq*slotSize/frameSize + uint64(i); h.Seq != want {
+			t.Fatalf("slot %d (fill %d) frame %d has sequence %d, want %d", f.Slot, f.Seq, i, h.Seq, want)
+		}
+	}
+}
+
+// Slots go through asynchronous copies to the GPU in order, every frame
+// lands there intact, and the counts reconcile with what the model wrote.
+func TestCompatPipeline(t *testing.T) {
+	gpu := &simgpu.Local{Engines: 3}
+	s, src := attach(t, context.Background(), gpu, stream.CheckCPU)
+	const total = 64 << 20
+	next := uint64(0)
+	for f := range s.Filled() {
+		if f.Seq != next || f.Slot != int(next%slots) {
+			t.Fatalf("got fill %d in slot %d, want fill %d", f.Seq, f.Slot, next)
+		}
+		next++
+		checkSlot(t, f)
+		if err := s.Release(f.Slot); err != nil {
+			t.Fatal(err)
+		}
+		if s.Stats().Bytes >= total {
+			if err := s.Stop(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	st := s.Stats()
+	if s.Err() != nil || st.Mode != stream.Compat || st.Bytes < total || st.Frames.Frames != st.Bytes/frameSize ||
+		st.Frames.Gaps != 0 || st.Frames.Duplicates != 0 || st.Frames.CRCFailures != 0 || st.MaxHeld > slots {
+		t.Fatalf("ended %v with %+v", s.Err(), st)
+	}
+	if gpu.Copies() != st.Slots || src.Generated() != st.Frames.Frames {
+		t.Fatalf("%d copies and %d frames generated for %d slots, %d frames", gpu.Copies(), src.Generated(), st.Slots, st.Frames.Frames)
+	}
+}
+
+// A consumer holding every slot stops the model at the ring's end: no
+// further slot arrives and the held slots' GPU copies stay as they were.
+func TestCompatSlowConsumer(t *testing.T) {
+	s, _ := attach(t, context.Background(), &simgpu.Local{}, stream.CheckCPU)
+	var held []stream.Filled
+	for len(held) < slots {
+		held = append(held, <-s.Filled())
+	}
+	select {
+	case f := <-s.Filled():
+		t.Fatalf("slot %d (fill %d) delivered while the consumer held the whole ring", f.Slot, f.Seq)
+	case <-time.After(200 * time.Millisecond):
+	}
+	for _, f := range held {
+		checkSlot(t, f)
+		if err := s.Release(f.Slot); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for f := range s.Filled() {
+		checkSlot(t, f)
+		s.Release(f.Slot)
+		if f.Seq == 3*slots {
+			s.Stop()
+		}
+	}
+	if st := s.Stats(); s.Err() != nil || st.MaxHeld != slots || st.Frames.Gaps != 0 || st.Frames.Duplicates != 0 {
+		t.Fatalf("ended %v with %+v", s.Err(), st)
+	}
+	if err := s.Release(0); !errors.Is(err, acq.ErrNotHeld) {
+		t.Fatalf("releasing a slot not held: %v, want ErrNotHeld", err)
+	}
+}
+
+// Cancelling the context ends the session with the context's error.
+func TestCompatCancel(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	s, _ := attach(t, ctx, &simgpu.Local{}, stream.CheckNone)
+	f := <-s.Filled()
+	s.Release(f.Slot)
+	cancel()
+	for f := range s.Filled() {
+		s.Release(f.Slot)
+	}
+	if !errors.Is(s.Err(), context.Canceled) {
+		t.Fatalf("after cancel: %v", s.Err())
+	}
+}
+
+var errCopyEngine = errors.New("copy engine fault")
+
+// failingGPU fails the copy after a few.
+type failingGPU struct {
+	simgpu.Local
+	left int
+}
+
+func (g *failingGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
+	b, err := g.Local.Alloc(size)
+	return &failingBuffer{b, g}, err
+}
+
+type failingBuffer struct {
+	stream.GPUBuffer
+	g *failingGPU
+}
+
+func (b *failingBuffer) Bytes() []byte { return b.GPUBuffer.(stream.CPUVisible).Bytes() }
+
+func (b *failingBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	if b.g.left == 0 {
+		return nil, errCopyEngine
+	}
+	b.g.left--
+	return b.GPUBuffer.CopyIn(off, src)
+}
+
+// A failed copy ends the session with that error; what was copied before
+// it is delivered.
+func TestCompatCopyFailure(t *testing.T) {
+	s, _ := attach(t, context.Background(), &failingGPU{left: 5}, stream.CheckCPU)
+	n := 0
+	for f := range s.Filled() {
+		checkSlot(t, f)
+		s.Release(f.Slot)
+		n++
+	}
+	if !errors.Is(s.Err(), errCopyEngine) || n != 5 {
+		t.Fatalf("%d slots, then %v; want 5, then the copy error", n, s.Err())
+	}
+}
+
+// Configurations that cannot run are refused with ErrConfig.
+func TestConfigErrors(t *testing.T) {
+	host := make([]byte, slots*slotSize)
+	for _, tc := range []struct {
+		name string
+		cfg  stream.Config
+		host []byte
+	}{
+		{"no slots", stream.Config{SlotSize: slotSize, GPU: &simgpu.Local{}}, host},
+		{"no GPU", stream.Config{SlotSize: slotSize, Slots: slots}, host},
+		{"small host ring", stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}}, host[:slotSize]},
+		{"GPU check without CUDA", stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}, Check: stream.CheckGPU, FrameSize: frameSize}, host},
+	} {
+		if _, err := stream.Attach(context.Background(), tc.cfg, tc.host, nil); !errors.Is(err, stream.ErrConfig) {
+			t.Errorf("%s: %v, want ErrConfig", tc.name, err)
+		}
+	}
+	if _, err := stream.Start(context.Background(), stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}}); !errors.Is(err, stream.ErrConfig) {
+		t.Errorf("Start without a device: %v, want ErrConfig", err)
+	}
+}

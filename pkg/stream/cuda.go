@@ -1,0 +1,239 @@
+//go:build linux
+
+package stream
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/gpucheck"
+)
+
+// CUDA is GPU memory from the CUDA driver. Compat mode's copies go round
+// robin over a few CUDA streams, so consecutive slots copy concurrently
+// (double or triple buffering) while the FPGA fills the next.
+type CUDA struct {
+	dev     *cuda.Device
+	owned   bool // opened by OpenCUDA: Close releases it
+	streams []*cuda.Stream
+	mu      sync.Mutex
+	next    int
+	events  []*cuda.Event // idle completion events
+}
+
+// NewCUDA returns g's memory with copies spread over copyStreams streams
+// (at least one; three keeps a copy engine busy).
+func NewCUDA(g *cuda.Device, copyStreams int) (*CUDA, error) {
+	c := &CUDA{dev: g}
+	if err := g.Lock(); err != nil {
+		return nil, err
+	}
+	defer g.Unlock()
+	for range max(copyStreams, 1) {
+		s, err := g.NewStream()
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.streams = append(c.streams, s)
+	}
+	return c, nil
+}
+
+// OpenCUDA loads the CUDA driver and returns GPU ordinal's memory with
+// three copy streams; cuda.ErrNoDriver where there is no driver.
+func OpenCUDA(ordinal int) (*CUDA, error) {
+	drv, err := cuda.Open()
+	if err != nil {
+		return nil, err
+	}
+	g, err := drv.Device(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewCUDA(g, 3)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	c.owned = true
+	return c, nil
+}
+
+// Device returns the CUDA device.
+func (c *CUDA) Device() *cuda.Device { return c.dev }
+
+// Close destroys the copy streams and events, and releases the device if
+// OpenCUDA opened it.
+func (c *CUDA) Close() error {
+	if err := c.dev.Lock(); err != nil {
+		return err
+	}
+	defer c.dev.Unlock()
+	var errs []error
+	for _, s := range c.streams {
+		errs = append(errs, s.Close())
+	}
+	for _, e := range c.events {
+		errs = append(errs, e.Close())
+	}
+	if c.owned {
+		errs = append(errs, c.dev.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Alloc implements GPU: cuMemAlloc rounded to 64 KiB, SYNC_MEMOPS set.
+func (c *CUDA) Alloc(size uint64) (GPUBuffer, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	b, err := c.dev.Alloc(size)
+	if err != nil {
+		return nil, err
+	}
+	return &cudaBuffer{c: c, b: b}, nil
+}
+
+// RegisterHost implements GPU: cuMemHostRegister, so copies from the ring
+// run on the copy engines without staging.
+func (c *CUDA) RegisterHost(b []byte) (func() error, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	if err := c.dev.HostRegister(b); err != nil {
+		return nil, err
+	}
+	return func() error {
+		if err := c.dev.Lock(); err != nil {
+			return err
+		}
+		defer c.dev.Unlock()
+		return c.dev.HostUnregister(b)
+	}, nil
+}
+
+func (c *CUDA) event() (*cuda.Event, *cuda.Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[c.next]
+	c.next = (c.next + 1) % len(c.streams)
+	if n := len(c.events); n > 0 {
+		e := c.events[n-1]
+		c.events = c.events[:n-1]
+		return e, s, nil
+	}
+	e, err := c.dev.NewSyncEvent()
+	return e, s, err
+}
+
+func (c *CUDA) recycle(e *cuda.Event) {
+	c.mu.Lock()
+	c.events = append(c.events, e)
+	c.mu.Unlock()
+}
+
+type cudaBuffer struct {
+	c *CUDA
+	b *cuda.Buffer
+}
+
+func (b *cudaBuffer) Addr() uint64 { return b.b.Ptr }
+func (b *cudaBuffer) Size() uint64 { return b.b.Size }
+
+func (b *cudaBuffer) Free() error {
+	if err := b.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer b.c.dev.Unlock()
+	return b.b.Free()
+}
+
+// CopyIn queues an asynchronous host-to-device copy and an event after it.
+func (b *cudaBuffer) CopyIn(off uint64, src []byte) (Copy, error) {
+	if off > b.b.Size || uint64(len(src)) > b.b.Size-off {
+		return nil, fmt.Errorf("%w: copy of %d bytes to offset %d of a %d-byte buffer", ErrConfig, len(src), off, b.b.Size)
+	}
+	if err := b.c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer b.c.dev.Unlock()
+	e, s, err := b.c.event()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CopyHtoD(b.b.Ptr+off, src); err != nil {
+		b.c.recycle(e)
+		return nil, err
+	}
+	if err := e.Record(s); err != nil {
+		b.c.recycle(e)
+		return nil, err
+	}
+	return &cudaCopy{c: b.c, e: e}, nil
+}
+
+type cudaCopy struct {
+	c *CUDA
+	e *cuda.Event
+}
+
+func (cp *cudaCopy) Wait() error {
+	if err := cp.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer cp.c.dev.Unlock()
+	err := cp.e.Sync()
+	cp.c.recycle(cp.e)
+	return err
+}
+
+// NewFrameChecker implements GPUChecking with package gpucheck's kernel.
+func (c *CUDA) NewFrameChecker(frameSize, maxFrames int) (FrameChecker, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	chk, err := gpucheck.New(c.dev, frameSize, maxFrames)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.dev.NewStream()
+	if err != nil {
+		chk.Close()
+		return nil, err
+	}
+	return &cudaChecker{c: c, chk: chk, s: s}, nil
+}
+
+type cudaChecker struct {
+	c   *CUDA
+	chk *gpucheck.Checker
+	s   *cuda.Stream
+}
+
+func (k *cudaChecker) Check(b GPUBuffer, off, n uint64) error {
+	if err := k.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer k.c.dev.Unlock()
+	if err := k.chk.Launch(k.s, b.Addr()+off, n); err != nil {
+		return err
+	}
+	return k.chk.Collect(k.s)
+}
+
+func (k *cudaChecker) Stats() frame.Stats { return k.chk.Stats() }
+
+func (k *cudaChecker) Close() error {
+	if err := k.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer k.c.dev.Unlock()
+	return errors.Join(k.s.Close(), k.chk.Close())
+}

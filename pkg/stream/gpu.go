@@ -1,0 +1,105 @@
+//go:build linux
+
+package stream
+
+import (
+	"fmt"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+)
+
+// GPU is GPU memory a peer can write, and the copies into it that compat
+// mode makes: CUDA on real GPUs (CUDA), the rig's simulated GPU in tests
+// (hw/testbench/simgpu). A session behaves the same on either.
+type GPU interface {
+	// Alloc allocates size bytes of device memory, 64 KiB aligned, that
+	// a peer may write.
+	Alloc(size uint64) (GPUBuffer, error)
+	// RegisterHost prepares host memory to be the source of asynchronous
+	// copies (CUDA page-locks it for its copy engines); the returned
+	// function undoes it.
+	RegisterHost(b []byte) (unregister func() error, err error)
+}
+
+// GPUBuffer is one allocation of GPU memory.
+type GPUBuffer interface {
+	// Addr is the buffer's GPU virtual address: what p2p.Device.PinGPU
+	// takes.
+	Addr() uint64
+	Size() uint64
+	// CopyIn starts copying src to offset off of the buffer. src must
+	// stay untouched until the copy's Wait returns.
+	CopyIn(off uint64, src []byte) (Copy, error)
+	Free() error
+}
+
+// Copy is a copy in flight.
+type Copy interface {
+	Wait() error
+}
+
+// CPUVisible is a GPUBuffer the CPU can read (the simulated GPU's, through
+// its BAR): sessions hand its bytes to the consumer and can check frames on
+// the CPU.
+type CPUVisible interface {
+	Bytes() []byte
+}
+
+// FrameChecker checks frames where they landed in GPU memory.
+type FrameChecker interface {
+	// Check verifies the frames in [off, off+n) of b, in order, and
+	// accounts for them; it returns when they are checked.
+	Check(b GPUBuffer, off, n uint64) error
+	Stats() frame.Stats
+	Close() error
+}
+
+// GPUChecking is a GPU that can check frames in its memory (CUDA, with
+// package gpucheck's kernel).
+type GPUChecking interface {
+	NewFrameChecker(frameSize, maxFrames int) (FrameChecker, error)
+}
+
+// hostRing is page-aligned host memory for compat mode, pinned for the
+// FPGA and registered with the GPU for copies.
+type hostRing struct {
+	mem        []byte
+	pin        *p2p.Pin
+	unregister func() error
+}
+
+func allocHostRing(d *p2p.Device, g GPU, size uint64) (*hostRing, error) {
+	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, fmt.Errorf("host ring: %w", err)
+	}
+	h := &hostRing{mem: mem}
+	if d != nil {
+		if h.pin, err = d.PinHost(mem); err != nil {
+			h.free()
+			return nil, err
+		}
+	}
+	if h.unregister, err = g.RegisterHost(mem); err != nil {
+		h.free()
+		return nil, err
+	}
+	return h, nil
+}
+
+func (h *hostRing) free() error {
+	var err error
+	if h.unregister != nil {
+		err = h.unregister()
+	}
+	if h.pin != nil {
+		if e := h.pin.Unpin(); err == nil {
+			err = e
+		}
+	}
+	unix.Munmap(h.mem)
+	return err
+}
