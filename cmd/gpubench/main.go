@@ -9,6 +9,7 @@ package main
 
 import (
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -45,13 +46,20 @@ type report struct {
 }
 
 func main() {
-	if err := run(); err != nil {
+	var cc compatConfig
+	flag.IntVar(&cc.slots, "compat-slots", 32, "compat path: slots in the ring")
+	flag.IntVar(&cc.slotSize, "compat-slot-size", 16<<20, "compat path: bytes per slot")
+	flag.IntVar(&cc.workers, "compat-workers", max(runtime.NumCPU()-4, 1), "compat path: device model workers encoding frames")
+	flag.IntVar(&cc.streams, "compat-streams", 3, "compat path: CUDA streams the copies go round")
+	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
+	flag.Parse()
+	if err := run(cc, *compatOnly); err != nil {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
+func run(cc compatConfig, compatOnly bool) error {
 	runtime.LockOSThread()
 	drv, err := cuda.Open()
 	if err != nil {
@@ -123,7 +131,11 @@ func run() error {
 		}
 		return copyResult{Bytes: n, Reps: reps, GBps: float64(n) * float64(reps) / (float64(ms) / 1000) / 1e9}, nil
 	}
-	for _, n := range []uint64{1 << 20, 4 << 20, 64 << 20, 1 << 30} {
+	sizes := []uint64{1 << 20, 4 << 20, 64 << 20, 1 << 30}
+	if compatOnly {
+		sizes = sizes[3:]
+	}
+	for _, n := range sizes {
 		reps := int(max(4, (4<<30)/n))
 		c, err := timeit(n, reps, func(off uint64) error { return s.CopyHtoD(dst.Ptr+off, hb.Bytes[off:off+n]) })
 		if err != nil {
@@ -149,13 +161,16 @@ func run() error {
 	}
 	d2d := r.DtoD[len(r.DtoD)-1] // 1 GiB
 	for _, fs := range []int{4 << 10, 64 << 10, 1 << 20} {
+		if compatOnly {
+			break
+		}
 		c, err := benchChecker(g, s, hb, dst, big, fs, d2d.GBps)
 		if err != nil {
 			return fmt.Errorf("frame checker, %d-byte frames: %w", fs, err)
 		}
 		r.Checker = append(r.Checker, c)
 	}
-	if r.Compat, err = benchCompat(g, r.HtoDPeak); err != nil {
+	if r.Compat, err = benchCompat(g, cc, r.HtoDPeak); err != nil {
 		return fmt.Errorf("compat path: %w", err)
 	}
 	enc := json.NewEncoder(os.Stdout)

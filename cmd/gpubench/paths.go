@@ -113,9 +113,11 @@ type compatRun struct {
 // writes frames into a host ring in process, the session copies each slot
 // to the GPU and checks its frames there, and the consumer releases it.
 // The source is first run alone, so its own ceiling is on record.
-func benchCompat(g *cuda.Device, peak float64) (*compatRun, error) {
-	r := &compatRun{SlotSize: 16 << 20, Slots: 16, FrameSize: 64 << 10, CopyStreams: 3,
-		SourceWorkers: max(runtime.NumCPU()-4, 1), PeakGBps: peak}
+type compatConfig struct{ slots, slotSize, workers, streams int }
+
+func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, error) {
+	r := &compatRun{SlotSize: cc.slotSize, Slots: cc.slots, FrameSize: 64 << 10, CopyStreams: cc.streams,
+		SourceWorkers: cc.workers, PeakGBps: peak}
 	const run = 5 * time.Second
 	host, err := unix.Mmap(-1, 0, r.SlotSize*r.Slots, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {

@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Streams: a C2H stream channel runs a cyclic descriptor ring, one
- * descriptor per slot of pinned memory, in credit mode. The engine may only
- * fetch a descriptor it holds a credit for; a slot's credit is given back
- * when user space has released it and every slot filled before it, so the
- * engine can never come round to a slot user space still holds: it stops
- * and waits instead, and the FPGA drops (and counts) what it cannot send.
+ * Streams: a C2H stream channel runs a cyclic descriptor ring over slots of
+ * pinned memory, in credit mode. A slot is one descriptor per bus-contiguous
+ * run of its memory (one for a run of GPU pages, several for host pages).
+ * The engine may only fetch a descriptor it holds a credit for; a slot's
+ * credits are given back when user space has released it and every slot
+ * filled before it, so the engine can never come round to a slot user space
+ * still holds: it stops and waits instead, and the FPGA drops (and counts)
+ * what it cannot send.
  *
  * Called with ch->lock held unless noted; the lock order is gpufpga.h's.
  */
@@ -19,15 +21,24 @@
 struct gpufpga_stream_state {
 	struct gpufpga_file *file;
 	u32 nslots;
+	u32 ndescs;
 	struct gpufpga_mem **mems;	/* one reference per slot */
-	struct gpufpga_busseg *slots;
+	struct gpufpga_busseg *descs;	/* the ring's descriptors, slot by slot */
+	u32 *first;			/* slot -> its first descriptor; [nslots] = ndescs */
 	unsigned long *held;		/* filled, not yet released */
 	unsigned long *released;	/* released, credit not yet given */
 	u32 next_fill;			/* ring order */
+	u32 fill_descs;			/* descriptors of next_fill completed */
+	u64 fill_bytes;			/* and their bytes */
 	u32 next_credit;
 	u32 completed;			/* last completed count seen */
 	u64 seq;
 };
+
+static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
+{
+	return st->first[slot + 1] - st->first[slot];
+}
 
 static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 {
@@ -41,7 +52,8 @@ static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 	}
 	bitmap_free(st->held);
 	bitmap_free(st->released);
-	kvfree(st->slots);
+	kvfree(st->descs);
+	kvfree(st->first);
 	kvfree(st->mems);
 	kfree(st);
 }
@@ -89,32 +101,51 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 kind, u32 slot, u64 se
 	return 0;
 }
 
-/* Reports the slots the engine filled since the last look. */
-static void gpufpga_stream_collect(struct gpufpga_chan *ch)
+/*
+ * Reports the slots the engine filled since the last look: a slot is filled
+ * when its last descriptor completes. Returns -EPROTO when a packet ended
+ * short inside a slot of several descriptors, which would leave a hole in
+ * it.
+ */
+static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 {
 	struct gpufpga_stream_state *st = ch->acq;
 	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
-	u32 count, n, slot, status;
+	u32 count, n, slot, d, status, len;
 
 	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	if (ch->dev->link_down)
-		return;
+		return 0;
 	n = (count - st->completed) & 0xffffff;
 	rmb();	/* results written before the count moved */
-	while (n--) {
+	for (; n; n--) {
 		slot = st->next_fill;
-		status = le32_to_cpu(res[slot].status);
-		if (gpufpga_post_slot(ch, GPUFPGA_EVENT_SLOT, slot, st->seq, le32_to_cpu(res[slot].len),
+		d = st->first[slot] + st->fill_descs;
+		status = le32_to_cpu(res[d].status);
+		len = le32_to_cpu(res[d].len);
+		if (st->fill_descs + 1 < gpufpga_slot_descs(st, slot)) {
+			if (len != st->descs[d].len)
+				return -EPROTO;
+			res[d].status = 0;
+			st->fill_descs++;
+			st->fill_bytes += len;
+			st->completed = (st->completed + 1) & 0xffffff;
+			continue;
+		}
+		if (gpufpga_post_slot(ch, GPUFPGA_EVENT_SLOT, slot, st->seq, st->fill_bytes + len,
 				      status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, 0, 0))
 			break;	/* picked up on the next look */
-		res[slot].status = 0;
+		res[d].status = 0;
 		set_bit(slot, st->held);
 		st->next_fill = (slot + 1) % st->nslots;
 		st->seq++;
 		st->completed = (st->completed + 1) & 0xffffff;
-		ch->bytes += le32_to_cpu(res[slot].len);
+		ch->bytes += st->fill_bytes + len;
 		ch->xfers++;
+		st->fill_descs = 0;
+		st->fill_bytes = 0;
 	}
+	return 0;
 }
 
 /* Ends the stream: halt, report what was filled, then STREAM_END. */
@@ -128,7 +159,8 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 		return;
 	if (!dev->link_down) {
 		status = gpufpga_chan_halt(ch);
-		gpufpga_stream_collect(ch);
+		if (gpufpga_stream_collect(ch) && !error)
+			error = -EPROTO;
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
 			      gpufpga_common_bit(ch));
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
@@ -161,7 +193,11 @@ void gpufpga_stream_poll(struct gpufpga_chan *ch)
 		gpufpga_stream_end(ch, -ENODEV);
 		return;
 	}
-	gpufpga_stream_collect(ch);
+	if (gpufpga_stream_collect(ch)) {
+		ch->errors++;
+		gpufpga_stream_end(ch, -EPROTO);
+		return;
+	}
 	if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY)) {
 		ch->errors++;
 		gpufpga_stream_end(ch, -EIO);
@@ -170,22 +206,29 @@ void gpufpga_stream_poll(struct gpufpga_chan *ch)
 	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
 }
 
-/* Lays out the cyclic ring: every slot reports completion, none stops. */
+/*
+ * Lays out the cyclic ring: none stops, and the last descriptor of each
+ * slot asks for the completion interrupt.
+ */
 static void gpufpga_stream_load(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
 	dma_addr_t results = ch->ring_bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
 	struct xdma_desc *d = ch->ring;
-	u32 i, n = st->nslots;
+	u32 i, slot = 0, n = st->ndescs;
 
 	for (i = 0; i < n; i++, d++) {
 		u32 next = (i + 1) % n;
 		dma_addr_t next_addr = ch->ring_bus + (u64)next * XDMA_DESC_SIZE;
+		u32 control = XDMA_DESC_MAGIC << 16 | gpufpga_adjacent_after(next_addr, n - next - 1) << 8;
 
-		d->control = cpu_to_le32(XDMA_DESC_MAGIC << 16 | XDMA_DESC_COMPLETED |
-					 gpufpga_adjacent_after(next_addr, n - next - 1) << 8);
-		d->len = cpu_to_le32(st->slots[i].len);
+		if (i + 1 == st->first[slot + 1]) {
+			control |= XDMA_DESC_COMPLETED;
+			slot++;
+		}
+		d->control = cpu_to_le32(control);
+		d->len = cpu_to_le32(st->descs[i].len);
 		d->src = cpu_to_le64(results + (u64)i * XDMA_RESULT_SIZE);
-		d->dst = cpu_to_le64(st->slots[i].addr);
+		d->dst = cpu_to_le64(st->descs[i].addr);
 		d->next = cpu_to_le64(next_addr);
 	}
 	memset(ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, 0, (size_t)n * XDMA_RESULT_SIZE);
@@ -210,7 +253,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 		      gpufpga_common_bit(ch));
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1S,
 		      gpufpga_common_bit(ch));
-	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), st->nslots);
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), st->ndescs);
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
 		      XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	wmb();	/* the ring before RUN */
@@ -219,18 +262,25 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
 }
 
-/* Looks up and checks the slots. Called with f->lock held. */
+/* The ring's descriptor limit: the channel's ring and the credit counter. */
+static u32 gpufpga_stream_max_descs(void)
+{
+	return min(gpufpga_max_descs, (unsigned int)XDMA_MAX_CREDITS);
+}
+
+/*
+ * Looks up and checks the slots and lays out their descriptors. Called with
+ * f->lock held.
+ */
 static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_state *st,
 				const struct gpufpga_seg *us)
 {
+	const u32 max = gpufpga_stream_max_descs();
 	struct gpufpga_req probe = {};
-	struct gpufpga_busseg seg;
 	struct gpufpga_mem *m;
 	u32 i;
 	int ret;
 
-	/* One bus segment per slot, built as a transfer's would be. */
-	probe.segs = &seg;
 	for (i = 0; i < st->nslots; i++) {
 		m = xa_load(&f->pins, us[i].handle);
 		if (!m)
@@ -239,15 +289,20 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_st
 			return -EKEYREVOKED;
 		if (!us[i].len || us[i].offset >= m->len || us[i].len > m->len - us[i].offset)
 			return -EINVAL;
+		/* A slot's descriptors are its own: none merges with the last slot's. */
+		probe.segs = st->descs + st->ndescs;
 		probe.nsegs = 0;
-		ret = gpufpga_append_window_limited(&probe, m, m->offset + us[i].offset, us[i].len, 1);
+		ret = gpufpga_append_window_limited(&probe, m, m->offset + us[i].offset, us[i].len,
+						    max - st->ndescs);
 		if (ret)
-			return ret == -E2BIG ? -EINVAL : ret;
-		st->slots[i] = seg;
+			return ret;
+		st->first[i] = st->ndescs;
+		st->ndescs += probe.nsegs;
 		kref_get(&m->ref);
 		atomic_inc(&m->inflight);
 		st->mems[i] = m;
 	}
+	st->first[st->nslots] = st->ndescs;
 	return 0;
 }
 
@@ -268,7 +323,7 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	ch = &f->dev->chan[GPUFPGA_C2H][a.channel];
 	if (!ch->present || !ch->stream)
 		return -EINVAL;
-	if (a.nslots > min(gpufpga_max_descs, (unsigned int)XDMA_MAX_CREDITS))
+	if (a.nslots > gpufpga_stream_max_descs())
 		return -E2BIG;
 	if (f->dev->link_down)
 		return -ENODEV;
@@ -283,10 +338,11 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	st->file = f;
 	st->nslots = a.nslots;
 	st->mems = kvcalloc(a.nslots, sizeof(*st->mems), GFP_KERNEL);
-	st->slots = kvcalloc(a.nslots, sizeof(*st->slots), GFP_KERNEL);
+	st->first = kvcalloc(a.nslots + 1, sizeof(*st->first), GFP_KERNEL);
+	st->descs = kvcalloc(gpufpga_stream_max_descs(), sizeof(*st->descs), GFP_KERNEL);
 	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL);
 	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL);
-	if (!st->mems || !st->slots || !st->held || !st->released) {
+	if (!st->mems || !st->first || !st->descs || !st->held || !st->released) {
 		ret = -ENOMEM;
 		goto err;
 	}
@@ -360,8 +416,8 @@ int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsig
 	}
 	while (test_bit(st->next_credit, st->released)) {
 		clear_bit(st->next_credit, st->released);
+		credits += gpufpga_slot_descs(st, st->next_credit);
 		st->next_credit = (st->next_credit + 1) % st->nslots;
-		credits++;
 	}
 	if (credits)
 		gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), credits);

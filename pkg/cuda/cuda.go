@@ -81,7 +81,13 @@ func (d *Driver) sym(name string) (uintptr, error) {
 	return p, nil
 }
 
-// call invokes a driver function returning CUresult.
+// call invokes a driver function returning CUresult. Callers pass
+// pointers as uintptr(unsafe.Pointer(&x)); uintptrescapes moves x to the
+// heap and keeps it alive through the call, so a stack that grows on the
+// way (the symbol lookup may grow it) cannot leave the driver writing to
+// the old copy.
+//
+//go:uintptrescapes
 func (d *Driver) call(name string, args ...uintptr) error {
 	fn, err := d.sym(name)
 	if err != nil {
@@ -280,6 +286,11 @@ func (s *Stream) CopyHtoD(dst uint64, src []byte) error {
 // CopyDtoD queues a device-to-device copy.
 func (s *Stream) CopyDtoD(dst, src, n uint64) error {
 	return s.dev.drv.call("cuMemcpyDtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), s.s)
+}
+
+// CopyHtoD copies src to device address dst, synchronously.
+func (g *Device) CopyHtoD(dst uint64, src []byte) error {
+	return g.drv.call("cuMemcpyHtoD_v2", uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)))
 }
 
 // CopyDtoH copies device memory to dst, synchronously.

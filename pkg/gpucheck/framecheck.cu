@@ -1,22 +1,27 @@
 // Frame checker: validates the FRM1 frames of package frame in GPU memory.
 //
-// One warp checks one frame. Its 32 lanes each take a contiguous chunk of
-// the payload and compute that chunk's CRC32C (raw: no initial value or
-// final xor) with slicing-by-4 tables; a shuffle tree then combines the
-// chunk CRCs, multiplying each left half by x^(8 * bytes on its right)
-// modulo the CRC polynomial. To make every right half the same length the
-// payload is thought of as left-padded with zeros to 32 equal chunks: with
-// a raw CRC, leading zeros change nothing.
+// A group of 2^group_log2 threads (1 to 1024) checks one frame. Each thread
+// takes a contiguous chunk of the payload and computes that chunk's CRC32C
+// (raw: no initial value or final xor) with slicing-by-4 tables; the chunk
+// CRCs are then combined, each left part multiplied by x^(8 * bytes on its
+// right) modulo the CRC polynomial (byte tables the host computes): by a
+// shuffle tree inside a warp, then warp by warp through shared memory. To
+// make every right part the same length the payload is thought of as
+// left-padded with zeros to equal chunks: with a raw CRC, leading zeros
+// change nothing. The host picks the group size: small frames share a
+// warp, large ones spread over several.
 //
 // The tables live in shared memory, one copy per bank (32 words apart), so
 // the 32 lanes of a warp never conflict whatever bytes they look up. That
-// takes 128 KiB, so blocks are 1024 threads (32 frames at a time) and the
-// grid is one block per multiprocessor, looping over the frames.
+// takes 128 KiB, so blocks are 1024 threads and the grid is one block per
+// multiprocessor, looping over the frames.
 //
 // Regenerate the PTX with `make ptx` (needs nvcc).
 
 #define POLY 0x82F63B78u /* CRC32C (Castagnoli), reflected */
 #define LANES 32
+#define BLOCK 1024
+#define WARPS (BLOCK / LANES)
 #define TABLES 4
 #define HEADER 32
 #define CRC_COVERED_HEADER 28
@@ -37,46 +42,19 @@ struct record {
 	unsigned int status;
 };
 
-// Per-launch constants, computed once per block.
-struct powers {
-	unsigned int level[5];  // x^(8 * chunk * 2^k): combine at tree level k
-	unsigned int payload;   // x^(8 * payload bytes): shifts the header's CRC
-	unsigned int init_fix;  // what the 0xFFFFFFFF initial value adds, and the final xor
+// Multipliers: tables of multiplying a CRC by a constant power of x, the
+// host's (gpucheck.combineTables), four 256-entry byte tables each.
+enum multiplier {
+	MUL_LEVEL0 = 0,	/* x^(8 * chunk * 2^k), k = 0..4: the shuffle tree */
+	MUL_WARP = 5,	/* x^(8 * chunk * 32): one warp's span */
+	MUL_PAYLOAD = 6,	/* x^(8 * payload): shifts the header's CRC */
 };
 
-// a * b modulo POLY, both reflected polynomials (a must not be 0).
-__device__ static unsigned int multmodp(unsigned int a, unsigned int b)
+__device__ static unsigned int mul(const unsigned int *__restrict__ t, int which, unsigned int c)
 {
-	unsigned int m = 1u << 31, p = 0;
-
-	for (;;) {
-		if (a & m) {
-			p ^= b;
-			if ((a & (m - 1)) == 0)
-				break;
-		}
-		m >>= 1;
-		b = b & 1 ? (b >> 1) ^ POLY : b >> 1;
-	}
-	return p;
-}
-
-// x^(8n) modulo POLY: the operator that appends n zero bytes.
-__device__ static unsigned int x8nmodp(unsigned long long n)
-{
-	unsigned int sq = 1u << 30; // x^1, squared at each step
-	unsigned int p = 1u << 31;  // x^0
-	int k;
-
-	for (k = 0; k < 3; k++)
-		sq = multmodp(sq, sq); // x^8
-	while (n) {
-		if (n & 1)
-			p = multmodp(sq, p);
-		sq = multmodp(sq, sq);
-		n >>= 1;
-	}
-	return p;
+	t += which * 1024;
+	return __ldg(t + (c & 0xff)) ^ __ldg(t + 256 + ((c >> 8) & 0xff)) ^
+	       __ldg(t + 512 + ((c >> 16) & 0xff)) ^ __ldg(t + 768 + (c >> 24));
 }
 
 __device__ static unsigned int crc_byte(unsigned int c)
@@ -129,35 +107,36 @@ __device__ static unsigned int crc_chunk(const unsigned int *tab, unsigned int l
 {
 	unsigned int c = 0;
 	long long i = start / 16, n = end / 16;
-	uint4 v[4];
+	uint4 v[4], next[4];
 	int j;
 
-	// Four loads in flight per lane: two whole 32-byte sectors.
-	for (; i + 4 <= n; i += 4) {
+	// Four loads in flight per lane (two whole 32-byte sectors), and the
+	// next four issued before these are folded in, so memory latency
+	// overlaps the table lookups.
+	if (i + 4 <= n)
 		for (j = 0; j < 4; j++)
 			v[j] = __ldg(p + i + j);
+	for (; i + 8 <= n; i += 4) {
+		for (j = 0; j < 4; j++)
+			next[j] = __ldg(p + i + 4 + j);
 		for (j = 0; j < 4; j++)
 			c = crc_uint4(tab, lane, c, v[j]);
+		for (j = 0; j < 4; j++)
+			v[j] = next[j];
+	}
+	if (i + 4 <= n) {
+		for (j = 0; j < 4; j++)
+			c = crc_uint4(tab, lane, c, v[j]);
+		i += 4;
 	}
 	for (; i < n; i++)
 		c = crc_uint4(tab, lane, c, __ldg(p + i));
 	return c;
 }
 
-__device__ static void setup_powers(struct powers *pw, unsigned long long payload,
-				    unsigned long long chunk)
-{
-	int k;
-
-	for (k = 0; k < 5; k++)
-		pw->level[k] = x8nmodp(chunk << k);
-	pw->payload = x8nmodp(payload);
-	// Initial 0xFFFFFFFF carried over the covered bytes, then the final xor.
-	pw->init_fix = multmodp(x8nmodp(CRC_COVERED_HEADER + payload), 0xFFFFFFFFu) ^ 0xFFFFFFFFu;
-}
-
 // The header's verdict, its raw CRC over bytes 0-27, and the stored CRC.
-__device__ static unsigned int check_header(const unsigned int *tab, const uint4 *__restrict__ f,
+__device__ static unsigned int check_header(const unsigned int *tab, unsigned int lane,
+					    const uint4 *__restrict__ f,
 					    unsigned long long payload, struct record *r,
 					    unsigned int *raw)
 {
@@ -166,13 +145,13 @@ __device__ static unsigned int check_header(const unsigned int *tab, const uint4
 
 	r->seq = (unsigned long long)h0.z | (unsigned long long)h0.w << 32;
 	r->payload_len = h1.z;
-	c = crc_word(tab, 0, c, h0.x);
-	c = crc_word(tab, 0, c, h0.y);
-	c = crc_word(tab, 0, c, h0.z);
-	c = crc_word(tab, 0, c, h0.w);
-	c = crc_word(tab, 0, c, h1.x);
-	c = crc_word(tab, 0, c, h1.y);
-	*raw = crc_word(tab, 0, c, h1.z);
+	c = crc_word(tab, lane, c, h0.x);
+	c = crc_word(tab, lane, c, h0.y);
+	c = crc_word(tab, lane, c, h0.z);
+	c = crc_word(tab, lane, c, h0.w);
+	c = crc_word(tab, lane, c, h1.x);
+	c = crc_word(tab, lane, c, h1.y);
+	*raw = crc_word(tab, lane, c, h1.z);
 	if (h0.x != MAGIC)
 		return FRAME_BAD_MAGIC;
 	if (h0.y != (1u | HEADER << 16))
@@ -184,43 +163,62 @@ __device__ static unsigned int check_header(const unsigned int *tab, const uint4
 
 // framecheck checks nframes frames of frame_size bytes laid end to end at
 // buf (16-byte aligned, frame_size a multiple of 16 and at least 48) and
-// writes one record per frame to out.
-extern "C" __global__ void __launch_bounds__(1024, 1)
+// writes one record per frame to out. Blocks are BLOCK threads; a frame's
+// group is 2^group_log2 of them. mult holds the multipliers for this frame
+// size and group; init_fix is what the CRC's initial value and final xor
+// add to a raw CRC of the covered bytes.
+extern "C" __global__ void __launch_bounds__(BLOCK, 1)
 framecheck(const uint4 *__restrict__ buf, unsigned long long nframes,
-	   unsigned long long frame_size, struct record *out)
+	   unsigned long long frame_size, struct record *out, unsigned int group_log2,
+	   const unsigned int *__restrict__ mult, unsigned int init_fix)
 {
 	extern __shared__ unsigned int tab[]; // TABLES * 256 * LANES words
-	__shared__ struct powers pw;
+	__shared__ unsigned int warp_crc[WARPS];
+	const unsigned int group = 1u << group_log2;
+	const unsigned int rank = threadIdx.x & (group - 1); // in the group
 	const unsigned int lane = threadIdx.x % LANES;
-	const unsigned long long warps = blockDim.x / LANES;
+	const unsigned int warp = threadIdx.x / LANES;
+	const unsigned int levels = group_log2 < 5 ? group_log2 : 5;
+	const unsigned long long per_block = BLOCK >> group_log2;
 	const unsigned long long payload = frame_size - HEADER;
-	// Chunks of whole 16-byte words, 32 of them covering the payload.
-	const unsigned long long chunk = ((payload + LANES * 16 - 1) / (LANES * 16)) * 16;
-	const long long pad = LANES * chunk - payload;
-	const long long start = (long long)lane * chunk - pad;
-	unsigned long long i;
+	// Chunks of whole 16-byte words, group of them covering the payload.
+	const unsigned long long chunk = ((payload + group * 16ull - 1) / (group * 16ull)) * 16;
+	const long long pad = (long long)(group * chunk - payload);
+	const long long start = (long long)rank * chunk - pad;
+	unsigned long long base;
 
 	build_tables(tab);
-	if (threadIdx.x == 0)
-		setup_powers(&pw, payload, chunk);
 	__syncthreads();
 
-	for (i = blockIdx.x * warps + threadIdx.x / LANES; i < nframes; i += gridDim.x * warps) {
+	// Every thread runs every iteration: the block synchronises inside.
+	for (base = blockIdx.x * per_block; base < nframes; base += gridDim.x * per_block) {
+		const unsigned long long i = base + (threadIdx.x >> group_log2);
 		const uint4 *f = buf + i * (frame_size / 16);
-		unsigned int c = 0, other, hdr = 0, status = FRAME_OK;
+		unsigned int c = 0, other, hdr = 0, status;
 		struct record r;
-		int k;
+		unsigned int k, w;
 
-		if (start + (long long)chunk > 0)
+		if (i < nframes && start + (long long)chunk > 0)
 			c = crc_chunk(tab, lane, f + HEADER / 16, start > 0 ? start : 0, start + chunk);
-		for (k = 0; k < 5; k++) {
+		for (k = 0; k < levels; k++) {
 			other = __shfl_down_sync(0xffffffffu, c, 1 << k);
 			if ((lane & ((2u << k) - 1)) == 0)
-				c = multmodp(pw.level[k], c) ^ other;
+				c = mul(mult, MUL_LEVEL0 + k, c) ^ other;
 		}
-		if (lane == 0) {
-			status = check_header(tab, f, payload, &r, &hdr);
-			c = multmodp(pw.payload, hdr) ^ c ^ pw.init_fix;
+		if (group > LANES) {
+			// Lane 0 of each warp holds its warp's CRC; the group's first
+			// thread chains them.
+			if (lane == 0)
+				warp_crc[warp] = c;
+			__syncthreads();
+			if (rank == 0)
+				for (w = 1; w < group / LANES; w++)
+					c = mul(mult, MUL_WARP, c) ^ warp_crc[warp + w];
+			__syncthreads();
+		}
+		if (rank == 0 && i < nframes) {
+			status = check_header(tab, lane, f, payload, &r, &hdr);
+			c = mul(mult, MUL_PAYLOAD, hdr) ^ c ^ init_fix;
 			if (status == FRAME_OK && c != __ldg(f + 1).w)
 				status = FRAME_BAD_CRC;
 			r.status = status;

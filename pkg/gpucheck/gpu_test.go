@@ -12,7 +12,7 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/frame"
 )
 
-func device(t *testing.T) *cuda.Device {
+func device(t testing.TB) *cuda.Device {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
@@ -87,6 +87,11 @@ func TestMatchesCPU(t *testing.T) {
 		c, err := New(g, tc.size, tc.n)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if *ptxFile != "" {
+			if err := c.reload(*ptxFile); err != nil {
+				t.Fatal(err)
+			}
 		}
 		per := tc.n / tc.launches
 		for i := 0; i < tc.n; i += per {

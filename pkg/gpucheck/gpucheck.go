@@ -32,7 +32,8 @@ var Source []byte
 
 const (
 	kernel      = "framecheck"
-	blockSize   = 1024             // 32 warps: one frame each
+	blockSize   = 1024             // threads; BLOCK in framecheck.cu
+	chunkTarget = 4096             // payload bytes per thread: best measured on an H200
 	tableBytes  = 4 * 256 * 32 * 4 // slicing-by-4 tables, one copy per bank
 	recordBytes = 16
 )
@@ -73,6 +74,9 @@ type Checker struct {
 	frameSize uint64
 	maxFrames uint64
 	grid      int
+	groupLog2 uint         // 2^groupLog2 threads check a frame
+	mult      *cuda.Buffer // the kernel's multiplier tables for this frame size and group
+	initFix   uint32
 	records   *cuda.Buffer     // one record per frame launched
 	host      *cuda.HostBuffer // their page-locked copy
 	pending   uint64           // frames launched, not yet collected
@@ -98,12 +102,24 @@ func New(g *cuda.Device, frameSize, maxFrames int) (*Checker, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Checker{dev: g, frameSize: uint64(frameSize), maxFrames: uint64(maxFrames), grid: sms}
+	c := &Checker{dev: g, frameSize: uint64(frameSize), maxFrames: uint64(maxFrames), grid: sms,
+		groupLog2: groupLog2(frameSize)}
 	if err := c.load(); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// groupLog2 picks the threads per frame: chunks of about chunkTarget
+// bytes, from one thread to a whole block.
+func groupLog2(frameSize int) uint {
+	want := (frameSize - frame.HeaderSize + chunkTarget - 1) / chunkTarget
+	var k uint
+	for 1<<k < want && 1<<k < blockSize {
+		k++
+	}
+	return k
 }
 
 func (c *Checker) load() error {
@@ -117,11 +133,31 @@ func (c *Checker) load() error {
 	if err = c.fn.SetMaxDynamicShared(tableBytes); err != nil {
 		return err
 	}
+	if c.mult, err = c.dev.Alloc(multipliers * 1024 * 4); err != nil {
+		return err
+	}
+	if err = c.setGroup(c.groupLog2); err != nil {
+		return err
+	}
 	if c.records, err = c.dev.Alloc(c.maxFrames * recordBytes); err != nil {
 		return err
 	}
 	c.host, err = c.dev.HostAlloc(c.maxFrames * recordBytes)
 	return err
+}
+
+// setGroup sets the threads per frame and uploads the multipliers for it.
+func (c *Checker) setGroup(k uint) error {
+	t, fix := combineTables(int(c.frameSize), k)
+	b := make([]byte, 4*len(t))
+	for i, v := range t {
+		binary.LittleEndian.PutUint32(b[4*i:], v)
+	}
+	if err := c.dev.CopyHtoD(c.mult.Ptr, b); err != nil {
+		return err
+	}
+	c.groupLog2, c.initFix = k, fix
+	return nil
 }
 
 // FrameSize returns the frame size the checker was made for.
@@ -140,9 +176,11 @@ func (c *Checker) Launch(s *cuda.Stream, ptr, n uint64) error {
 	if frames == 0 {
 		return nil
 	}
-	grid := min(uint64(c.grid), (frames+blockSize/32-1)/(blockSize/32))
+	perBlock := uint64(blockSize >> c.groupLog2)
+	grid := min(uint64(c.grid), (frames+perBlock-1)/perBlock)
 	out := c.records.Ptr + c.pending*recordBytes
-	if err := c.fn.Launch(s, int(grid), blockSize, tableBytes, ptr, frames, c.frameSize, out); err != nil {
+	if err := c.fn.Launch(s, int(grid), blockSize, tableBytes, ptr, frames, c.frameSize, out, uint64(c.groupLog2),
+		c.mult.Ptr, uint64(c.initFix)); err != nil {
 		return err
 	}
 	c.pending += frames
@@ -201,6 +239,9 @@ func (c *Checker) Close() error {
 	}
 	if c.records != nil {
 		errs = append(errs, c.records.Free())
+	}
+	if c.mult != nil {
+		errs = append(errs, c.mult.Free())
 	}
 	if c.mod != nil {
 		errs = append(errs, c.mod.Close())

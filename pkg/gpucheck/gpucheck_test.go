@@ -19,7 +19,7 @@ func TestPTXWellFormed(t *testing.T) {
 		`(?m)^\.target sm_80$`,
 		`(?m)^\.address_size 64$`,
 		`(?m)^\.extern \.shared \.align \d+ \.b8 tab\[\];$`,
-		`\.visible \.entry framecheck\(\s*\.param \.u64 framecheck_param_0,\s*\.param \.u64 framecheck_param_1,\s*\.param \.u64 framecheck_param_2,\s*\.param \.u64 framecheck_param_3\s*\)`,
+		`\.visible \.entry framecheck\(\s*\.param \.u64 framecheck_param_0,\s*\.param \.u64 framecheck_param_1,\s*\.param \.u64 framecheck_param_2,\s*\.param \.u64 framecheck_param_3,\s*\.param \.u32 framecheck_param_4,\s*\.param \.u64 framecheck_param_5,\s*\.param \.u32 framecheck_param_6\s*\)`,
 		`\.maxntid 1024, 1, 1`,
 		`shfl\.sync\.down\.b32`,
 	} {
@@ -47,5 +47,17 @@ func TestFrameSizeErrors(t *testing.T) {
 	}
 	if _, err := New(nil, 4096, 0); !errors.Is(err, ErrTooMany) {
 		t.Errorf("New(room for 0 frames) = %v, want ErrTooMany", err)
+	}
+}
+
+// Threads per frame give chunks of about 4 KiB, within a block.
+func TestGroupSize(t *testing.T) {
+	for _, tc := range []struct {
+		frameSize int
+		want      uint
+	}{{48, 0}, {4096, 0}, {4128, 0}, {4144, 1}, {65536, 4}, {1 << 20, 8}, {64 << 20, 10}} {
+		if got := groupLog2(tc.frameSize); got != tc.want {
+			t.Errorf("%d-byte frames: 2^%d threads, want 2^%d", tc.frameSize, got, tc.want)
+		}
 	}
 }

@@ -25,6 +25,7 @@ var (
 	ErrCanceled       = errors.New("transfer canceled")
 	ErrPermission     = errors.New("permission denied")
 	ErrNoDevice       = errors.New("no gpufpga device")
+	ErrSlotLayout     = errors.New("a packet ended inside a slot of several descriptors")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -43,6 +44,7 @@ var errnoKinds = map[unix.Errno]error{
 	unix.EINTR:       ErrCanceled,
 	unix.EPERM:       ErrPermission,
 	unix.EACCES:      ErrPermission,
+	unix.EPROTO:      ErrSlotLayout,
 }
 
 var hints = map[error]string{
@@ -54,6 +56,7 @@ var hints = map[error]string{
 	ErrPermission:     "add the user to the gpufpga group (udev rule 99-gpufpga.rules), or run as root for bus addresses",
 	ErrBusy:           "wait for the pin's transfers to complete before unpinning",
 	ErrHardware:       "the engine stopped on an error: the decoded status names it",
+	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }
 
 // Error is a failed driver call.

@@ -57,9 +57,11 @@ func (c Check) String() string {
 type Config struct {
 	Device  *p2p.Device
 	Channel int // a C2H stream channel
-	// SlotSize is the bytes per slot. A slot must be bus-contiguous: within
-	// one 64 KiB GPU page (or a run of contiguous ones), or one 4 KiB page
-	// of host memory in compat mode.
+	// SlotSize is the bytes per slot. A slot takes a descriptor per
+	// bus-contiguous run of its memory (64 KiB GPU pages, 4 KiB host
+	// pages); all slots together at most 1023 of them. Where a slot has
+	// several, the FPGA's packets must fill it whole (p2p.ErrSlotLayout
+	// otherwise): make packets as long as slots.
 	SlotSize uint64
 	Slots    int
 	Mode     Mode

@@ -77,9 +77,10 @@ func TestGiBThroughFragmentedGPURing(t *testing.T) {
 		st.GBps, st.SlotLatency, st.MaxHeld)
 }
 
+// Compat mode with host slots of 64 KiB: sixteen 4 KiB pages, so several
+// descriptors each, filled by frames as long as a slot.
 func TestCompatModeCopiesToTheGPU(t *testing.T) {
-	// Host slots must be bus-contiguous: one 4 KiB page each.
-	const slot = 4 << 10
+	const slot = 64 << 10
 	r := setup(t, slot-frame.HeaderSize, 0, 64)
 	s, err := stream.Start(context.Background(), r.config(stream.Compat, 16, slot))
 	if err != nil {
@@ -88,19 +89,55 @@ func TestCompatModeCopiesToTheGPU(t *testing.T) {
 	defer s.Close()
 	for f := range s.Filled() {
 		// Data is the GPU copy: it must hold the frame.
-		if _, err := frame.Parse(f.Data); err != nil {
-			t.Fatalf("slot %d: %v", f.Slot, err)
+		if _, err := frame.Parse(f.Data); err != nil || f.Len != slot {
+			t.Fatalf("slot %d, %d bytes: %v", f.Slot, f.Len, err)
 		}
 		if err := s.Release(f.Slot); err != nil {
 			t.Fatal(err)
 		}
-		if s.Stats().Bytes >= 16<<20 {
+		if s.Stats().Bytes >= 32<<20 {
 			s.Stop()
 		}
 	}
-	if st := s.Stats(); s.Err() != nil || st.Mode != stream.Compat || st.Frames.Gaps != 0 || st.Frames.Frames < 4096 ||
-		st.Frames.CRCFailures != 0 {
+	if st := s.Stats(); s.Err() != nil || st.Mode != stream.Compat || st.Frames.Gaps != 0 || st.Frames.Frames < 512 ||
+		st.Frames.CRCFailures != 0 || st.Frames.Frames != st.Bytes/slot {
 		t.Fatalf("compat: %v, %+v", s.Err(), st)
+	}
+}
+
+// Slots of four fragmented GPU pages take four descriptors each; frames as
+// long as a slot fill them whole.
+func TestMultiDescriptorSlots(t *testing.T) {
+	const slot = 256 << 10
+	r := setup(t, slot-frame.HeaderSize, 0, 64)
+	s, err := stream.Start(context.Background(), r.config(stream.Direct, 8, slot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	consume(t, s, 32<<20)
+	if st := s.Stats(); s.Err() != nil || st.Frames.Frames != st.Bytes/slot || st.Frames.Gaps+st.Frames.Duplicates+st.Frames.CRCFailures != 0 {
+		t.Fatalf("ended %v with %+v", s.Err(), st)
+	}
+}
+
+// Packets shorter than a slot of several descriptors would leave holes in
+// it: the stream ends with ErrSlotLayout instead, and nothing stays pinned.
+func TestShortPacketsInMultiDescriptorSlots(t *testing.T) {
+	r := setup(t, 2048-frame.HeaderSize, 0, 64)
+	s, err := stream.Start(context.Background(), r.config(stream.Direct, 4, 128<<10))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range s.Filled() {
+		t.Fatal("a slot with a hole was delivered")
+	}
+	if !errors.Is(s.Err(), p2p.ErrSlotLayout) {
+		t.Fatalf("ended with %v, want ErrSlotLayout", s.Err())
+	}
+	s.Close()
+	if info, err := r.Dev.Info(); err != nil || info.PinnedTotal != 0 {
+		t.Fatalf("%d bytes still pinned (%v)", info.PinnedTotal, err)
 	}
 }
 

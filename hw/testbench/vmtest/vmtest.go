@@ -143,6 +143,10 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 			uimage.WithFiles(files...),
 			// The example acquisition program, which the demo runs.
 			uimage.WithBinaryCommands("github.com/gpufpga/gpufpga/examples/acquire"),
+			// Binaries that can load the CUDA driver (pkg/cuda, through
+			// purego) link libc for dlopen, as on any GPU host: the guest
+			// gets the libraries (and u-root the loader at its ABI path).
+			uimage.WithFiles(guestLibraries...),
 		),
 		govmtest.WithQEMUFn(
 			qemu.WithKernel(kernel),
@@ -168,6 +172,16 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		t.Errorf("device model: %v", err)
 	}
 	t.Logf("phases: %s", phases)
+}
+
+// libDir holds what `ldd bin/p2pctl` lists, in Debian's multiarch layout.
+const libDir = "lib/x86_64-linux-gnu"
+
+var guestLibraries = []string{
+	"/" + libDir + "/ld-linux-x86-64.so.2:" + libDir + "/ld-linux-x86-64.so.2",
+	"/" + libDir + "/libc.so.6:" + libDir + "/libc.so.6",
+	"/" + libDir + "/libdl.so.2:" + libDir + "/libdl.so.2",
+	"/" + libDir + "/libpthread.so.0:" + libDir + "/libpthread.so.0",
 }
 
 // initramfsFiles lists the host files the guest needs, as

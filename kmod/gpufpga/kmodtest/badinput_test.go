@@ -20,12 +20,15 @@ import (
 // Raw ioctl numbers and struct layouts of uapi/gpufpga.h, written out here
 // so the tests can send what pkg/p2p never would.
 const (
-	sizeInfo   = 128
-	sizePin    = 80
-	sizeUnpin  = 16
-	sizeQuery  = 96
-	sizeXfer   = 104
-	sizeCancel = 16
+	sizeInfo    = 128
+	sizePin     = 80
+	sizeUnpin   = 16
+	sizeQuery   = 96
+	sizeXfer    = 104
+	sizeCancel  = 16
+	sizeStream  = 40
+	sizeRelease = 24
+	sizeStop    = 8
 )
 
 func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 'G'<<8 | nr }
@@ -96,6 +99,55 @@ func (x rawXfer) bytes() ([]byte, []uint64) {
 	le.PutUint32(b[84:], x.pad)
 	le.PutUint64(b[88:], x.reserved)
 	return b, x.segs
+}
+
+type rawStream struct {
+	channel, nslots uint32
+	slots           []uint64 // handle, offset, len triples
+	slotsPtr        uint64   // overrides slots when set
+	flags, pad      uint32
+	reserved        uint64
+}
+
+func (s rawStream) bytes() []byte {
+	b := make([]byte, sizeStream)
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], s.channel)
+	le.PutUint32(b[4:], s.nslots)
+	ptr := s.slotsPtr
+	if ptr == 0 && len(s.slots) > 0 {
+		ptr = uint64(uintptr(unsafe.Pointer(&s.slots[0])))
+	}
+	le.PutUint64(b[8:], ptr)
+	le.PutUint32(b[16:], s.flags)
+	le.PutUint32(b[20:], s.pad)
+	le.PutUint64(b[32:], s.reserved)
+	return b
+}
+
+type rawRelease struct {
+	channel, nslots uint32
+	slots           []uint32
+	reserved        uint64
+}
+
+func (r rawRelease) bytes() []byte {
+	b := make([]byte, sizeRelease)
+	le := binary.LittleEndian
+	le.PutUint32(b[0:], r.channel)
+	le.PutUint32(b[4:], r.nslots)
+	if len(r.slots) > 0 {
+		le.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&r.slots[0]))))
+	}
+	le.PutUint64(b[16:], r.reserved)
+	return b
+}
+
+func stop(channel, flags uint32) []byte {
+	b := make([]byte, sizeStop)
+	binary.LittleEndian.PutUint32(b[0:], channel)
+	binary.LittleEndian.PutUint32(b[4:], flags)
+	return b
 }
 
 func TestBadInputGetsExactErrors(t *testing.T) {
@@ -189,6 +241,58 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		{"xfer: another file's handle", rawXfer{nsegs: 1, segs: []uint64{foreign.Handle, 0, 10}}, unix.ENOENT},
 		{"xfer: card address wraps", rawXfer{nsegs: 1, cardAddr: ^uint64(0) - 4, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
 	}
+	// 64 slots over a 16-page fragmented allocation: 1024 descriptors,
+	// one more than the credit counter holds.
+	var tooManyDescs []uint64
+	for range 64 {
+		tooManyDescs = append(tooManyDescs, mine, 0, a.Size)
+	}
+	slot := []uint64{mine, 0, 4096}
+	streams := []struct {
+		name string
+		s    rawStream
+		want unix.Errno
+	}{
+		{"stream: unknown flag", rawStream{channel: 1, nslots: 1, slots: slot, flags: 1}, unix.EINVAL},
+		{"stream: padding set", rawStream{channel: 1, nslots: 1, slots: slot, pad: 1}, unix.EINVAL},
+		{"stream: reserved set", rawStream{channel: 1, nslots: 1, slots: slot, reserved: 1}, unix.EINVAL},
+		{"stream: no slots", rawStream{channel: 1, slots: slot}, unix.EINVAL},
+		{"stream: channel out of range", rawStream{channel: 99, nslots: 1, slots: slot}, unix.EINVAL},
+		{"stream: absent channel", rawStream{channel: 3, nslots: 1, slots: slot}, unix.EINVAL},
+		{"stream: memory-mapped channel", rawStream{channel: 0, nslots: 1, slots: slot}, unix.EINVAL},
+		{"stream: too many slots", rawStream{channel: 1, nslots: 1024, slots: slot}, unix.E2BIG},
+		{"stream: slots unreadable", rawStream{channel: 1, nslots: 1, slotsPtr: 0x1000}, unix.EFAULT},
+		{"stream: unknown handle", rawStream{channel: 1, nslots: 1, slots: []uint64{999, 0, 4096}}, unix.ENOENT},
+		{"stream: stale handle", rawStream{channel: 1, nslots: 1, slots: []uint64{stale, 0, 4096}}, unix.ENOENT},
+		{"stream: another file's handle", rawStream{channel: 1, nslots: 1, slots: []uint64{foreign.Handle, 0, 4096}}, unix.ENOENT},
+		{"stream: zero-length slot", rawStream{channel: 1, nslots: 1, slots: []uint64{mine, 0, 0}}, unix.EINVAL},
+		{"stream: slot past the pin", rawStream{channel: 1, nslots: 1, slots: []uint64{mine, a.Size - 4096, 4097}}, unix.EINVAL},
+		{"stream: offset+length overflows", rawStream{channel: 1, nslots: 1, slots: []uint64{mine, 16, ^uint64(0) - 8}}, unix.EINVAL},
+		{"stream: too many descriptors", rawStream{channel: 1, nslots: 64, slots: tooManyDescs}, unix.E2BIG},
+	}
+	for _, x := range streams {
+		tests = append(tests, struct {
+			name string
+			cmd  uintptr
+			arg  []byte
+			want unix.Errno
+		}{x.name, ioc(iocW, 6, sizeStream), x.s.bytes(), x.want})
+	}
+	one := []uint32{0}
+	tests = append(tests, []struct {
+		name string
+		cmd  uintptr
+		arg  []byte
+		want unix.Errno
+	}{
+		{"release: no stream", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, nslots: 1, slots: one}.bytes(), unix.ENOENT},
+		{"release: no slots", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, slots: one}.bytes(), unix.EINVAL},
+		{"release: reserved set", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, nslots: 1, slots: one, reserved: 1}.bytes(), unix.EINVAL},
+		{"release: channel out of range", ioc(iocW, 7, sizeRelease), rawRelease{channel: 99, nslots: 1, slots: one}.bytes(), unix.EINVAL},
+		{"stop: no stream", ioc(iocW, 8, sizeStop), stop(1, 0), unix.ENOENT},
+		{"stop: flags set", ioc(iocW, 8, sizeStop), stop(1, 1), unix.EINVAL},
+		{"stop: channel out of range", ioc(iocW, 8, sizeStop), stop(99, 0), unix.EINVAL},
+	}...)
 	for _, x := range xfers {
 		b, keep := x.x.bytes()
 		tests = append(tests, struct {

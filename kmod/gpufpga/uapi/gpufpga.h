@@ -292,22 +292,27 @@ struct gpufpga_completion {
 /**
  * struct gpufpga_stream - GPUFPGA_IOC_STREAM_START: run a C2H stream channel
  * continuously into a ring of slots. Each slot is one segment of pinned
- * memory that must be bus-contiguous (within one run of pages, at most
- * gpufpga_info.max_desc_len bytes); the engine fills the slots in order,
- * one packet (or slot-full) each, and each fill arrives as a SLOT record on
- * read(). A filled slot belongs to user space until released: the engine
+ * memory, taking one descriptor per bus-contiguous run of it (at most
+ * gpufpga_info.max_desc_len bytes each); the engine fills the slots in
+ * order, and each fill arrives as a SLOT record on read(). A slot of one
+ * descriptor takes one packet or slot-full; a slot of several must be
+ * filled whole, so a packet (TLAST) that ends short of a descriptor's end
+ * before the slot's last descriptor ends the stream with -EPROTO rather
+ * than leave a hole in the slot: make packets as long as slots there. A filled slot belongs to user space until released: the engine
  * stops at it rather than overwrite it, and data the FPGA cannot deliver
  * meanwhile is lost upstream, where the FPGA counts it. The stream ends
  * (a STREAM_END record) on STOP, on close, when a pin is revoked, or on an
  * engine error.
  * @channel:	a C2H stream channel with nothing queued or running.
- * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter).
+ * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter), which
+ *		also bounds the descriptors of all slots together.
  * @slots:	user pointer to struct gpufpga_seg[@nslots].
  * @flags:	must be 0.
  * @pad:	must be 0.
  *
  * Errors: -EINVAL (not a C2H stream channel, bad slot), -EBUSY (the
- * channel is in use), -ENOENT, -EKEYREVOKED, -E2BIG (too many slots).
+ * channel is in use), -ENOENT, -EKEYREVOKED, -E2BIG (too many slots or
+ * descriptors).
  */
 struct gpufpga_stream {
 	__u32 channel;
