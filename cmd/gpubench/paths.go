@@ -118,7 +118,7 @@ type compatConfig struct{ slots, slotSize, workers, streams int }
 func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, error) {
 	r := &compatRun{SlotSize: cc.slotSize, Slots: cc.slots, FrameSize: 64 << 10, CopyStreams: cc.streams,
 		SourceWorkers: cc.workers, PeakGBps: peak}
-	const run = 5 * time.Second
+	const run = 4 * time.Second
 	host, err := unix.Mmap(-1, 0, r.SlotSize*r.Slots, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, err
