@@ -31,6 +31,8 @@ const (
 	Version    = 1
 	HeaderSize = 32
 	crcOffset  = 28
+	// CRCCovered is the header bytes the CRC covers, before the payload.
+	CRCCovered = crcOffset
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -59,15 +61,19 @@ func Size(n int) int { return HeaderSize + n }
 func Encode(dst []byte, seq, timestamp uint64, payloadLen int) int {
 	n := Size(payloadLen)
 	b := dst[:n]
+	putHeader(b, seq, timestamp, payloadLen)
+	FillPayload(b[HeaderSize:], seq)
+	binary.LittleEndian.PutUint32(b[crcOffset:], checksum(b))
+	return n
+}
+
+func putHeader(b []byte, seq, timestamp uint64, payloadLen int) {
 	binary.LittleEndian.PutUint32(b[0:], Magic)
 	binary.LittleEndian.PutUint16(b[4:], Version)
 	binary.LittleEndian.PutUint16(b[6:], HeaderSize)
 	binary.LittleEndian.PutUint64(b[8:], seq)
 	binary.LittleEndian.PutUint64(b[16:], timestamp)
 	binary.LittleEndian.PutUint32(b[24:], uint32(payloadLen))
-	FillPayload(b[HeaderSize:], seq)
-	binary.LittleEndian.PutUint32(b[crcOffset:], checksum(b))
-	return n
 }
 
 func checksum(frame []byte) uint32 {
@@ -75,32 +81,115 @@ func checksum(frame []byte) uint32 {
 	return crc32.Update(c, castagnoli, frame[HeaderSize:])
 }
 
-// FillPayload writes the payload pattern of frame seq into p: word i is
-// (k + i*phi) * m with k derived from seq, so every frame and every word
-// differ, and a source can produce it at memory speed (no serial
-// dependency from word to word).
+// FillPayload writes the payload pattern of frame seq into p: word i (8
+// bytes, little-endian) is (i+1)*phi ^ key(seq), a position pattern under
+// a key that mixes the sequence number, so every frame and every word
+// differ. It has no serial dependency from word to word, so a source
+// produces it at memory speed, and the key enters the CRC linearly, so
+// Encoder computes the CRC without reading the payload back.
 func FillPayload(p []byte, seq uint64) {
-	const m = 0xBF58476D1CE4E5B9
+	key := payloadKey(seq)
 	var phi uint64 = 0x9E3779B97F4A7C15
-	x := (seq + 1) * 0xD1B54A32D192ED03
+	w := phi // word 0: (0+1)*phi
 	i := 0
 	for ; i+32 <= len(p); i += 32 {
 		q := p[i : i+32 : i+32]
-		binary.LittleEndian.PutUint64(q[0:], x*m)
-		binary.LittleEndian.PutUint64(q[8:], (x+phi)*m)
-		binary.LittleEndian.PutUint64(q[16:], (x+2*phi)*m)
-		binary.LittleEndian.PutUint64(q[24:], (x+3*phi)*m)
-		x += 4 * phi
+		binary.LittleEndian.PutUint64(q[0:], w^key)
+		binary.LittleEndian.PutUint64(q[8:], (w+phi)^key)
+		binary.LittleEndian.PutUint64(q[16:], (w+2*phi)^key)
+		binary.LittleEndian.PutUint64(q[24:], (w+3*phi)^key)
+		w += 4 * phi
 	}
 	for ; i+8 <= len(p); i += 8 {
-		binary.LittleEndian.PutUint64(p[i:i+8], x*m)
-		x += phi
+		binary.LittleEndian.PutUint64(p[i:i+8], w^key)
+		w += phi
 	}
 	if i < len(p) {
 		var tail [8]byte
-		binary.LittleEndian.PutUint64(tail[:], x*m)
+		binary.LittleEndian.PutUint64(tail[:], w^key)
 		copy(p[i:], tail[:])
 	}
+}
+
+// payloadKey is splitmix64's finaliser of seq.
+func payloadKey(seq uint64) uint64 {
+	z := seq + 0x9E3779B97F4A7C15
+	z = (z ^ z>>30) * 0xBF58476D1CE4E5B9
+	z = (z ^ z>>27) * 0x94D049BB133111EB
+	return z ^ z>>31
+}
+
+// Encoder encodes frames of one payload length, computing their CRCs
+// from tables instead of a pass over the payload: the payload is a fixed
+// pattern xored with a repeated 8-byte key, and a raw CRC is linear. An
+// in-process source uses it to produce frames at memory speed. Its frames
+// are Encode's, byte for byte.
+type Encoder struct {
+	payloadLen int
+	baseCRC    uint32         // raw CRC of the payload with key 0
+	keyCRC     [8][256]uint32 // raw CRC of the repeated key, by key byte
+	shift      []uint32       // multiplies by x^(8*payloadLen): appends the payload to the header
+	fix        uint32         // InitFix of the covered bytes
+}
+
+// NewEncoder prepares an Encoder for payloads of payloadLen bytes.
+func NewEncoder(payloadLen int) *Encoder {
+	e := &Encoder{payloadLen: payloadLen}
+	p := make([]byte, payloadLen)
+	fillKey(p, 0, 0x9E3779B97F4A7C15)
+	e.baseCRC = RawCRC(p)
+	var col [64]uint32
+	for j := range col {
+		fillKey(p, uint64(1)<<j, 0)
+		col[j] = RawCRC(p)
+	}
+	for b := range 8 {
+		for v := range 256 {
+			var c uint32
+			for bit := range 8 {
+				if v&(1<<bit) != 0 {
+					c ^= col[8*b+bit]
+				}
+			}
+			e.keyCRC[b][v] = c
+		}
+	}
+	e.shift = MulTable(nil, X8N(uint64(payloadLen)))
+	e.fix = InitFix(uint64(CRCCovered + payloadLen))
+	return e
+}
+
+// fillKey writes the words (i+1)*phi ^ key (phi 0: the key alone).
+func fillKey(p []byte, key, phi uint64) {
+	w := phi
+	i := 0
+	for ; i+8 <= len(p); i += 8 {
+		binary.LittleEndian.PutUint64(p[i:], w^key)
+		w += phi
+	}
+	if i < len(p) {
+		var tail [8]byte
+		binary.LittleEndian.PutUint64(tail[:], w^key)
+		copy(p[i:], tail[:])
+	}
+}
+
+// Encode writes frame seq into dst, as the package's Encode does, and
+// returns its length.
+func (e *Encoder) Encode(dst []byte, seq, timestamp uint64) int {
+	n := Size(e.payloadLen)
+	b := dst[:n]
+	putHeader(b, seq, timestamp, e.payloadLen)
+	FillPayload(b[HeaderSize:], seq)
+	key := payloadKey(seq)
+	c := e.baseCRC
+	for i := range 8 {
+		c ^= e.keyCRC[i][byte(key>>(8*i))]
+	}
+	h := RawCRC(b[:crcOffset])
+	h = e.shift[h&0xff] ^ e.shift[256+(h>>8&0xff)] ^ e.shift[512+(h>>16&0xff)] ^ e.shift[768+h>>24]
+	binary.LittleEndian.PutUint32(b[crcOffset:], h^c^e.fix)
+	return n
 }
 
 // Parse decodes and verifies the frame at the start of b and returns its

@@ -42,6 +42,7 @@ var ErrNotHeld = errors.New("acq: slot not held")
 // storing into uncached lines costs the CPU.
 type HostRing struct {
 	cfg     HostRingConfig
+	enc     *frame.Encoder
 	credits chan struct{}
 	jobs    chan ringJob
 	order   chan ringJob
@@ -73,6 +74,7 @@ func NewHostRing(cfg HostRingConfig) (*HostRing, error) {
 	cfg.Workers = max(cfg.Workers, 1)
 	r := &HostRing{
 		cfg:      cfg,
+		enc:      frame.NewEncoder(cfg.FrameSize - frame.HeaderSize),
 		credits:  make(chan struct{}, cfg.Slots),
 		jobs:     make(chan ringJob, cfg.Slots),
 		order:    make(chan ringJob, cfg.Slots),
@@ -153,7 +155,7 @@ func (r *HostRing) fill(k uint64, fifo []byte) {
 	for off := 0; off < len(slot); off += len(fifo) {
 		b := fifo[:min(len(fifo), len(slot)-off)]
 		for i := 0; i < len(b); i += r.cfg.FrameSize {
-			frame.Encode(b[i:], seq, ts, r.cfg.FrameSize-frame.HeaderSize)
+			r.enc.Encode(b[i:], seq, ts)
 			seq++
 		}
 		copy(slot[off:], b)
