@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
 // Exit codes.
@@ -100,6 +101,8 @@ func exitCode(err error) int {
 		return ee.code
 	case errors.As(err, &pe), errors.Is(err, p2p.ErrNoDevice):
 		return ExitDevice
+	case errors.Is(err, stream.ErrConfig):
+		return ExitUsage
 	case strings.HasPrefix(err.Error(), "unknown command"), strings.HasPrefix(err.Error(), "accepts "),
 		strings.Contains(err.Error(), "unknown flag"), strings.Contains(err.Error(), "required flag"):
 		return ExitUsage
