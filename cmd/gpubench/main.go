@@ -63,11 +63,7 @@ func main() {
 
 func run(cc compatConfig, compatOnly bool) error {
 	runtime.LockOSThread()
-	drv, err := cuda.Open()
-	if err != nil {
-		return err
-	}
-	g, err := drv.Device(0)
+	g, err := cuda.OpenDevice(0)
 	if err != nil {
 		return err
 	}

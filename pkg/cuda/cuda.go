@@ -144,6 +144,16 @@ func (d *Driver) Device(n int) (*Device, error) {
 	return g, nil
 }
 
+// OpenDevice loads the driver and retains device ordinal's primary
+// context: Open and Device in one.
+func OpenDevice(ordinal int) (*Device, error) {
+	d, err := Open()
+	if err != nil {
+		return nil, err
+	}
+	return d.Device(ordinal)
+}
+
 // Lock binds the device's context to the calling goroutine's OS thread;
 // call it before using the device from a goroutine, and Unlock after.
 func (g *Device) Lock() error {

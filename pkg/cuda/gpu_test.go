@@ -15,11 +15,7 @@ func device(t *testing.T) *Device {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-	drv, err := Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := drv.Device(0)
+	g, err := OpenDevice(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,11 +16,7 @@ func device(t testing.TB) *cuda.Device {
 	t.Helper()
 	runtime.LockOSThread()
 	t.Cleanup(runtime.UnlockOSThread)
-	drv, err := cuda.Open()
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := drv.Device(0)
+	g, err := cuda.OpenDevice(0)
 	if err != nil {
 		t.Fatal(err)
 	}

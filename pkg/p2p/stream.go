@@ -19,7 +19,7 @@ type Slot struct {
 	Seq   uint64        // fill sequence number, from 0
 	Bytes uint64        // bytes the engine wrote into it
 	EOP   bool          // the packet (frame) ended in this slot
-	Time  time.Duration // when the driver saw it filled (CLOCK_MONOTONIC)
+	Time  time.Duration // when the driver saw it filled, on SlotClock
 }
 
 // Stream is a C2H stream channel running continuously into a ring of
@@ -144,4 +144,11 @@ func (s *Stream) Stop() error {
 	}
 	<-s.ended
 	return nil
+}
+
+// SlotClock reads the clock of Slot.Time: CLOCK_MONOTONIC, the driver's.
+func SlotClock() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
+	return time.Duration(ts.Nano())
 }

@@ -46,11 +46,7 @@ func NewCUDA(g *cuda.Device, copyStreams int) (*CUDA, error) {
 // OpenCUDA loads the CUDA driver and returns GPU ordinal's memory with
 // three copy streams; cuda.ErrNoDriver where there is no driver.
 func OpenCUDA(ordinal int) (*CUDA, error) {
-	drv, err := cuda.Open()
-	if err != nil {
-		return nil, err
-	}
-	g, err := drv.Device(ordinal)
+	g, err := cuda.OpenDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}

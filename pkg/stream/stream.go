@@ -19,8 +19,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
@@ -360,7 +358,7 @@ func (s *Session) deliver() {
 		s.stats.Slots++
 		s.stats.Held++
 		s.stats.MaxHeld = max(s.stats.MaxHeld, s.stats.Held)
-		s.latency += monotonic() - sl.Time
+		s.latency += p2p.SlotClock() - sl.Time
 		s.stats.SlotLatency = s.latency / time.Duration(s.stats.Slots)
 		s.mu.Unlock()
 		f.Ready = time.Now()
@@ -390,13 +388,6 @@ func (s *Session) check(off, n uint64) error {
 		}
 	}
 	return nil
-}
-
-// monotonic reads CLOCK_MONOTONIC, the driver's clock for slot times.
-func monotonic() time.Duration {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Duration(ts.Nano())
 }
 
 // Filled delivers slots in fill order; it is closed when the session ends.

@@ -254,7 +254,7 @@ func TestCLIErrors(t *testing.T) {
 		{nil, []string{"transfer", "--size", "64KiB", "--card-addr", "0x3fff000"}, ExitDevice, "invalid argument"},
 		{nil, []string{"transfer", "--size", "64KiB"}, ExitDevice, "DMA engine reported an error (C2H channel 0: magic_stopped)"},
 		{nobody, []string{"info", "-d", "/dev/gpufpga0"}, ExitDevice, "permission denied"},
-		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off: use --mem sim on the test rig"},
+		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
 		{nil, []string{"stream", "--mem", "gpu"}, ExitUsage, `--mem "gpu": want cuda or sim`},
 		{nil, []string{"stream", "--check", "fast"}, ExitUsage, `--check "fast": want cpu, gpu or none`},
 		{nil, []string{"stream", "--check", "gpu", "--bytes", "1MiB"}, ExitUsage, "this GPU cannot check frames (CUDA can)"},

@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
@@ -135,7 +133,7 @@ func (r *HostRing) emit() {
 		r.held[idx] = true
 		r.generated += uint64(r.cfg.SlotSize / r.cfg.FrameSize)
 		r.mu.Unlock()
-		r.slots <- p2p.Slot{Index: idx, Seq: j.k, Bytes: uint64(r.cfg.SlotSize), EOP: true, Time: monotonic()}
+		r.slots <- p2p.Slot{Index: idx, Seq: j.k, Bytes: uint64(r.cfg.SlotSize), EOP: true, Time: p2p.SlotClock()}
 	}
 }
 
@@ -201,10 +199,4 @@ func (r *HostRing) Generated() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.generated
-}
-
-func monotonic() time.Duration {
-	var ts unix.Timespec
-	_ = unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts)
-	return time.Duration(ts.Nano())
 }
