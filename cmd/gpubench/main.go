@@ -14,6 +14,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -31,6 +32,9 @@ type report struct {
 	Date           string       `json:"date"`
 	Host           string       `json:"host"`
 	Device         string       `json:"device"`
+	CUDAVersion    int          `json:"cuda_driver_version"`
+	CPU            string       `json:"cpu"`
+	CPUs           int          `json:"cpus"`
 	TotalMem       uint64       `json:"total_mem"`
 	RDMASupported  int          `json:"gpudirect_rdma_supported"`
 	RDMAFlush      int          `json:"gpudirect_rdma_flush_writes_options"`
@@ -77,6 +81,8 @@ func run(cc compatConfig, compatOnly bool) error {
 		return err
 	}
 	r.TotalMem, _ = g.TotalMem()
+	r.CUDAVersion, _ = g.Driver().Version()
+	r.CPU, r.CPUs = cpuModel(), runtime.NumCPU()
 	r.RDMASupported, _ = g.Attribute(cuda.AttrGPUDirectRDMASupported)
 	r.RDMAFlush, _ = g.Attribute(cuda.AttrGPUDirectRDMAFlushWrites)
 	r.RDMAOrdering, _ = g.Attribute(cuda.AttrGPUDirectRDMAWritesOrdering)
@@ -184,4 +190,18 @@ func run(cc compatConfig, compatOnly bool) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// cpuModel returns the CPU's model name from /proc/cpuinfo.
+func cpuModel() string {
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if k, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(k) == "model name" {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
 }

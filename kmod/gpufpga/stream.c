@@ -35,6 +35,16 @@ struct gpufpga_stream_state {
 	u64 seq;
 };
 
+static u64 gpufpga_stream_bytes(struct gpufpga_stream_state *st)
+{
+	u64 bytes = 0;
+	u32 i;
+
+	for (i = 0; i < st->ndescs; i++)
+		bytes += st->descs[i].len;
+	return bytes;
+}
+
 static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
 {
 	return st->first[slot + 1] - st->first[slot];
@@ -135,6 +145,8 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 		if (gpufpga_post_slot(ch, GPUFPGA_EVENT_SLOT, slot, st->seq, st->fill_bytes + len,
 				      status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, 0, 0))
 			break;	/* picked up on the next look */
+		trace_gpufpga_stream_slot(ch->dev->id, ch->index, slot, st->seq, st->fill_bytes + len,
+					  status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
 		res[d].status = 0;
 		set_bit(slot, st->held);
 		st->next_fill = (slot + 1) % st->nslots;
@@ -168,6 +180,7 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	}
 	if (error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
+	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
 	gpufpga_post_slot(ch, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0, error, status);
 	ch->last_status = status;
 	ch->acq = NULL;
@@ -258,6 +271,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 		      XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	wmb();	/* the ring before RUN */
 	ch->acq = st;
+	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, gpufpga_stream_bytes(st));
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
 	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
 }

@@ -135,6 +135,72 @@ TRACE_EVENT(gpufpga_error,
 		  __entry->dev, __get_str(op), __entry->error, __entry->status)
 );
 
+TRACE_EVENT(gpufpga_stream_start,
+	TP_PROTO(int dev, u32 chan, u32 nslots, u32 ndescs, u64 bytes),
+	TP_ARGS(dev, chan, nslots, ndescs, bytes),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u32, chan)
+		__field(u32, nslots)
+		__field(u32, ndescs)
+		__field(u64, bytes)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->chan = chan;
+		__entry->nslots = nslots;
+		__entry->ndescs = ndescs;
+		__entry->bytes = bytes;
+	),
+	TP_printk("dev=%d c2h%u nslots=%u ndescs=%u bytes=%llu",
+		  __entry->dev, __entry->chan, __entry->nslots, __entry->ndescs, __entry->bytes)
+);
+
+TRACE_EVENT(gpufpga_stream_slot,
+	TP_PROTO(int dev, u32 chan, u32 slot, u64 seq, u64 bytes, u32 flags),
+	TP_ARGS(dev, chan, slot, seq, bytes, flags),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u32, chan)
+		__field(u32, slot)
+		__field(u32, flags)
+		__field(u64, seq)
+		__field(u64, bytes)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->chan = chan;
+		__entry->slot = slot;
+		__entry->flags = flags;
+		__entry->seq = seq;
+		__entry->bytes = bytes;
+	),
+	TP_printk("dev=%d c2h%u slot=%u seq=%llu bytes=%llu flags=%#x",
+		  __entry->dev, __entry->chan, __entry->slot, __entry->seq, __entry->bytes,
+		  __entry->flags)
+);
+
+TRACE_EVENT(gpufpga_stream_end,
+	TP_PROTO(int dev, u32 chan, u64 slots, int error, u32 status),
+	TP_ARGS(dev, chan, slots, error, status),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u32, chan)
+		__field(int, error)
+		__field(u32, status)
+		__field(u64, slots)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->chan = chan;
+		__entry->error = error;
+		__entry->status = status;
+		__entry->slots = slots;
+	),
+	TP_printk("dev=%d c2h%u slots=%llu error=%d status=%#x",
+		  __entry->dev, __entry->chan, __entry->slots, __entry->error, __entry->status)
+);
+
 #endif /* GPUFPGA_TRACE_H */
 
 #undef TRACE_INCLUDE_PATH

@@ -117,12 +117,23 @@ func (d *Driver) errorString(code int) string {
 	return string(b)
 }
 
+// Version returns the CUDA version the driver supports, as 1000*major +
+// 10*minor (13000 is CUDA 13.0).
+func (d *Driver) Version() (int, error) {
+	var v int32
+	err := d.call("cuDriverGetVersion", uintptr(unsafe.Pointer(&v)))
+	return int(v), err
+}
+
 // DeviceCount returns the number of CUDA devices.
 func (d *Driver) DeviceCount() (int, error) {
 	var n int32
 	err := d.call("cuDeviceGetCount", uintptr(unsafe.Pointer(&n)))
 	return int(n), err
 }
+
+// Driver returns the driver the device belongs to.
+func (g *Device) Driver() *Driver { return g.drv }
 
 // Device is a CUDA device with its primary context.
 type Device struct {

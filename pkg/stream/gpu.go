@@ -64,7 +64,8 @@ type GPUChecking interface {
 }
 
 // hostRing is page-aligned host memory for compat mode, pinned for the
-// FPGA and registered with the GPU for copies.
+// FPGA and registered with the GPU for copies; with Attach, only the
+// registration of the caller's memory.
 type hostRing struct {
 	mem        []byte
 	pin        *p2p.Pin
@@ -100,6 +101,8 @@ func (h *hostRing) free() error {
 			err = e
 		}
 	}
-	unix.Munmap(h.mem)
+	if h.mem != nil {
+		unix.Munmap(h.mem)
+	}
 	return err
 }

@@ -20,6 +20,7 @@ type gpufpgaChanStats struct {
 	Errors    uint64
 	Submitted uint64
 	BusyNs    uint64
+	Slots     uint64
 }
 
 type gpufpgaEvent struct {
@@ -42,18 +43,21 @@ type gpufpgaEvent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	gpufpgaMapEvents      = "events"
-	gpufpgaMapLatency     = "latency"
-	gpufpgaMapLost        = "lost"
-	gpufpgaMapStats       = "stats"
-	gpufpgaProgOnComplete = "on_complete"
-	gpufpgaProgOnError    = "on_error"
-	gpufpgaProgOnPin      = "on_pin"
-	gpufpgaProgOnRevoke   = "on_revoke"
-	gpufpgaProgOnSubmit   = "on_submit"
-	gpufpgaProgOnUnpin    = "on_unpin"
-	gpufpgaVarUnusedEvent = "unused_event"
-	gpufpgaVarWantDev     = "want_dev"
+	gpufpgaMapEvents         = "events"
+	gpufpgaMapLatency        = "latency"
+	gpufpgaMapLost           = "lost"
+	gpufpgaMapStats          = "stats"
+	gpufpgaProgOnComplete    = "on_complete"
+	gpufpgaProgOnError       = "on_error"
+	gpufpgaProgOnPin         = "on_pin"
+	gpufpgaProgOnRevoke      = "on_revoke"
+	gpufpgaProgOnStreamEnd   = "on_stream_end"
+	gpufpgaProgOnStreamSlot  = "on_stream_slot"
+	gpufpgaProgOnStreamStart = "on_stream_start"
+	gpufpgaProgOnSubmit      = "on_submit"
+	gpufpgaProgOnUnpin       = "on_unpin"
+	gpufpgaVarUnusedEvent    = "unused_event"
+	gpufpgaVarWantDev        = "want_dev"
 )
 
 // loadGpufpga returns the embedded CollectionSpec for gpufpga.
@@ -98,12 +102,15 @@ type gpufpgaSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type gpufpgaProgramSpecs struct {
-	OnComplete *ebpf.ProgramSpec `ebpf:"on_complete"`
-	OnError    *ebpf.ProgramSpec `ebpf:"on_error"`
-	OnPin      *ebpf.ProgramSpec `ebpf:"on_pin"`
-	OnRevoke   *ebpf.ProgramSpec `ebpf:"on_revoke"`
-	OnSubmit   *ebpf.ProgramSpec `ebpf:"on_submit"`
-	OnUnpin    *ebpf.ProgramSpec `ebpf:"on_unpin"`
+	OnComplete    *ebpf.ProgramSpec `ebpf:"on_complete"`
+	OnError       *ebpf.ProgramSpec `ebpf:"on_error"`
+	OnPin         *ebpf.ProgramSpec `ebpf:"on_pin"`
+	OnRevoke      *ebpf.ProgramSpec `ebpf:"on_revoke"`
+	OnStreamEnd   *ebpf.ProgramSpec `ebpf:"on_stream_end"`
+	OnStreamSlot  *ebpf.ProgramSpec `ebpf:"on_stream_slot"`
+	OnStreamStart *ebpf.ProgramSpec `ebpf:"on_stream_start"`
+	OnSubmit      *ebpf.ProgramSpec `ebpf:"on_submit"`
+	OnUnpin       *ebpf.ProgramSpec `ebpf:"on_unpin"`
 }
 
 // gpufpgaMapSpecs contains maps before they are loaded into the kernel.
@@ -171,12 +178,15 @@ type gpufpgaVariables struct {
 //
 // It can be passed to loadGpufpgaObjects or ebpf.CollectionSpec.LoadAndAssign.
 type gpufpgaPrograms struct {
-	OnComplete *ebpf.Program `ebpf:"on_complete"`
-	OnError    *ebpf.Program `ebpf:"on_error"`
-	OnPin      *ebpf.Program `ebpf:"on_pin"`
-	OnRevoke   *ebpf.Program `ebpf:"on_revoke"`
-	OnSubmit   *ebpf.Program `ebpf:"on_submit"`
-	OnUnpin    *ebpf.Program `ebpf:"on_unpin"`
+	OnComplete    *ebpf.Program `ebpf:"on_complete"`
+	OnError       *ebpf.Program `ebpf:"on_error"`
+	OnPin         *ebpf.Program `ebpf:"on_pin"`
+	OnRevoke      *ebpf.Program `ebpf:"on_revoke"`
+	OnStreamEnd   *ebpf.Program `ebpf:"on_stream_end"`
+	OnStreamSlot  *ebpf.Program `ebpf:"on_stream_slot"`
+	OnStreamStart *ebpf.Program `ebpf:"on_stream_start"`
+	OnSubmit      *ebpf.Program `ebpf:"on_submit"`
+	OnUnpin       *ebpf.Program `ebpf:"on_unpin"`
 }
 
 func (p *gpufpgaPrograms) Close() error {
@@ -185,6 +195,9 @@ func (p *gpufpgaPrograms) Close() error {
 		p.OnError,
 		p.OnPin,
 		p.OnRevoke,
+		p.OnStreamEnd,
+		p.OnStreamSlot,
+		p.OnStreamStart,
 		p.OnSubmit,
 		p.OnUnpin,
 	)

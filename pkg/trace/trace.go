@@ -1,9 +1,10 @@
 //go:build linux
 
 // Package trace observes gpufpga live through its trace events with eBPF:
-// per-channel throughput, transfer counts and latency histograms aggregated
-// in the kernel, and discrete events (pins, unpins, revocations, failed
-// transfers, errors) streamed through a ring buffer. Events the ring buffer
+// per-channel throughput, transfer and stream slot counts and latency
+// histograms aggregated in the kernel, and discrete events (pins, unpins,
+// revocations, failed transfers, errors, streams starting and ending)
+// streamed through a ring buffer. Events the ring buffer
 // had to drop are counted and reported, never hidden.
 package trace
 
@@ -53,6 +54,7 @@ type Channel struct {
 	Errors    uint64
 	Submitted uint64
 	Busy      time.Duration // summed engine time of completed transfers
+	Slots     uint64        // stream slots filled (their bytes are in Bytes)
 	// Latency counts transfers by engine time: bucket b holds those that
 	// took [2^b, 2^(b+1)) ns.
 	Latency [64]uint64
@@ -82,7 +84,8 @@ func (c *Channel) Quantile(q float64) time.Duration {
 // Sub returns what happened between an earlier reading and c.
 func (c Channel) Sub(earlier Channel) Channel {
 	d := Channel{Name: c.Name, Bytes: c.Bytes - earlier.Bytes, Transfers: c.Transfers - earlier.Transfers,
-		Errors: c.Errors - earlier.Errors, Submitted: c.Submitted - earlier.Submitted, Busy: c.Busy - earlier.Busy}
+		Errors: c.Errors - earlier.Errors, Submitted: c.Submitted - earlier.Submitted, Busy: c.Busy - earlier.Busy,
+		Slots: c.Slots - earlier.Slots}
 	for i := range d.Latency {
 		d.Latency[i] = c.Latency[i] - earlier.Latency[i]
 	}
@@ -106,6 +109,8 @@ const (
 	EventRevoke
 	EventTransferFailed
 	EventError
+	EventStreamStart
+	EventStreamEnd
 )
 
 func (t EventType) String() string {
@@ -120,6 +125,10 @@ func (t EventType) String() string {
 		return "transfer-failed"
 	case EventError:
 		return "error"
+	case EventStreamStart:
+		return "stream-start"
+	case EventStreamEnd:
+		return "stream-end"
 	}
 	return fmt.Sprintf("event(%d)", uint32(t))
 }
@@ -130,10 +139,11 @@ type Event struct {
 	Time    time.Duration // kernel monotonic clock
 	Device  int
 	Handle  uint64 // pins; the transfer id for EventTransferFailed
-	Len     uint64 // pinned bytes, or bytes moved before the failure
-	Kind    uint32 // pin kind (pins), direction (transfers)
+	Len     uint64 // pinned bytes, bytes moved before the failure, or a stream ring's bytes
+	Kind    uint32 // pin kind (pins), direction (transfers, streams)
 	Channel int
-	Pages   int
+	Slots   uint64 // streams: slots in the ring (start), slots filled (end)
+	Pages   int    // pins; a stream ring's descriptors
 	Runs    int
 	Status  uint32     // XDMA status of a failed transfer or error
 	Err     unix.Errno // for failures
@@ -176,6 +186,8 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	for name, prog := range map[string]*ebpf.Program{
 		"gpufpga_pin": s.objs.OnPin, "gpufpga_unpin": s.objs.OnUnpin, "gpufpga_revoke": s.objs.OnRevoke,
 		"gpufpga_xfer_submit": s.objs.OnSubmit, "gpufpga_xfer_complete": s.objs.OnComplete, "gpufpga_error": s.objs.OnError,
+		"gpufpga_stream_start": s.objs.OnStreamStart, "gpufpga_stream_slot": s.objs.OnStreamSlot,
+		"gpufpga_stream_end": s.objs.OnStreamEnd,
 	} {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
 		if err != nil {
@@ -224,6 +236,9 @@ func (s *Session) read() {
 			Len: raw.LenOrBytes, Kind: raw.KindOrDir, Channel: int(raw.Chan), Pages: int(raw.Npages), Runs: int(raw.Nruns),
 			Status: raw.Status, Err: unix.Errno(-raw.Error), Op: cString(raw.Op[:]),
 		}
+		if e.Type == EventStreamStart || e.Type == EventStreamEnd {
+			e.Slots, e.Handle = e.Handle, 0
+		}
 		select {
 		case s.events <- e:
 		default:
@@ -263,6 +278,7 @@ func (s *Session) Snapshot() (Snapshot, error) {
 			c.Errors += p.Errors
 			c.Submitted += p.Submitted
 			c.Busy += time.Duration(p.BusyNs)
+			c.Slots += p.Slots
 		}
 		var counts []uint64
 		for b := range numBuckets {

@@ -179,3 +179,58 @@ func TestTracingOverhead(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A stream shows up as a start event with its ring, one counted slot per
+// fill with its bytes, and an end event with the number of fills.
+func TestTracedStream(t *testing.T) {
+	r := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Options{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const slot = 128 << 10 // two fragmented GPU pages: two descriptors
+	if err := r.Ctl.ConfigureSource(slot-32, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	_, p := r.pin(t, 8*slot)
+	var segs []p2p.Segment
+	for i := range 8 {
+		segs = append(segs, p2p.Segment{Pin: p, Offset: uint64(i) * slot, Len: slot})
+	}
+	before, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.Dev.StartStream(1, segs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fills, bytes uint64
+	for sl := range st.Slots() {
+		fills++
+		bytes += sl.Bytes
+		st.Release(sl.Index)
+		if fills == 40 {
+			st.Stop()
+		}
+	}
+	if st.Err() != nil {
+		t.Fatal(st.Err())
+	}
+	if e := next(t, s, EventStreamStart); e.Channel != 1 || e.Slots != 8 || e.Pages != 16 || e.Len != 8*slot {
+		t.Errorf("stream-start event %+v", e)
+	}
+	if e := next(t, s, EventStreamEnd); e.Channel != 1 || e.Slots != fills || e.Err != 0 {
+		t.Errorf("stream-end event %+v after %d fills", e, fills)
+	}
+	after, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Channels[5].Sub(before.Channels[5]); d.Slots != fills || d.Bytes != bytes || d.Transfers != 0 {
+		t.Errorf("c2h1 traced %+v, want %d slots of %d bytes", d, fills, bytes)
+	}
+}

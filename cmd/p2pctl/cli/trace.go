@@ -22,9 +22,11 @@ type traceChannelJSON struct {
 	Name           string  `json:"name"`
 	Bytes          uint64  `json:"bytes"`
 	Transfers      uint64  `json:"transfers"`
+	Slots          uint64  `json:"stream_slots"`
 	Errors         uint64  `json:"errors"`
 	GBps           float64 `json:"gb_per_s"`
 	TransfersPerS  float64 `json:"transfers_per_s"`
+	SlotsPerS      float64 `json:"stream_slots_per_s"`
 	P50us          float64 `json:"p50_us"`
 	P99us          float64 `json:"p99_us"`
 	LatencyBuckets []struct {
@@ -40,6 +42,7 @@ type traceEventJSON struct {
 	Len     uint64 `json:"len,omitempty"`
 	Kind    string `json:"kind,omitempty"`
 	Channel string `json:"channel,omitempty"`
+	Slots   uint64 `json:"slots,omitempty"`
 	Pages   int    `json:"pages,omitempty"`
 	Status  uint32 `json:"status,omitempty"`
 	Error   string `json:"error,omitempty"`
@@ -65,8 +68,9 @@ func eventJSON(e trace.Event) traceEventJSON {
 		if int(e.Kind) < len(pinKinds) {
 			out.Kind = pinKinds[e.Kind]
 		}
-	case trace.EventTransferFailed:
+	case trace.EventTransferFailed, trace.EventStreamStart, trace.EventStreamEnd:
 		out.Channel = fmt.Sprintf("%s%d", map[uint32]string{0: "h2c", 1: "c2h"}[e.Kind], e.Channel)
+		out.Slots = e.Slots
 	}
 	if e.Err != 0 {
 		out.Error = e.Err.Error()
@@ -75,11 +79,12 @@ func eventJSON(e trace.Event) traceEventJSON {
 }
 
 func traceChannel(c trace.Channel, secs float64, buckets bool) traceChannelJSON {
-	out := traceChannelJSON{Name: c.Name, Bytes: c.Bytes, Transfers: c.Transfers, Errors: c.Errors,
+	out := traceChannelJSON{Name: c.Name, Bytes: c.Bytes, Transfers: c.Transfers, Slots: c.Slots, Errors: c.Errors,
 		P50us: us(c.Quantile(0.5)), P99us: us(c.Quantile(0.99))}
 	if secs > 0 {
 		out.GBps = float64(c.Bytes) / secs / 1e9
 		out.TransfersPerS = float64(c.Transfers) / secs
+		out.SlotsPerS = float64(c.Slots) / secs
 	}
 	if buckets {
 		for b, n := range c.Latency {
@@ -100,6 +105,10 @@ func writeTick(w io.Writer, t traceTickJSON) {
 		switch {
 		case e.Kind != "":
 			fmt.Fprintf(w, " handle %d %s %s", e.Handle, e.Kind, fmtBytes(e.Len))
+		case e.Type == trace.EventStreamStart.String():
+			fmt.Fprintf(w, " %s ring of %d slots, %d descriptors, %s", e.Channel, e.Slots, e.Pages, fmtBytes(e.Len))
+		case e.Type == trace.EventStreamEnd.String():
+			fmt.Fprintf(w, " %s after %d slots", e.Channel, e.Slots)
 		case e.Channel != "":
 			fmt.Fprintf(w, " %s transfer %d after %s", e.Channel, e.Handle, fmtBytes(e.Len))
 		case e.Op != "":
@@ -119,13 +128,17 @@ func writeTick(w io.Writer, t traceTickJSON) {
 	}
 	active := 0
 	for _, c := range t.Channels {
-		if c.Transfers == 0 {
+		if c.Transfers == 0 && c.Slots == 0 {
 			continue
 		}
 		active++
-		fmt.Fprintf(w, "%s  %-5s %8.3f GB/s %8.0f transfers/s  p50 %8.0f µs  p99 %8.0f µs  errors %d\n",
-			label, c.Name, c.GBps, c.TransfersPerS, c.P50us, c.P99us, c.Errors)
-		if t.Summary {
+		if c.Transfers > 0 {
+			fmt.Fprintf(w, "%s  %-5s %8.3f GB/s %8.0f transfers/s  p50 %8.0f µs  p99 %8.0f µs  errors %d\n",
+				label, c.Name, c.GBps, c.TransfersPerS, c.P50us, c.P99us, c.Errors)
+		} else {
+			fmt.Fprintf(w, "%s  %-5s %8.3f GB/s %8.0f stream slots/s\n", label, c.Name, c.GBps, c.SlotsPerS)
+		}
+		if t.Summary && c.Transfers > 0 {
 			writeHistogram(w, c)
 		}
 	}

@@ -60,10 +60,13 @@ func TestChildMidTransfer(t *testing.T) {
 		if _, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute}, 0); err != nil {
 			t.Fatal(err)
 		}
-		for {
-			st, _ := p.Query(false)
-			if st.Inflight == 1 {
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+			st, err := p.Query(false)
+			if err == nil && st.Inflight == 1 {
 				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("transfer never in flight: %+v, %v", st, err)
 			}
 		}
 	}
@@ -82,7 +85,9 @@ func killChildMid(t *testing.T, what string) {
 	setup(t)
 	g := openGPU(t)
 	ctl := control(t)
-	if err := ctl.ConfigureSource(4064, 50, 64); err != nil {
+	// 50 frames/s and at most 8 queued: the child's 64-descriptor transfer
+	// cannot finish before it sees it in flight, whenever it starts.
+	if err := ctl.ConfigureSource(4064, 50, 8); err != nil {
 		t.Fatal(err)
 	}
 	defer ctl.ConfigureSource(4064, 0, 64)
@@ -97,6 +102,9 @@ func killChildMid(t *testing.T, what string) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// A child that never gets going is killed, not waited for forever.
+	watchdog := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+	defer watchdog.Stop()
 	sc := bufio.NewScanner(out)
 	var log []string
 	ready := false

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
  * Aggregates gpufpga's trace events in the kernel: per-channel byte,
- * transfer and error counters and log2 latency histograms in maps, and
- * discrete events (pin, unpin, revoke, failed transfer, error) through a
- * ring buffer. Attached as raw tracepoints, whose arguments are the events'
+ * transfer, stream slot and error counters and log2 latency histograms in
+ * maps, and discrete events (pin, unpin, revoke, failed transfer, error,
+ * stream start and end) through a ring buffer. Attached as raw tracepoints, whose arguments are the events'
  * TP_PROTO arguments in order (kmod/gpufpga/trace.h).
  */
 #include "vmlinux.h"
@@ -19,11 +19,13 @@ enum event_type {
 	EVENT_REVOKE,
 	EVENT_XFER_FAILED,
 	EVENT_ERROR,
+	EVENT_STREAM_START,
+	EVENT_STREAM_END,
 };
 
 struct event {
 	__u64 ts_ns;
-	__u64 handle_or_id;
+	__u64 handle_or_id;	/* streams: slots in the ring, or filled at the end */
 	__u64 len_or_bytes;
 	__u32 type;
 	__s32 dev;
@@ -31,7 +33,7 @@ struct event {
 	__u32 chan;
 	__u32 status;
 	__s32 error;
-	__u32 npages;
+	__u32 npages;		/* stream start: descriptors */
 	__u32 nruns;
 	char op[OP_LEN];
 };
@@ -45,6 +47,7 @@ struct chan_stats {
 	__u64 errors;
 	__u64 submitted;
 	__u64 busy_ns;
+	__u64 slots;		/* stream slots filled; their bytes count in bytes */
 };
 
 struct {
@@ -247,6 +250,67 @@ int on_error(struct bpf_raw_tracepoint_args *ctx)
 	bpf_probe_read_kernel_str(e->op, sizeof(e->op), (const char *)ctx->args[1]);
 	e->error = (__s32)ctx->args[2];
 	e->status = (__u32)ctx->args[3];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* gpufpga_stream_start(int dev, u32 chan, u32 nslots, u32 ndescs, u64 bytes) */
+SEC("raw_tracepoint/gpufpga_stream_start")
+int on_stream_start(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct event *e;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	e = reserve();
+	if (!e)
+		return 0;
+	e->type = EVENT_STREAM_START;
+	e->dev = (__s32)ctx->args[0];
+	e->kind_or_dir = 1;
+	e->chan = (__u32)ctx->args[1];
+	e->handle_or_id = (__u32)ctx->args[2];
+	e->npages = (__u32)ctx->args[3];
+	e->len_or_bytes = ctx->args[4];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/* gpufpga_stream_slot(int dev, u32 chan, u32 slot, u64 seq, u64 bytes, u32 flags) */
+SEC("raw_tracepoint/gpufpga_stream_slot")
+int on_stream_slot(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 key = chan_index(1, (__u32)ctx->args[1]);
+	struct chan_stats *s;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	s = bpf_map_lookup_elem(&stats, &key);
+	if (s) {
+		s->slots++;
+		s->bytes += ctx->args[4];
+	}
+	return 0;
+}
+
+/* gpufpga_stream_end(int dev, u32 chan, u64 slots, int error, u32 status) */
+SEC("raw_tracepoint/gpufpga_stream_end")
+int on_stream_end(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct event *e;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	e = reserve();
+	if (!e)
+		return 0;
+	e->type = EVENT_STREAM_END;
+	e->dev = (__s32)ctx->args[0];
+	e->kind_or_dir = 1;
+	e->chan = (__u32)ctx->args[1];
+	e->handle_or_id = ctx->args[2];
+	e->error = (__s32)ctx->args[3];
+	e->status = (__u32)ctx->args[4];
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
