@@ -55,7 +55,7 @@ func main() {
 	var cc compatConfig
 	flag.IntVar(&cc.slots, "compat-slots", 32, "compat path: slots in the ring")
 	flag.IntVar(&cc.slotSize, "compat-slot-size", 16<<20, "compat path: bytes per slot")
-	flag.IntVar(&cc.workers, "compat-workers", max(runtime.NumCPU()-2, 1), "compat path: device model workers encoding frames")
+	flag.IntVar(&cc.workers, "compat-workers", max(runtime.NumCPU()-4, 1), "compat path: device model workers encoding frames")
 	flag.IntVar(&cc.streams, "compat-streams", 3, "compat path: CUDA streams the copies go round")
 	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
 	flag.Parse()

@@ -329,7 +329,9 @@ type Event struct {
 func (g *Device) NewEvent() (*Event, error) { return g.newEvent(0) }
 
 // NewSyncEvent creates an event for ordering and completion only, cheaper
-// to record than a timing event.
+// to record than a timing event. Waiting on it spins, as the context does
+// by default: a waiter that slept instead (CU_EVENT_BLOCKING_SYNC) cost
+// the compat path 10-20 % of its throughput on an H200.
 func (g *Device) NewSyncEvent() (*Event, error) { return g.newEvent(eventDisableTiming) }
 
 const eventDisableTiming = 0x2 // CU_EVENT_DISABLE_TIMING
