@@ -54,8 +54,10 @@ func consume(t *testing.T, s *stream.Session, total uint64) {
 	}
 }
 
+// 1 GiB through slots of four fragmented GPU pages (four descriptors
+// each), every frame checked.
 func TestGiBThroughFragmentedGPURing(t *testing.T) {
-	const slot = 64 << 10
+	const slot = 256 << 10
 	r := setup(t, slot-frame.HeaderSize, 0, 64)
 	s, err := stream.Start(context.Background(), r.config(stream.Direct, 32, slot))
 	if err != nil {

@@ -155,7 +155,7 @@ func TestTracingOverhead(t *testing.T) {
 	_, p := r.pin(t, 64<<10)
 	ctx := context.Background()
 	rate := func() float64 {
-		const n = 300
+		const n = 150
 		t0 := time.Now()
 		for range n {
 			if _, err := r.Dev.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{{Pin: p, Len: 4096}}}); err != nil {
