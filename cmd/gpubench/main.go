@@ -40,6 +40,8 @@ type report struct {
 	RDMAFlush      int          `json:"gpudirect_rdma_flush_writes_options"`
 	RDMAOrdering   int          `json:"gpudirect_rdma_writes_ordering"`
 	DmaBufSupport  int          `json:"dma_buf_supported"`
+	BAR1Total      uint64       `json:"bar1_total"`
+	BAR1Free       uint64       `json:"bar1_free"`
 	DmaBufSize     int64        `json:"dma_buf_export_size"`
 	DmaBufWant     uint64       `json:"dma_buf_export_want"`
 	HtoD           []copyResult `json:"pinned_htod"`
@@ -87,6 +89,11 @@ func run(cc compatConfig, compatOnly bool) error {
 	r.RDMAFlush, _ = g.Attribute(cuda.AttrGPUDirectRDMAFlushWrites)
 	r.RDMAOrdering, _ = g.Attribute(cuda.AttrGPUDirectRDMAWritesOrdering)
 	r.DmaBufSupport, _ = g.Attribute(cuda.AttrDmaBufSupported)
+	if bar, err := g.BAR1(); err == nil {
+		r.BAR1Total, r.BAR1Free = bar.Total, bar.Free
+	} else {
+		fmt.Fprintln(os.Stderr, "gpubench: BAR1:", err)
+	}
 
 	const big = 1 << 30
 	dst, err := g.Alloc(big)

@@ -126,3 +126,17 @@ func TestErrors(t *testing.T) {
 		t.Fatal("allocating 4 EiB succeeded")
 	}
 }
+
+// NVML finds the CUDA device by its PCI address and reports a BAR1
+// aperture: at least 256 MiB, the least any GPU exposes, with free <= total.
+func TestBAR1(t *testing.T) {
+	g := device(t)
+	bar, err := g.BAR1()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bar.Total < 256<<20 || bar.Free > bar.Total {
+		t.Fatalf("BAR1 %+v", bar)
+	}
+	t.Logf("BAR1: %d MiB, %d MiB free", bar.Total>>20, bar.Free>>20)
+}
