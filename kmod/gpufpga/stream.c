@@ -22,6 +22,7 @@ struct gpufpga_stream_state {
 	struct gpufpga_file *file;
 	u32 nslots;
 	u32 ndescs;
+	u64 bytes;			/* of all slots */
 	struct gpufpga_mem **mems;	/* one reference per slot */
 	struct gpufpga_busseg *descs;	/* the ring's descriptors, slot by slot */
 	u32 *first;			/* slot -> its first descriptor; [nslots] = ndescs */
@@ -34,16 +35,6 @@ struct gpufpga_stream_state {
 	u32 completed;			/* last completed count seen */
 	u64 seq;
 };
-
-static u64 gpufpga_stream_bytes(struct gpufpga_stream_state *st)
-{
-	u64 bytes = 0;
-	u32 i;
-
-	for (i = 0; i < st->ndescs; i++)
-		bytes += st->descs[i].len;
-	return bytes;
-}
 
 static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
 {
@@ -271,7 +262,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 		      XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	wmb();	/* the ring before RUN */
 	ch->acq = st;
-	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, gpufpga_stream_bytes(st));
+	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, st->bytes);
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
 	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
 }
@@ -312,6 +303,7 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_st
 			return ret;
 		st->first[i] = st->ndescs;
 		st->ndescs += probe.nsegs;
+		st->bytes += us[i].len;
 		kref_get(&m->ref);
 		atomic_inc(&m->inflight);
 		st->mems[i] = m;

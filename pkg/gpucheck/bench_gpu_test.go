@@ -17,20 +17,7 @@ func (c *Checker) reload(path string) error {
 	if err != nil {
 		return err
 	}
-	mod, err := c.dev.LoadPTX(ptx)
-	if err != nil {
-		return err
-	}
-	fn, err := mod.Function(kernel)
-	if err != nil {
-		return err
-	}
-	if err := fn.SetMaxDynamicShared(tableBytes); err != nil {
-		return err
-	}
-	c.mod.Close()
-	c.mod, c.fn = mod, fn
-	return nil
+	return c.loadKernel(ptx)
 }
 
 // BenchmarkCheck measures the kernel alone (CUDA events around the

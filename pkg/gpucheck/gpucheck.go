@@ -123,14 +123,8 @@ func groupLog2(frameSize int) uint {
 }
 
 func (c *Checker) load() error {
-	var err error
-	if c.mod, err = c.dev.LoadPTX(PTX); err != nil {
-		return fmt.Errorf("gpucheck: loading the kernel: %w", err)
-	}
-	if c.fn, err = c.mod.Function(kernel); err != nil {
-		return err
-	}
-	if err = c.fn.SetMaxDynamicShared(tableBytes); err != nil {
+	err := c.loadKernel(PTX)
+	if err != nil {
 		return err
 	}
 	if c.mult, err = c.dev.Alloc(multipliers * 1024 * 4); err != nil {
@@ -144,6 +138,27 @@ func (c *Checker) load() error {
 	}
 	c.host, err = c.dev.HostAlloc(c.maxFrames * recordBytes)
 	return err
+}
+
+// loadKernel loads the kernel from ptx, in place of any loaded before.
+func (c *Checker) loadKernel(ptx []byte) error {
+	mod, err := c.dev.LoadPTX(ptx)
+	if err != nil {
+		return fmt.Errorf("gpucheck: loading the kernel: %w", err)
+	}
+	fn, err := mod.Function(kernel)
+	if err == nil {
+		err = fn.SetMaxDynamicShared(tableBytes)
+	}
+	if err != nil {
+		mod.Close()
+		return err
+	}
+	if c.mod != nil {
+		c.mod.Close()
+	}
+	c.mod, c.fn = mod, fn
+	return nil
 }
 
 // setGroup sets the threads per frame and uploads the multipliers for it.

@@ -1,7 +1,6 @@
 package simgpu
 
 import (
-	"fmt"
 	"sync"
 
 	"github.com/gpufpga/gpufpga/pkg/stream"
@@ -59,8 +58,8 @@ func (b *localBuffer) Free() error   { return nil }
 
 // CopyIn queues the copy on an engine.
 func (b *localBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
-	if off > uint64(len(b.mem)) || uint64(len(src)) > uint64(len(b.mem))-off {
-		return nil, fmt.Errorf("simgpu: copy of %d bytes to offset %d of %d", len(src), off, len(b.mem))
+	if err := checkCopy(off, len(src), uint64(len(b.mem))); err != nil {
+		return nil, err
 	}
 	c := make(localCopy)
 	go func() {

@@ -220,11 +220,20 @@ func (b streamBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
 	if b.a.mem == nil {
 		return nil, fmt.Errorf("simgpu: %#x is no longer mapped", b.a.VA)
 	}
-	if off > b.a.Size || uint64(len(src)) > b.a.Size-off {
-		return nil, fmt.Errorf("simgpu: copy of %d bytes to offset %d of %d", len(src), off, b.a.Size)
+	if err := checkCopy(off, len(src), b.a.Size); err != nil {
+		return nil, err
 	}
 	copy(b.a.mem[off:], src)
 	return doneCopy{}, nil
+}
+
+// checkCopy refuses a copy of n bytes to offset off that does not fit in
+// size bytes.
+func checkCopy(off uint64, n int, size uint64) error {
+	if off > size || uint64(n) > size-off {
+		return fmt.Errorf("simgpu: copy of %d bytes to offset %d of %d", n, off, size)
+	}
+	return nil
 }
 
 type doneCopy struct{}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 	"unsafe"
@@ -82,7 +83,7 @@ type rawXfer struct {
 	reserved                   uint64
 }
 
-func (x rawXfer) bytes() ([]byte, []uint64) {
+func (x rawXfer) bytes() []byte {
 	b := make([]byte, sizeXfer)
 	le := binary.LittleEndian
 	le.PutUint32(b[0:], x.dir)
@@ -98,7 +99,7 @@ func (x rawXfer) bytes() ([]byte, []uint64) {
 	le.PutUint32(b[36:], uint32(x.eventfd))
 	le.PutUint32(b[84:], x.pad)
 	le.PutUint64(b[88:], x.reserved)
-	return b, x.segs
+	return b
 }
 
 type rawStream struct {
@@ -177,7 +178,6 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	host, _ := unixMmap(1 << 20)
 	nullFile, _ := os.Open("/dev/null")
 	defer nullFile.Close()
 	ringBuf := make([]byte, 64)
@@ -294,21 +294,22 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		{"stop: channel out of range", ioc(iocW, 8, sizeStop), stop(99, 0), unix.EINVAL},
 	}...)
 	for _, x := range xfers {
-		b, keep := x.x.bytes()
 		tests = append(tests, struct {
 			name string
 			cmd  uintptr
 			arg  []byte
 			want unix.Errno
-		}{x.name, ioc(iocRW, 4, sizeXfer), b, x.want})
-		_ = keep
+		}{x.name, ioc(iocRW, 4, sizeXfer), x.x.bytes(), x.want})
 	}
-	_ = host
 	for _, tc := range tests {
 		if err := rawIoctl(f, tc.cmd, tc.arg); err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
 	}
+	// The structs hold the addresses of these arrays as integers.
+	runtime.KeepAlive(xfers)
+	runtime.KeepAlive(streams)
+	runtime.KeepAlive(one)
 	// A longer struct with a zero tail is a newer caller: accepted.
 	long := append(rawPin{addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), make([]byte, 16)...)
 	if err := rawIoctl(f, ioc(iocRW, 1, sizePin+16), long); err != nil {
@@ -550,10 +551,12 @@ func TestRawSyncAndEventfd(t *testing.T) {
 	}
 	defer f.Close()
 	h := rawPinOK(t, f, rawPin{addr: a.VA + 10, len: 200000, fd: -1})
-	b, segs := rawXfer{nsegs: 1, segs: []uint64{h, 0, 200000}, cardAddr: 4096}.bytes()
+	segs := []uint64{h, 0, 200000}
+	b := rawXfer{nsegs: 1, segs: segs, cardAddr: 4096}.bytes()
 	if err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b); err != nil {
 		t.Fatalf("synchronous transfer: %v", err)
 	}
+	runtime.KeepAlive(segs) // b holds their address as an integer
 	le := binary.LittleEndian
 	if bytes, status, e, descs := le.Uint64(b[56:]), le.Uint32(b[64:]), int32(le.Uint32(b[68:])), le.Uint32(b[80:]); bytes != 200000 || status&2 == 0 || e != 0 || descs < 2 {
 		t.Fatalf("sync result: %d bytes, status %#x, error %d, %d descriptors", bytes, status, e, descs)
@@ -563,11 +566,13 @@ func TestRawSyncAndEventfd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(efd)
-	b, segs2 := rawXfer{dir: 1, flags: 1, eventfd: int32(efd), nsegs: 1, segs: []uint64{h, 100, 5000}}.bytes()
+	segs = []uint64{h, 100, 5000}
+	b = rawXfer{dir: 1, flags: 1, eventfd: int32(efd), nsegs: 1, segs: segs}.bytes()
 	le.PutUint64(b[40:], 77) // user_data
 	if err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b); err != nil {
 		t.Fatalf("asynchronous transfer: %v", err)
 	}
+	runtime.KeepAlive(segs)
 	id := le.Uint64(b[48:])
 	var one [8]byte
 	if _, err := unix.Read(efd, one[:]); err != nil || le.Uint64(one[:]) != 1 {
@@ -580,5 +585,4 @@ func TestRawSyncAndEventfd(t *testing.T) {
 	if le.Uint64(c[0:]) != id || le.Uint64(c[8:]) != 77 || le.Uint64(c[16:]) != 5000 || le.Uint32(c[28:]) != 0 || le.Uint32(c[40:]) != 1 {
 		t.Fatalf("completion %x", c)
 	}
-	_, _ = segs, segs2
 }

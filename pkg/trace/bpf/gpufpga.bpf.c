@@ -102,10 +102,17 @@ static __always_inline __u32 log2_bucket(__u64 v)
 	return b;
 }
 
-static __always_inline struct event *reserve(void)
+/*
+ * A ring-buffer event of type for the tracepoint's device (its first
+ * argument), or NULL when the device is filtered out or the buffer is full.
+ */
+static __always_inline struct event *new_event(struct bpf_raw_tracepoint_args *ctx, __u32 type)
 {
-	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	struct event *e;
 
+	if (skip((__s32)ctx->args[0]))
+		return NULL;
+	e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
 	if (!e) {
 		__u32 zero = 0;
 		__u64 *n = bpf_map_lookup_elem(&lost, &zero);
@@ -116,6 +123,8 @@ static __always_inline struct event *reserve(void)
 	}
 	__builtin_memset(e, 0, sizeof(*e));
 	e->ts_ns = bpf_ktime_get_ns();
+	e->type = type;
+	e->dev = (__s32)ctx->args[0];
 	return e;
 }
 
@@ -125,13 +134,9 @@ int on_pin(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct event *e;
 
-	if (skip((__s32)ctx->args[0]))
-		return 0;
-	e = reserve();
+	e = new_event(ctx, EVENT_PIN);
 	if (!e)
 		return 0;
-	e->type = EVENT_PIN;
-	e->dev = (__s32)ctx->args[0];
 	e->handle_or_id = ctx->args[1];
 	e->kind_or_dir = (__u32)ctx->args[2];
 	e->len_or_bytes = ctx->args[3];
@@ -146,13 +151,9 @@ static __always_inline int mem_event(struct bpf_raw_tracepoint_args *ctx, __u32 
 {
 	struct event *e;
 
-	if (skip((__s32)ctx->args[0]))
-		return 0;
-	e = reserve();
+	e = new_event(ctx, type);
 	if (!e)
 		return 0;
-	e->type = type;
-	e->dev = (__s32)ctx->args[0];
 	e->handle_or_id = ctx->args[1];
 	e->kind_or_dir = (__u32)ctx->args[2];
 	e->len_or_bytes = ctx->args[3];
@@ -219,11 +220,9 @@ int on_complete(struct bpf_raw_tracepoint_args *ctx)
 		(*h)++;
 	if (!error)
 		return 0;
-	e = reserve();
+	e = new_event(ctx, EVENT_XFER_FAILED);
 	if (!e)
 		return 0;
-	e->type = EVENT_XFER_FAILED;
-	e->dev = (__s32)ctx->args[0];
 	e->handle_or_id = ctx->args[1];
 	e->kind_or_dir = dir;
 	e->chan = chan;
@@ -240,13 +239,9 @@ int on_error(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct event *e;
 
-	if (skip((__s32)ctx->args[0]))
-		return 0;
-	e = reserve();
+	e = new_event(ctx, EVENT_ERROR);
 	if (!e)
 		return 0;
-	e->type = EVENT_ERROR;
-	e->dev = (__s32)ctx->args[0];
 	bpf_probe_read_kernel_str(e->op, sizeof(e->op), (const char *)ctx->args[1]);
 	e->error = (__s32)ctx->args[2];
 	e->status = (__u32)ctx->args[3];
@@ -260,13 +255,9 @@ int on_stream_start(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct event *e;
 
-	if (skip((__s32)ctx->args[0]))
-		return 0;
-	e = reserve();
+	e = new_event(ctx, EVENT_STREAM_START);
 	if (!e)
 		return 0;
-	e->type = EVENT_STREAM_START;
-	e->dev = (__s32)ctx->args[0];
 	e->kind_or_dir = 1;
 	e->chan = (__u32)ctx->args[1];
 	e->handle_or_id = (__u32)ctx->args[2];
@@ -299,13 +290,9 @@ int on_stream_end(struct bpf_raw_tracepoint_args *ctx)
 {
 	struct event *e;
 
-	if (skip((__s32)ctx->args[0]))
-		return 0;
-	e = reserve();
+	e = new_event(ctx, EVENT_STREAM_END);
 	if (!e)
 		return 0;
-	e->type = EVENT_STREAM_END;
-	e->dev = (__s32)ctx->args[0];
 	e->kind_or_dir = 1;
 	e->chan = (__u32)ctx->args[1];
 	e->handle_or_id = ctx->args[2];
