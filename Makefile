@@ -5,32 +5,48 @@ SHELL := /bin/bash
 GO    ?= go
 BIN   := $(CURDIR)/bin
 
-# The Debian kernel the modules are built for and the guest boots: the
-# newest installed linux-headers-*-amd64, not the running kernel.
-KVER ?= $(shell ls -d /usr/src/linux-headers-*-amd64 2>/dev/null | sed 's|.*/linux-headers-||' | sort -V | tail -n 1)
+# The kernels the modules are built for and the guest boots: Debian's 6.1
+# (bookworm) and 6.12 (bookworm-backports), the newest installed of each.
+# KVER is the one `make kmod` and `make demo` use.
+headers = $(shell ls -d /usr/src/linux-headers-$(1)-amd64 2>/dev/null | sed 's|.*/linux-headers-||' | sort -V | tail -n 1)
+KVER_61  ?= $(call headers,6.1.0-*)
+KVER_612 ?= $(call headers,6.12.*+deb12)
+KVER ?= $(KVER_61)
 KDIR ?= /lib/modules/$(KVER)/build
 
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
-	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils
+	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
+	linux-source-6.1 bc bison flex libelf-dev libssl-dev
+# From bookworm-backports, pinned so that nothing else comes from there.
+BPO_PACKAGES := linux-headers-6.12-amd64
+BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
 
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
-MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
-MODULES_OUT := $(CURDIR)/build/modules
+MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
+.PHONY: all deps build kmod vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
 
 all: build
 
 # Installs only what is missing, so it is cheap to run every time.
 deps:
-	@missing=$$(for p in $(DEB_PACKAGES); do \
+	@if [ ! -f $(BPO_LIST) ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "deps: run as root to add bookworm-backports" >&2; exit 1; fi; \
+		printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > $(BPO_LIST); \
+		printf 'Package: *\nPin: release n=bookworm-backports\nPin-Priority: 100\n' > /etc/apt/preferences.d/gpufpga-backports; \
+		rm -f /var/lib/apt/lists/.gpufpga-updated; \
+	fi
+	@missing=$$(for p in $(DEB_PACKAGES) $(BPO_PACKAGES); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; \
 	done); \
 	if [ -n "$$missing" ]; then \
 		echo "deps: installing" $$missing; \
 		if [ "$$(id -u)" != 0 ]; then echo "deps: run as root to install packages" >&2; exit 1; fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null || exit 1; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$(DEB_PACKAGES) >/dev/null && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends -t bookworm-backports \
+			$(BPO_PACKAGES) >/dev/null || exit 1; \
 	fi
 	@$(GO) mod download
 
@@ -43,35 +59,48 @@ build:
 # the rig's simulated GPU.
 NV_SYMVERS ?= $(if $(NVIDIA_SRC),$(NVIDIA_SRC)/Module.symvers,$(CURDIR)/hw/testbench/nvp2p_sim/Module.symvers)
 
-# W=1 and sparse (C=2); any warning fails the build.
-define build_module
-	@set -o pipefail; $(MAKE) -s -C $(KDIR) M=$(CURDIR)/$(1) W=1 C=2 $(2) modules 2>&1 | tee $(CURDIR)/build/kmod.log
-	@if grep -E 'warning:|error:' $(CURDIR)/build/kmod.log | grep -v 'Skipping BTF generation'; then \
-		echo "kmod: $(1) is not W=1/sparse clean" >&2; exit 1; fi
-	@cp $(CURDIR)/$(1)/*.ko $(MODULES_OUT)/
-endef
+# The modules for kernel $(1), W=1 and sparse (C=2) clean, into
+# build/kmod-$(1)/; $(2) is that kernel's build tree, $(3) its vmlinux.
+kmod_for = hw/testbench/kernel/build-modules.sh $(2) $(3) $(CURDIR)/build/kmod-$(1) $(NVIDIA_SRC)
 
-kmod: $(VMLINUX)
-	@test -d $(KDIR) || { echo "kmod: no kernel headers at $(KDIR): run make deps" >&2; exit 1; }
-	@mkdir -p $(MODULES_OUT)
-	$(call build_module,hw/testbench/nvp2p_sim,)
-	$(call build_module,kmod/gpufpga,KBUILD_EXTRA_SYMBOLS=$(NV_SYMVERS) NVIDIA_SRC=$(NVIDIA_SRC))
-	@# Module BTF, split against the kernel's, so fentry/fexit reach our functions.
-	@for ko in $(MODULES_OUT)/*.ko; do \
-		pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base $(VMLINUX) $$ko || exit 1; \
-	done
+kmod: $(CURDIR)/build/vmlinux-$(KVER)
+	$(call kmod_for,$(KVER),$(KDIR),$<)
 
 # Debian ships no vmlinux: take the ELF image (with .BTF) out of the bzImage.
-$(VMLINUX):
-	@test -f /boot/vmlinuz-$(KVER) || { echo "no /boot/vmlinuz-$(KVER): run make deps" >&2; exit 1; }
+$(CURDIR)/build/vmlinux-%:
+	@test -f /boot/vmlinuz-$* || { echo "no /boot/vmlinuz-$*: run make deps" >&2; exit 1; }
 	@mkdir -p $(dir $@)
-	off=$$(LC_ALL=C grep -aboP '\xFD7zXZ\x00' /boot/vmlinuz-$(KVER) | head -n 1 | cut -d: -f1); \
-		test -n "$$off" && tail -c +$$((off + 1)) /boot/vmlinuz-$(KVER) | xz -dc --single-stream > $@.tmp
-	@mv $@.tmp $@
+	hw/testbench/kernel/extract-vmlinux.sh /boot/vmlinuz-$* $@
 
-# Boots QEMU with the simulated rig and runs the guest test packages.
-vmtest: kmod
-	GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 15m -v -run TestRig ./hw/testbench/vmtest/
+# The guest suite on one kernel: $(1) release, $(2) image, $(3) modules,
+# $(4) guest kernel modules ("" when what the guest needs is built in).
+VMTEST_PKG := ./hw/testbench/vmtest/
+vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) \
+	$(GO) test -tags vmtest -count=1 -timeout 40m -v -run TestRig $(VMTEST_PKG)
+
+# Boots QEMU with the simulated rig and runs the guest test packages, on
+# Debian's 6.1 and on 6.12, each with 2 vCPUs.
+vmtest: vmtest-6.1 vmtest-6.12
+
+vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61)
+	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
+	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
+	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61))
+
+vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612)
+	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
+	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
+	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612))
+
+# The same suite, and the ABI fuzzer, on the debug kernel (KASAN, lockdep,
+# kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
+# tree by hw/testbench/kernel/build-debug.sh. Any report in the guest fails.
+vmtest-debug:
+	@set -e; kd=$$(hw/testbench/kernel/build-debug.sh); kver=$$(cat $$kd/include/config/kernel.release); \
+	$(call kmod_for,debug,$$kd,$$kd/vmlinux); \
+	GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,)
+
+FUZZ_OPS ?= 100000
 
 # GPU work runs on a machine with an NVIDIA GPU, which needs neither Go nor
 # the CUDA toolkit: `make gpubin` here, copy bin/gpu/ there, and run
@@ -119,7 +148,7 @@ lint:
 unit:
 	$(GO) test -count=1 ./...
 
-test: deps lint unit vmtest
+test: deps lint unit vmtest vmtest-debug
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
@@ -130,12 +159,11 @@ demo: deps build kmod
 	@$(BIN)/p2p-testbench selftest
 	@echo
 	@echo "== 2. The driver in a QEMU guest against the simulated FPGA and GPU (log: build/demo.log)"
-	@set -o pipefail; GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
+	@set -o pipefail; GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) GPUFPGA_KERNEL=/boot/vmlinuz-$(KVER) GPUFPGA_GUEST_KMODS=/lib/modules/$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
 		-run TestDemo ./hw/testbench/vmtest/ > build/demo.log 2>&1 \
 		|| { tail -n 40 build/demo.log; echo "demo failed: see build/demo.log" >&2; exit 1; }
 	@sed -n 's/.*DEMO| \{0,1\}//p' build/demo.log
 
 clean:
 	rm -rf $(BIN) build
-	@for d in $(MODULE_DIRS); do [ ! -d $(KDIR) ] || $(MAKE) -s -C $(KDIR) M=$(CURDIR)/$$d clean; done
 	$(GO) clean -testcache

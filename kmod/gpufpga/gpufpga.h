@@ -98,7 +98,7 @@ struct gpufpga_dev {
 	struct kref ref;
 	struct pci_dev *pdev;
 	int id;
-	char name[16];
+	char name[24];
 	struct miscdevice misc;
 
 	const struct gpufpga_regs_ops *regs_ops;

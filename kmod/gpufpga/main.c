@@ -252,7 +252,6 @@ static const struct file_operations gpufpga_fops = {
 	.poll = gpufpga_poll,
 	.unlocked_ioctl = gpufpga_ioctl,
 	.compat_ioctl = compat_ptr_ioctl,
-	.llseek = no_llseek,
 };
 
 static irqreturn_t gpufpga_irq(int irq, void *data)

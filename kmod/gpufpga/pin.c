@@ -11,10 +11,11 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 
+#include "compat.h"
 #include "gpufpga.h"
 #include "trace.h"
 
-MODULE_IMPORT_NS(DMA_BUF);
+GPUFPGA_IMPORT_DMA_BUF_NS();
 
 static DEFINE_MUTEX(gpufpga_nv_lock);
 static const struct gpufpga_nv_ops *gpufpga_nv;

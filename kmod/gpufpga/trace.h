@@ -11,6 +11,8 @@
 
 #include <linux/tracepoint.h>
 
+#include "compat.h"
+
 DECLARE_EVENT_CLASS(gpufpga_mem_event,
 	TP_PROTO(int dev, u64 handle, u32 kind, u64 len),
 	TP_ARGS(dev, handle, kind, len),
@@ -129,7 +131,7 @@ TRACE_EVENT(gpufpga_error,
 		__entry->dev = dev;
 		__entry->error = error;
 		__entry->status = status;
-		__assign_str(op, op);
+		gpufpga_assign_str(op, op);
 	),
 	TP_printk("dev=%d op=%s error=%d status=%#x",
 		  __entry->dev, __get_str(op), __entry->error, __entry->status)

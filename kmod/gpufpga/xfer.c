@@ -13,6 +13,7 @@
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
+#include "compat.h"
 #include "gpufpga.h"
 #include "trace.h"
 
@@ -222,7 +223,7 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 	r->ev.req = r;		/* takes the ioctl's reference */
 	gpufpga_post_event(r->file, &r->ev);
 	if (r->efd)
-		eventfd_signal(r->efd, 1);
+		gpufpga_eventfd_signal(r->efd);
 }
 
 /*

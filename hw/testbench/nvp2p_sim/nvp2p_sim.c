@@ -32,6 +32,7 @@
 #include <linux/uaccess.h>
 #include <linux/wait.h>
 
+#include "compat.h"
 #include "gpufpga_nv_p2p.h"
 #include "gpufpga_rig.h"
 #include "nvp2p_sim_uapi.h"
@@ -797,7 +798,7 @@ static int sim_mmap(struct file *f, struct vm_area_struct *vma)
 		ret = -EINVAL;
 		goto out;
 	}
-	vma->vm_flags |= VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP;
+	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
 	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
 	for (off = 0; off < len && !ret; off += SIM_PAGE) {
 		u32 page = a->pages[(va - a->va + off) >> SIM_PAGE_SHIFT];
@@ -934,4 +935,4 @@ module_pci_driver(sim_driver);
 
 MODULE_DESCRIPTION("Simulated NVIDIA GPU exporting the P2P API, for the gpufpga rig");
 MODULE_LICENSE("GPL");
-MODULE_IMPORT_NS(DMA_BUF);
+GPUFPGA_IMPORT_DMA_BUF_NS();

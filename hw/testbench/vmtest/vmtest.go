@@ -33,20 +33,9 @@ import (
 // not /lib/modules: u-root's init would load every .ko found there.
 const GuestModuleDir = "/gpufpga/modules"
 
-// guestKernelModules are Debian's modules the guest needs for the 9p share
-// that carries the tests, with their dependencies.
-var guestKernelModules = []string{
-	"kernel/drivers/virtio/virtio.ko",
-	"kernel/drivers/virtio/virtio_ring.ko",
-	"kernel/drivers/virtio/virtio_pci.ko",
-	"kernel/drivers/virtio/virtio_pci_legacy_dev.ko",
-	"kernel/drivers/virtio/virtio_pci_modern_dev.ko",
-	"kernel/net/9p/9pnet.ko",
-	"kernel/net/9p/9pnet_virtio.ko",
-	"kernel/fs/netfs/netfs.ko",
-	"kernel/fs/fscache/fscache.ko",
-	"kernel/fs/9p/9p.ko",
-}
+// guestKernelModules are what the guest needs for the 9p share that carries
+// the tests; their dependencies come from the kernel's modules.dep.
+var guestKernelModules = []string{"virtio_pci", "9pnet_virtio", "9p"}
 
 // Options configure a guest run. The zero value suits most tests.
 type Options struct {
@@ -79,14 +68,43 @@ func ModuleDir() (string, error) {
 	return d, nil
 }
 
+// Kernel returns the guest kernel image: $GPUFPGA_KERNEL, or Debian's
+// /boot/vmlinuz-$KVER.
+func Kernel(kver string) string {
+	if k := os.Getenv("GPUFPGA_KERNEL"); k != "" {
+		return k
+	}
+	return "/boot/vmlinuz-" + kver
+}
+
+// GuestModuleTree returns where the kernel's own modules are: $GPUFPGA_GUEST_KMODS
+// when set ("" for a kernel with virtio and 9p built in), else
+// /lib/modules/$KVER.
+func GuestModuleTree(kver string) string {
+	if d, ok := os.LookupEnv("GPUFPGA_GUEST_KMODS"); ok {
+		return d
+	}
+	return "/lib/modules/" + kver
+}
+
+// DebugKernel reports whether the guest runs the debug kernel, where the
+// checkers (KASAN, lockdep, kmemleak, ...) are on.
+func DebugKernel() bool { return os.Getenv("GPUFPGA_DEBUG_KERNEL") == "1" }
+
+// GuestCPUs is the number of vCPUs: several, so that races can happen.
+const GuestCPUs = 2
+
 // Run boots a guest with the rig attached and runs the test packages in it.
+// Any kernel report on the guest's console (a KASAN, UBSAN or lockdep
+// report, a WARNING or BUG, ...) fails the test, naming the guest test that
+// was running.
 func Run(t *testing.T, opts Options, pkgs ...string) {
 	t.Helper()
 	kver, err := KernelVersion()
 	if err != nil {
 		t.Fatal(err)
 	}
-	kernel := "/boot/vmlinuz-" + kver
+	kernel := Kernel(kver)
 	if _, err := os.Stat(kernel); err != nil {
 		t.Fatalf("guest kernel %s missing: run `make deps` (apt-get install linux-image-amd64): %v", kernel, err)
 	}
@@ -98,13 +116,13 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files, err := initramfsFiles(t, kver, modDir)
+	files, err := initramfsFiles(t, kver, GuestModuleTree(kver), modDir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv("VMTEST_QEMU") == "" {
 		// KVM hangs on these machines; TCG always works.
-		t.Setenv("VMTEST_QEMU", qemuBin+" -accel tcg -cpu max -smp 1 -no-reboot")
+		t.Setenv("VMTEST_QEMU", fmt.Sprintf("%s -accel tcg,thread=multi -cpu max -smp %d -no-reboot", qemuBin, GuestCPUs))
 	}
 	t.Setenv("GOFLAGS", "-tags=vmguest")
 	if opts.VMTimeout == 0 {
@@ -136,6 +154,13 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	go func() { served <- rig.Serve(ctx) }()
 
 	phases := newPhaseClock()
+	reports := newReportScanner()
+	appendArgs := []string{"console=ttyS0", "slub_debug=FZPU", "panic=-1"}
+	if DebugKernel() {
+		// Every KASAN report, not only the first; the guest's tests read
+		// kmemleak at the end.
+		appendArgs = append(appendArgs, "kasan_multi_shot", "kmemleak=on")
+	}
 	govmtest.Run(t, "rig",
 		govmtest.WithPackageToTest(pkgs...),
 		govmtest.WithGoTestTimeout(opts.TestTimeout),
@@ -150,9 +175,10 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		),
 		govmtest.WithQEMUFn(
 			qemu.WithKernel(kernel),
-			qemu.WithAppendKernel("console=ttyS0", "slub_debug=FZPU", "panic=-1"),
+			qemu.WithAppendKernel(appendArgs...),
 			qemu.WithVMTimeout(opts.VMTimeout),
 			qemu.WithSerialOutput(phases),
+			qemu.WithSerialOutput(reports),
 			qemu.WithTask(func(ctx context.Context, n *qemu.Notifications) error {
 				phases.mark("initramfs")
 				return nil
@@ -171,6 +197,9 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	if err := rig.Err(); err != nil {
 		t.Errorf("device model: %v", err)
 	}
+	for _, r := range reports.Reports() {
+		t.Errorf("kernel report during %s:\n%s", r.Test, r.Text)
+	}
 	t.Logf("phases: %s", phases)
 }
 
@@ -185,21 +214,27 @@ var guestLibraries = []string{
 }
 
 // initramfsFiles lists the host files the guest needs, as
-// "host:guest" pairs for uimage.WithFiles.
-func initramfsFiles(t *testing.T, kver, modDir string) ([]string, error) {
-	root := "/lib/modules/" + kver
+// "host:guest" pairs for uimage.WithFiles. tree is the kernel's module
+// tree, or "" when what the guest needs is built in.
+func initramfsFiles(t *testing.T, kver, tree, modDir string) ([]string, error) {
 	var files []string
-	for _, m := range guestKernelModules {
-		files = append(files, filepath.Join(root, m)+":"+filepath.Join("lib/modules", kver, m))
+	if tree != "" {
+		mods, err := moduleClosure(tree, guestKernelModules)
+		if err != nil {
+			return nil, err
+		}
+		for _, m := range mods {
+			files = append(files, filepath.Join(tree, m)+":"+filepath.Join("lib/modules", kver, m))
+		}
+		for _, f := range []string{"modules.dep", "modules.builtin", "modules.order"} {
+			files = append(files, filepath.Join(tree, f)+":"+filepath.Join("lib/modules", kver, f))
+		}
+		conf := filepath.Join(t.TempDir(), "9p.conf")
+		if err := os.WriteFile(conf, []byte(strings.Join(guestKernelModules, "\n")+"\n"), 0o644); err != nil {
+			return nil, err
+		}
+		files = append(files, conf+":lib/modules-load.d/9p.conf")
 	}
-	for _, f := range []string{"modules.dep", "modules.builtin", "modules.order"} {
-		files = append(files, filepath.Join(root, f)+":"+filepath.Join("lib/modules", kver, f))
-	}
-	conf := filepath.Join(t.TempDir(), "9p.conf")
-	if err := os.WriteFile(conf, []byte("virtio_pci\n9pnet_virtio\n9p\n"), 0o644); err != nil {
-		return nil, err
-	}
-	files = append(files, conf+":lib/modules-load.d/9p.conf")
 	kos, _ := filepath.Glob(filepath.Join(modDir, "*.ko"))
 	if len(kos) == 0 {
 		return nil, fmt.Errorf("no modules in %s: run `make vmtest`", modDir)
@@ -208,6 +243,48 @@ func initramfsFiles(t *testing.T, kver, modDir string) ([]string, error) {
 		files = append(files, ko+":"+strings.TrimPrefix(filepath.Join(GuestModuleDir, filepath.Base(ko)), "/"))
 	}
 	return files, nil
+}
+
+// moduleClosure returns the paths (relative to tree) of the named modules
+// and everything they depend on, from tree/modules.dep.
+func moduleClosure(tree string, names []string) ([]string, error) {
+	dep, err := os.ReadFile(filepath.Join(tree, "modules.dep"))
+	if err != nil {
+		return nil, fmt.Errorf("kernel modules: %w (run `make deps`)", err)
+	}
+	deps := map[string][]string{} // path -> its dependencies
+	byName := map[string]string{} // module name -> path
+	for _, line := range strings.Split(string(dep), "\n") {
+		path, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		deps[path] = strings.Fields(rest)
+		base := filepath.Base(path)
+		byName[strings.ReplaceAll(base[:strings.Index(base, ".ko")], "-", "_")] = path
+	}
+	seen := map[string]bool{}
+	var out []string
+	var add func(string)
+	add = func(path string) {
+		if seen[path] {
+			return
+		}
+		seen[path] = true
+		out = append(out, path)
+		for _, d := range deps[path] {
+			add(d)
+		}
+	}
+	for _, n := range names {
+		path, ok := byName[n]
+		if !ok {
+			// Built into this kernel.
+			continue
+		}
+		add(path)
+	}
+	return out, nil
 }
 
 // phaseClock times the phases of a run: building the initramfs and test

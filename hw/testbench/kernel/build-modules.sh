@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds gpufpga.ko, gpufpga_nv.ko and the rig's nvp2p_sim.ko for one kernel,
+# out of the source tree, W=1 and sparse (C=2) clean or not at all, then adds
+# module BTF split against that kernel's vmlinux.
+#   build-modules.sh KDIR VMLINUX OUT [NVIDIA_SRC]
+# KDIR: the kernel's build directory; OUT: where the .ko files go.
+set -euo pipefail
+kdir=$1 vmlinux=$2 out=$3 nvidia_src=${4:-}
+root=$(cd "$(dirname "$0")/../../.." && pwd)
+[ -f "$kdir/Makefile" ] || { echo "kmod: no kernel build tree at $kdir: run make deps" >&2; exit 1; }
+[ -f "$vmlinux" ] || { echo "kmod: no vmlinux at $vmlinux" >&2; exit 1; }
+
+src=$out/src
+rm -rf "$src"
+mkdir -p "$src/kmod" "$src/hw/testbench"
+# The sources only, in the layout their include paths expect.
+(cd "$root" && find kmod/gpufpga hw/testbench/nvp2p_sim \
+	\( -name '*.[ch]' -o -name Kbuild \) -print0 | cpio -0pdm --quiet "$src")
+
+log=$out/kmod.log
+: >"$log"
+build() { # dir, extra make arguments
+	local dir=$1
+	shift
+	make -s -C "$kdir" M="$src/$dir" W=1 C=2 "$@" modules >>"$log" 2>&1 || {
+		cat "$log" >&2; echo "kmod: $dir does not build against $kdir" >&2; exit 1; }
+}
+build hw/testbench/nvp2p_sim
+symvers=${nvidia_src:+$nvidia_src/Module.symvers}
+build kmod/gpufpga KBUILD_EXTRA_SYMBOLS="${symvers:-$src/hw/testbench/nvp2p_sim/Module.symvers}" \
+	${nvidia_src:+NVIDIA_SRC=$nvidia_src}
+if grep -E 'warning:|error:' "$log" | grep -v 'Skipping BTF generation'; then
+	echo "kmod: not W=1/sparse clean against $kdir (log: $log)" >&2
+	exit 1
+fi
+cp "$src"/hw/testbench/nvp2p_sim/*.ko "$src"/kmod/gpufpga/*.ko "$out/"
+# Module BTF, split against the kernel's, so fentry/fexit reach our functions.
+for ko in "$out"/*.ko; do
+	pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base "$vmlinux" "$ko"
+done

@@ -1,0 +1,42 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * Kernel interfaces that changed between the series gpufpga supports
+ * (6.1 to current), chosen by the kernel's own version number.
+ */
+#ifndef GPUFPGA_COMPAT_H
+#define GPUFPGA_COMPAT_H
+
+#include <linux/eventfd.h>
+#include <linux/mm.h>
+#include <linux/version.h>
+
+/* 6.8 dropped eventfd_signal()'s count: it always adds one. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 8, 0)
+#define gpufpga_eventfd_signal(ctx)	eventfd_signal(ctx)
+#else
+#define gpufpga_eventfd_signal(ctx)	eventfd_signal(ctx, 1)
+#endif
+
+/* 6.10: __assign_str() takes the source from the __string() field. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 10, 0)
+#define gpufpga_assign_str(field, src)	__assign_str(field)
+#else
+#define gpufpga_assign_str(field, src)	__assign_str(field, src)
+#endif
+
+/* 6.13: symbol namespaces are strings. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+#define GPUFPGA_IMPORT_DMA_BUF_NS()	MODULE_IMPORT_NS("DMA_BUF")
+#else
+#define GPUFPGA_IMPORT_DMA_BUF_NS()	MODULE_IMPORT_NS(DMA_BUF)
+#endif
+
+/* 6.3: vm_flags may only change through vm_flags_set(). */
+#if LINUX_VERSION_CODE < KERNEL_VERSION(6, 3, 0)
+static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
+{
+	vma->vm_flags |= flags;
+}
+#endif
+
+#endif /* GPUFPGA_COMPAT_H */
