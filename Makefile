@@ -98,7 +98,7 @@ vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612)
 vmtest-debug:
 	@set -e; kd=$$(hw/testbench/kernel/build-debug.sh); kver=$$(cat $$kd/include/config/kernel.release); \
 	$(call kmod_for,debug,$$kd,$$kd/vmlinux); \
-	GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,)
+	GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,)
 
 FUZZ_OPS ?= 100000
 

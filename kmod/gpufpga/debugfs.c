@@ -20,9 +20,10 @@ static int channels_show(struct seq_file *s, void *unused)
 {
 	struct gpufpga_dev *dev = s->private;
 	struct gpufpga_chan *ch;
+	int ci;
 
 	seq_puts(s, "channel kind   active queued xfers bytes errors timeouts revoked last_status\n");
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		mutex_lock(&ch->lock);
 		seq_printf(s, "%s%d    %-6s %-6s %6zu %llu %llu %llu %llu %llu %#x\n",
 			   ch->dir ? "c2h" : "h2c", ch->index, ch->stream ? "stream" : "mm",
@@ -83,10 +84,11 @@ static int regs_show(struct seq_file *s, void *unused)
 	};
 	struct gpufpga_dev *dev = s->private;
 	struct gpufpga_chan *ch;
+	int ci;
 	u32 base, off;
 	int i;
 
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		base = gpufpga_chan_reg(ch, 0);
 		for (i = 0; i < ARRAY_SIZE(chan_regs); i++) {
 			off = base + chan_regs[i];
@@ -148,13 +150,14 @@ static const struct file_operations chain_fops = {
 void gpufpga_debugfs_init(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
+	int ci;
 	char name[16];
 
 	dev->debugfs = debugfs_create_dir(dev->name, gpufpga_debugfs_root);
 	debugfs_create_file("channels", 0400, dev->debugfs, dev, &channels_fops);
 	debugfs_create_file("pins", 0400, dev->debugfs, dev, &pins_fops);
 	debugfs_create_file("regs", 0400, dev->debugfs, dev, &regs_fops);
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		snprintf(name, sizeof(name), "chain-%s%d", ch->dir ? "c2h" : "h2c", ch->index);
 		debugfs_create_file(name, 0400, dev->debugfs, ch, &chain_fops);
 	}

@@ -123,11 +123,22 @@ struct gpufpga_dev {
 	struct dentry *debugfs;
 };
 
-/* Iterates over the channels the device has, H2C first. */
-#define gpufpga_for_each_chan(dev, ch)					\
-	for ((ch) = &(dev)->chan[0][0];					\
-	     (ch) < &(dev)->chan[0][0] + 2 * GPUFPGA_MAX_CHANNELS; (ch)++)	\
-		if (!(ch)->present) {} else
+/* The next present channel after flat index *i (H2C first), or NULL. */
+static inline struct gpufpga_chan *gpufpga_chan_next(struct gpufpga_dev *dev, int *i)
+{
+	struct gpufpga_chan *ch;
+
+	while (++*i < 2 * GPUFPGA_MAX_CHANNELS) {
+		ch = &dev->chan[*i / GPUFPGA_MAX_CHANNELS][*i % GPUFPGA_MAX_CHANNELS];
+		if (ch->present)
+			return ch;
+	}
+	return NULL;
+}
+
+/* Iterates over the channels the device has; i is the cursor. */
+#define gpufpga_for_each_chan(dev, ch, i)				\
+	for ((i) = -1; ((ch) = gpufpga_chan_next(dev, &(i))); )
 
 struct gpufpga_file {
 	struct gpufpga_dev *dev;

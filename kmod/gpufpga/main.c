@@ -268,6 +268,7 @@ static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	u32 vec[2] = {}, enable = 0, bit;
 	int i, ret, nvec = dev->nchan[0] + dev->nchan[1];
 	struct gpufpga_chan *ch;
+	int ci;
 
 	ret = pci_alloc_irq_vectors(dev->pdev, 1, nvec, PCI_IRQ_MSIX | PCI_IRQ_MSI);
 	if (ret < 0) {
@@ -287,7 +288,7 @@ static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	}
 	if (!dev->nvecs)
 		return;
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		bit = ch->irq_bit;
 		vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
 		enable |= BIT(bit);
@@ -313,17 +314,19 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 static void gpufpga_fini_channels(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
+	int ci;
 
-	gpufpga_for_each_chan(dev, ch)
+	gpufpga_for_each_chan(dev, ch, ci)
 		gpufpga_chan_fini(ch);
 }
 
 static int gpufpga_init_channels(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
+	int ci;
 	int ret;
 
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		ret = gpufpga_chan_init(ch);
 		if (ret) {
 			ch->present = false;	/* not initialised: skip in fini */
@@ -402,8 +405,9 @@ err_put:
 static void gpufpga_fail_channels(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
+	int ci;
 
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		mutex_lock(&ch->lock);
 		gpufpga_chan_fail_all(ch, -ENODEV);
 		mutex_unlock(&ch->lock);

@@ -312,6 +312,17 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_st
 	return 0;
 }
 
+/* A stream channel of the device; absent channels have no lock to take. */
+static struct gpufpga_chan *gpufpga_stream_chan(struct gpufpga_file *f, u32 channel)
+{
+	struct gpufpga_chan *ch;
+
+	if (channel >= GPUFPGA_MAX_CHANNELS)
+		return NULL;
+	ch = &f->dev->chan[GPUFPGA_C2H][channel];
+	return ch->present && ch->stream ? ch : NULL;
+}
+
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_stream_state *st;
@@ -324,10 +335,8 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_stream, pad));
 	if (ret)
 		return ret;
-	if (a.flags || a.pad || a.reserved[0] || a.reserved[1] || a.channel >= GPUFPGA_MAX_CHANNELS || !a.nslots)
-		return -EINVAL;
-	ch = &f->dev->chan[GPUFPGA_C2H][a.channel];
-	if (!ch->present || !ch->stream)
+	ch = gpufpga_stream_chan(f, a.channel);
+	if (!ch || a.flags || a.pad || a.reserved[0] || a.reserved[1] || !a.nslots)
 		return -EINVAL;
 	if (a.nslots > gpufpga_stream_max_descs())
 		return -E2BIG;
@@ -379,13 +388,6 @@ err:
 	gpufpga_stream_free(st);
 	kvfree(us);
 	return ret;
-}
-
-static struct gpufpga_chan *gpufpga_stream_chan(struct gpufpga_file *f, u32 channel)
-{
-	if (channel >= GPUFPGA_MAX_CHANNELS)
-		return NULL;
-	return &f->dev->chan[GPUFPGA_C2H][channel];
 }
 
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size)

@@ -382,8 +382,9 @@ out:
 void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector)
 {
 	struct gpufpga_chan *ch;
+	int ci;
 
-	gpufpga_for_each_chan(dev, ch)
+	gpufpga_for_each_chan(dev, ch, ci)
 		if ((int)(ch->irq_bit % dev->nvecs) == vector)
 			mod_delayed_work(gpufpga_wq, &ch->work, 0);
 }
@@ -439,8 +440,9 @@ void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
 	struct gpufpga_req *r, *tmp;
 	struct gpufpga_chan *ch;
+	int ci;
 
-	gpufpga_for_each_chan(dev, ch) {
+	gpufpga_for_each_chan(dev, ch, ci) {
 		mutex_lock(&ch->lock);
 		if (gpufpga_stream_uses(ch, m)) {
 			ch->revoked++;
@@ -484,8 +486,9 @@ void gpufpga_cancel_file(struct gpufpga_file *f)
 {
 	struct gpufpga_req *r, *tmp;
 	struct gpufpga_chan *ch;
+	int ci;
 
-	gpufpga_for_each_chan(f->dev, ch) {
+	gpufpga_for_each_chan(f->dev, ch, ci) {
 		mutex_lock(&ch->lock);
 		gpufpga_stream_close(ch, f);
 		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
@@ -578,16 +581,22 @@ static int gpufpga_req_shrink(struct gpufpga_req *r)
 	return 0;
 }
 
-/* Queues r on its channel, unless a pin was revoked meanwhile. */
+/*
+ * Queues r on its channel, unless a pin was revoked meanwhile. An
+ * asynchronous request enters f->pending here, under ch->lock, once it is
+ * queued: CANCEL finds only requests the channel owns, and the completion,
+ * which erases the entry under the same lock, cannot come first.
+ */
 static int gpufpga_submit(struct gpufpga_req *r)
 {
 	struct gpufpga_chan *ch = r->chan;
+	int ret = 0;
 	u32 i;
 
 	mutex_lock(&ch->lock);
 	if (ch->acq) {
-		mutex_unlock(&ch->lock);
-		return -EBUSY;
+		ret = -EBUSY;
+		goto out;
 	}
 	/*
 	 * A free callback marks the pin before it scans the channels, so
@@ -595,15 +604,21 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	 */
 	for (i = 0; i < r->nmems; i++) {
 		if (!gpufpga_mem_active(r->mems[i])) {
-			mutex_unlock(&ch->lock);
-			return -EKEYREVOKED;
+			ret = -EKEYREVOKED;
+			goto out;
 		}
+	}
+	if (r->async) {
+		ret = xa_insert(&r->file->pending, r->id, r, GFP_KERNEL_ACCOUNT);
+		if (ret)
+			goto out;
 	}
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
 	gpufpga_start_next(ch);
+out:
 	mutex_unlock(&ch->lock);
-	return 0;
+	return ret;
 }
 
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size)
@@ -654,35 +669,38 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 		ret = -EINVAL;
 		goto out;
 	}
+	/* Queued and finished-but-unread transfers hold memory: bound them. */
+	if (r->async && atomic_inc_return(&f->nasync) > gpufpga_max_queued) {
+		atomic_dec(&f->nasync);
+		ret = -EAGAIN;
+		goto out;
+	}
+	/*
+	 * Once queued, an asynchronous request belongs to its channel and then
+	 * to the completion queue, and read() may free it at any time: take
+	 * what the caller is told first.
+	 */
+	a.id = r->id;
+	a.descs = r->nsegs;
 	if (r->async) {
-		/* Queued and finished-but-unread transfers hold memory: bound them. */
-		if (atomic_inc_return(&f->nasync) > gpufpga_max_queued) {
-			atomic_dec(&f->nasync);
-			ret = -EAGAIN;
-			goto out;
-		}
-		ret = xa_insert(&f->pending, r->id, r, GFP_KERNEL);
+		ret = gpufpga_submit(r);
 		if (ret) {
 			atomic_dec(&f->nasync);
 			goto out;
 		}
-	}
-	ret = gpufpga_submit(r);
-	if (ret) {
-		if (r->async) {
-			xa_erase(&f->pending, r->id);
-			atomic_dec(&f->nasync);
-		}
-		goto out;
-	}
-	a.id = r->id;
-	a.descs = r->nsegs;
-	if (r->async) {
 		kvfree(us);
-		/* The reference now belongs to the completion queue. */
+		/* The ioctl's reference now belongs to the completion queue. */
 		return gpufpga_copy_out(arg, size, &a, sizeof(a));
 	}
-	if (wait_for_completion_interruptible(&r->done)) {
+	ret = gpufpga_submit(r);
+	if (ret)
+		goto out;
+	/*
+	 * Only a fatal signal ends the wait: any other (a profiler's SIGPROF,
+	 * Go's preemption signal) must not cancel a transfer the engine runs.
+	 * The channel's deadline bounds the wait.
+	 */
+	if (wait_for_completion_killable(&r->done)) {
 		gpufpga_cancel_req(r, -EINTR);
 		wait_for_completion(&r->done);
 	}

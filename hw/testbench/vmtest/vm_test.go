@@ -8,13 +8,16 @@ import (
 )
 
 func TestRig(t *testing.T) {
-	Run(t, Options{TestTimeout: 100 * time.Second},
+	Run(t, Options{TestTimeout: 100 * time.Second, VMTimeout: 8 * time.Minute},
 		"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
 		"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
 		"github.com/gpufpga/gpufpga/cmd/p2pctl/cli",
 		"github.com/gpufpga/gpufpga/pkg/trace",
 		"github.com/gpufpga/gpufpga/pkg/stream",
 		"github.com/gpufpga/gpufpga/hw/testbench/demo",
+		"github.com/gpufpga/gpufpga/hw/testbench/abifuzz",
+		// Last: leaks show once everything has been unloaded.
+		"github.com/gpufpga/gpufpga/hw/testbench/kleak",
 	)
 }
 

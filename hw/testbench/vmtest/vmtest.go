@@ -160,6 +160,15 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		// Every KASAN report, not only the first; the guest's tests read
 		// kmemleak at the end.
 		appendArgs = append(appendArgs, "kasan_multi_shot", "kmemleak=on")
+		// The checkers slow the guest several times over.
+		opts.TestTimeout *= 4
+		opts.VMTimeout *= 4
+	}
+	// The ABI fuzzer's settings (hw/testbench/abifuzz).
+	for _, v := range []struct{ env, arg string }{{"GPUFPGA_FUZZ_OPS", "ops"}, {"GPUFPGA_FUZZ_SEED", "seed"}} {
+		if n := os.Getenv(v.env); n != "" {
+			appendArgs = append(appendArgs, "gpufpga_fuzz."+v.arg+"="+n)
+		}
 	}
 	govmtest.Run(t, "rig",
 		govmtest.WithPackageToTest(pkgs...),

@@ -292,6 +292,12 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		{"stop: no stream", ioc(iocW, 8, sizeStop), stop(1, 0), unix.ENOENT},
 		{"stop: flags set", ioc(iocW, 8, sizeStop), stop(1, 1), unix.EINVAL},
 		{"stop: channel out of range", ioc(iocW, 8, sizeStop), stop(99, 0), unix.EINVAL},
+		// Channels the device lacks, or that are not streams, have no
+		// stream state (nor, when absent, a lock) to look at.
+		{"release: absent channel", ioc(iocW, 7, sizeRelease), rawRelease{channel: 2, nslots: 1, slots: one}.bytes(), unix.EINVAL},
+		{"release: memory-mapped channel", ioc(iocW, 7, sizeRelease), rawRelease{channel: 0, nslots: 1, slots: one}.bytes(), unix.EINVAL},
+		{"stop: absent channel", ioc(iocW, 8, sizeStop), stop(3, 0), unix.EINVAL},
+		{"stop: memory-mapped channel", ioc(iocW, 8, sizeStop), stop(0, 0), unix.EINVAL},
 	}...)
 	for _, x := range xfers {
 		tests = append(tests, struct {
@@ -584,5 +590,57 @@ func TestRawSyncAndEventfd(t *testing.T) {
 	}
 	if le.Uint64(c[0:]) != id || le.Uint64(c[8:]) != 77 || le.Uint64(c[16:]) != 5000 || le.Uint32(c[28:]) != 0 || le.Uint32(c[40:]) != 1 {
 		t.Fatalf("completion %x", c)
+	}
+}
+
+// TestSyncTransferSurvivesSignals keeps signalling the thread blocked in a
+// synchronous transfer, as a profiler's SIGPROF or Go's own preemption
+// signal would: the transfer must run to its end, not be cancelled.
+func TestSyncTransferSurvivesSignals(t *testing.T) {
+	setup(t)
+	g := openGPU(t)
+	a := alloc(t, g, 8<<20, simgpu.Fragmented)
+	f, err := os.OpenFile(devPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const n = 8 << 20
+	h := rawPinOK(t, f, rawPin{addr: a.VA, len: n, fd: -1})
+	le := binary.LittleEndian
+	for round := range 5 {
+		runtime.LockOSThread()
+		tid := unix.Gettid()
+		stop := make(chan struct{})
+		sent := make(chan int)
+		go func() {
+			k := 0
+			for {
+				select {
+				case <-stop:
+					sent <- k
+					return
+				default:
+				}
+				if unix.Tgkill(unix.Getpid(), tid, unix.SIGURG) == nil {
+					k++
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+		segs := []uint64{h, 0, n}
+		b := rawXfer{dir: 1, nsegs: 1, segs: segs}.bytes()
+		err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b)
+		runtime.KeepAlive(segs)
+		close(stop)
+		signals := <-sent
+		runtime.UnlockOSThread()
+		if err != nil {
+			t.Fatalf("round %d: transfer under %d signals: %v", round, signals, err)
+		}
+		if got := le.Uint64(b[56:]); got != n {
+			t.Fatalf("round %d: %d of %d bytes under %d signals", round, got, n, signals)
+		}
+		t.Logf("round %d: %d signals during the transfer", round, signals)
 	}
 }

@@ -1,0 +1,556 @@
+//go:build vmguest
+
+package abifuzz
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+)
+
+const (
+	devPath  = "/dev/gpufpga0"
+	pciAddr  = "/sys/bus/pci/drivers/gpufpga"
+	workers  = 4
+	fdsEach  = 2
+	allocsEa = 3
+)
+
+// The ABI as uapi/gpufpga.h lays it out, so the fuzzer can send anything.
+const (
+	nrPin, nrUnpin, nrQuery, nrXfer, nrCancel = 1, 2, 3, 4, 5
+	nrStreamStart, nrRelease, nrStop          = 6, 7, 8
+	sizePin, sizeUnpin, sizeQuery, sizeXfer   = 80, 16, 96, 104
+	sizeCancel, sizeStream, sizeRelease       = 16, 40, 24
+	sizeStop, sizeCompletion                  = 8, 56
+	iocW, iocRW                               = 1, 3
+)
+
+func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 'G'<<8 | nr }
+
+// cmdline reads gpufpga_fuzz.NAME=VALUE from the kernel command line, where
+// the host's vmtest puts the fuzzer's settings.
+func cmdline(name string, def uint64) uint64 {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, f := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(f, "gpufpga_fuzz."+name+"="); ok {
+			if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+				return n
+			}
+		}
+	}
+	return def
+}
+
+func TestMain(m *testing.M) {
+	// A child started by the fork operation: use the inherited descriptor
+	// a little, then exit, so the file's last close may happen here.
+	if fd := os.Getenv("GPUFPGA_FUZZ_CHILD_FD"); fd != "" {
+		n, _ := strconv.Atoi(fd)
+		var buf [sizeCompletion * 4]byte
+		_, _ = unix.Read(n, buf[:])
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// fuzzer is one run: its counters are shared by the workers.
+type fuzzer struct {
+	t       *testing.T
+	gpu     *simgpu.GPU
+	host    []byte // page-aligned host memory for host pins
+	ops     atomic.Int64
+	errnos  sync.Map // op name + errno -> *atomic.Int64
+	unbinds atomic.Int64
+}
+
+func (z *fuzzer) count(op string, err error) {
+	key := op + " ok"
+	if err != nil {
+		var e unix.Errno
+		if errors.As(err, &e) {
+			key = op + " " + unix.ErrnoName(e)
+		} else {
+			key = op + " " + err.Error()
+		}
+	}
+	v, _ := z.errnos.LoadOrStore(key, new(atomic.Int64))
+	v.(*atomic.Int64).Add(1)
+}
+
+func ioctl(fd int, cmd uintptr, b []byte) error {
+	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), cmd, uintptr(unsafe.Pointer(&b[0])))
+	runtime.KeepAlive(b)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+// worker is one thread of the fuzzer with its own files and GPU memory.
+type worker struct {
+	z       *fuzzer
+	rng     *rand.Rand
+	fds     []int
+	allocs  []*simgpu.Alloc
+	handles []uint64 // handles seen, live or not
+	ids     []uint64 // async transfer ids seen
+	efd     int
+}
+
+func (w *worker) fd() int { return w.fds[w.rng.IntN(len(w.fds))] }
+
+func (w *worker) handle() uint64 {
+	if len(w.handles) == 0 || w.rng.IntN(8) == 0 {
+		return uint64(w.rng.IntN(64))
+	}
+	return w.handles[w.rng.IntN(len(w.handles))]
+}
+
+func (w *worker) alloc() *simgpu.Alloc {
+	i := w.rng.IntN(len(w.allocs))
+	if w.allocs[i] == nil {
+		a, err := w.z.gpu.Alloc(uint64(1+w.rng.IntN(8))<<16, simgpu.Pattern(w.rng.IntN(3)), w.rng.Uint32())
+		w.z.count("alloc", err)
+		if err != nil {
+			return nil
+		}
+		w.allocs[i] = a
+	}
+	return w.allocs[i]
+}
+
+func (w *worker) pin() {
+	le := binary.LittleEndian
+	b := make([]byte, sizePin)
+	kind := uint32(w.rng.IntN(2)) // gpu, host
+	var addr, n uint64
+	if kind == 0 {
+		a := w.alloc()
+		if a == nil {
+			return
+		}
+		off := uint64(w.rng.IntN(int(a.Size)))
+		addr, n = a.VA+off, 1+uint64(w.rng.IntN(int(a.Size-off)))
+		if w.rng.IntN(4) == 0 {
+			le.PutUint32(b[4:], 1) // persistent
+		}
+	} else {
+		off := uint64(w.rng.IntN(len(w.z.host)))
+		addr = uint64(uintptr(unsafe.Pointer(&w.z.host[0]))) + off
+		n = 1 + uint64(w.rng.IntN(len(w.z.host)-int(off)))
+	}
+	le.PutUint32(b[0:], kind)
+	le.PutUint64(b[8:], addr)
+	le.PutUint64(b[16:], n)
+	le.PutUint32(b[24:], ^uint32(0))
+	err := ioctl(w.fd(), ioc(iocRW, nrPin, sizePin), b)
+	w.z.count("pin", err)
+	if err == nil {
+		w.handles = append(w.handles, le.Uint64(b[32:]))
+		if len(w.handles) > 64 {
+			w.handles = w.handles[1:]
+		}
+	}
+}
+
+func (w *worker) xfer(async bool) {
+	le := binary.LittleEndian
+	segs := make([]uint64, 3*(1+w.rng.IntN(3)))
+	for i := 0; i < len(segs); i += 3 {
+		segs[i] = w.handle()
+		segs[i+1] = uint64(w.rng.IntN(1 << 18))
+		segs[i+2] = 1 + uint64(w.rng.IntN(1<<17))
+	}
+	b := make([]byte, sizeXfer)
+	le.PutUint32(b[0:], uint32(w.rng.IntN(2))) // dir
+	le.PutUint32(b[4:], uint32(w.rng.IntN(2))) // channel: 1 is the stream pair
+	le.PutUint32(b[12:], uint32(len(segs)/3))  // nsegs
+	le.PutUint64(b[16:], uint64(uintptr(unsafe.Pointer(&segs[0]))))
+	le.PutUint64(b[24:], uint64(w.rng.IntN(1<<20)))
+	le.PutUint32(b[32:], 300) // timeout_ms
+	le.PutUint32(b[36:], ^uint32(0))
+	if async {
+		le.PutUint32(b[8:], 1)
+		if w.rng.IntN(2) == 0 {
+			le.PutUint32(b[36:], uint32(w.efd))
+		}
+	}
+	if le.Uint32(b[4:]) == 1 {
+		le.PutUint64(b[24:], 0) // the stream channels take no card address
+	}
+	err := ioctl(w.fd(), ioc(iocRW, nrXfer, sizeXfer), b)
+	runtime.KeepAlive(segs)
+	if async {
+		w.z.count("xfer-async", err)
+	} else {
+		w.z.count("xfer", err)
+	}
+	if async && err == nil {
+		w.ids = append(w.ids, le.Uint64(b[48:]))
+		if len(w.ids) > 64 {
+			w.ids = w.ids[1:]
+		}
+	}
+}
+
+func (w *worker) cancel() {
+	b := make([]byte, sizeCancel)
+	id := uint64(w.rng.IntN(8))
+	if len(w.ids) > 0 && w.rng.IntN(2) == 0 {
+		id = w.ids[len(w.ids)-1] + uint64(w.rng.IntN(3)) // the last, or one about to be
+	}
+	binary.LittleEndian.PutUint64(b, id)
+	w.z.count("cancel", ioctl(w.fd(), ioc(iocW, nrCancel, sizeCancel), b))
+}
+
+func (w *worker) stream() {
+	le := binary.LittleEndian
+	fd := w.fd()
+	switch w.rng.IntN(3) {
+	case 0:
+		n := 2 + w.rng.IntN(6)
+		slots := make([]uint64, 3*n)
+		h := w.handle()
+		for i := 0; i < n; i++ {
+			slots[3*i], slots[3*i+1], slots[3*i+2] = h, uint64(i)<<12, 4096
+		}
+		b := make([]byte, sizeStream)
+		le.PutUint32(b[0:], 1)
+		le.PutUint32(b[4:], uint32(n))
+		le.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&slots[0]))))
+		w.z.count("stream-start", ioctl(fd, ioc(iocW, nrStreamStart, sizeStream), b))
+		runtime.KeepAlive(slots)
+	case 1:
+		slots := []uint32{uint32(w.rng.IntN(8)), uint32(w.rng.IntN(8))}
+		b := make([]byte, sizeRelease)
+		le.PutUint32(b[0:], uint32(w.rng.IntN(2)))
+		le.PutUint32(b[4:], uint32(1+w.rng.IntN(2)))
+		le.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&slots[0]))))
+		w.z.count("stream-release", ioctl(fd, ioc(iocW, nrRelease, sizeRelease), b))
+		runtime.KeepAlive(slots)
+	default:
+		b := make([]byte, sizeStop)
+		le.PutUint32(b[0:], uint32(w.rng.IntN(maxChannels)))
+		w.z.count("stream-stop", ioctl(fd, ioc(iocW, nrStop, sizeStop), b))
+	}
+}
+
+// maxChannels is the ABI's channel count per direction.
+const maxChannels = 4
+
+// infoPinnedTotal is the offset of pinned_total in struct gpufpga_info.
+const infoPinnedTotal = 88
+
+func (w *worker) read() {
+	var buf [sizeCompletion * 8]byte
+	fd := w.fd()
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	_, err := unix.Poll(fds, 0)
+	w.z.count("poll", err)
+	_ = unix.SetNonblock(fd, true)
+	_, err = unix.Read(fd, buf[:sizeCompletion*(1+w.rng.IntN(8))])
+	if errors.Is(err, unix.EAGAIN) {
+		err = nil
+	}
+	w.z.count("read", err)
+	var v [8]byte
+	_, _ = unix.Read(w.efd, v[:])
+}
+
+func (w *worker) query() {
+	b := make([]byte, sizeQuery)
+	binary.LittleEndian.PutUint64(b, w.handle())
+	pages := make([]uint64, 16)
+	if w.rng.IntN(2) == 0 {
+		binary.LittleEndian.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&pages[0]))))
+		binary.LittleEndian.PutUint32(b[16:], uint32(len(pages)))
+	}
+	w.z.count("query", ioctl(w.fd(), ioc(iocRW, nrQuery, sizeQuery), b))
+	runtime.KeepAlive(pages)
+}
+
+func (w *worker) unpin() {
+	b := make([]byte, sizeUnpin)
+	binary.LittleEndian.PutUint64(b, w.handle())
+	w.z.count("unpin", ioctl(w.fd(), ioc(iocW, nrUnpin, sizeUnpin), b))
+}
+
+// reopen replaces one of the worker's files: closed, duplicated, or handed
+// to a child process that closes it last.
+func (w *worker) reopen() {
+	i := w.rng.IntN(len(w.fds))
+	old := w.fds[i]
+	switch w.rng.IntN(4) {
+	case 0: // dup: the same open file twice
+		nfd, err := unix.Dup(old)
+		w.z.count("dup", err)
+		if err == nil {
+			w.z.count("close", unix.Close(old))
+			w.fds[i] = nfd
+		}
+		return
+	case 1: // fork: a child inherits the file and may close it last
+		if w.rng.IntN(8) == 0 {
+			f := os.NewFile(uintptr(old), "gpufpga")
+			cmd := exec.Command("/proc/self/exe", "-test.run=^$")
+			cmd.ExtraFiles = []*os.File{f}
+			cmd.Env = append(os.Environ(), "GPUFPGA_FUZZ_CHILD_FD=3")
+			err := cmd.Start()
+			w.z.count("fork", err)
+			if err == nil {
+				go func() { _ = cmd.Wait() }()
+			}
+		}
+	}
+	w.z.count("close", unix.Close(old))
+	nfd, err := unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	w.z.count("open", err)
+	for try := 0; err != nil && try < 10000; try++ {
+		// The device is being unbound: wait for it to come back.
+		time.Sleep(time.Millisecond)
+		nfd, err = unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	}
+	if err != nil {
+		w.z.t.Errorf("%s did not come back: %v", devPath, err)
+		nfd, _ = unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
+	}
+	w.fds[i] = nfd
+}
+
+func (w *worker) free() {
+	i := w.rng.IntN(len(w.allocs))
+	if w.allocs[i] != nil {
+		w.z.count("free", w.allocs[i].Free())
+		w.allocs[i] = nil
+	}
+}
+
+func (w *worker) step() {
+	switch r := w.rng.IntN(100); {
+	case r < 16:
+		w.pin()
+	case r < 24:
+		w.unpin()
+	case r < 30:
+		w.query()
+	case r < 38:
+		w.xfer(false)
+	case r < 52:
+		w.xfer(true)
+	case r < 60:
+		w.cancel()
+	case r < 72:
+		w.read()
+	case r < 82:
+		w.stream()
+	case r < 86:
+		w.free()
+	case r < 88:
+		w.reopen()
+	default:
+		// INFO, cheap and always valid: keeps the fds busy between the rest.
+		b := make([]byte, 128)
+		w.z.count("info", ioctl(w.fd(), ioc(2, 0, 128), b))
+	}
+}
+
+func (w *worker) close() {
+	for _, fd := range w.fds {
+		w.z.count("close", unix.Close(fd))
+	}
+	for _, a := range w.allocs {
+		if a != nil {
+			w.z.count("free", a.Free())
+		}
+	}
+	unix.Close(w.efd)
+}
+
+// rebind unbinds the FPGA from the driver and binds it again.
+func (z *fuzzer) rebind(addr string) error {
+	if err := os.WriteFile(pciAddr+"/unbind", []byte(addr), 0); err != nil {
+		return fmt.Errorf("unbind: %w", err)
+	}
+	if err := os.WriteFile(pciAddr+"/bind", []byte(addr), 0); err != nil {
+		return fmt.Errorf("bind: %w", err)
+	}
+	for i := 0; ; i++ {
+		if _, err := os.Stat(devPath); err == nil {
+			break
+		}
+		if i == 5000 {
+			return fmt.Errorf("%s did not come back after rebind", devPath)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	z.unbinds.Add(1)
+	return nil
+}
+
+func boundDevice() (string, error) {
+	ents, err := os.ReadDir(pciAddr)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range ents {
+		if strings.Count(e.Name(), ":") == 2 {
+			return e.Name(), nil
+		}
+	}
+	return "", errors.New("gpufpga is bound to no device")
+}
+
+// TestConcurrentABIFuzz runs the fuzzer. Its seed and operation count come
+// from the kernel command line (gpufpga_fuzz.seed, gpufpga_fuzz.ops); the
+// seed is printed so that a failure can be replayed with it.
+func TestConcurrentABIFuzz(t *testing.T) {
+	guest.Require(t)
+	guest.MustLoad(t, "nvp2p_sim")
+	guest.MustLoad(t, "gpufpga", "timeout_ms=300", "card_mem_size=67108864", "max_queued=64")
+	guest.MustLoad(t, "gpufpga_nv")
+
+	seed := cmdline("seed", uint64(time.Now().UnixNano()))
+	total := int64(cmdline("ops", 20000))
+	t.Logf("seed %d, %d operations, %d threads (replay: gpufpga_fuzz.seed=%d on the guest's command line, GPUFPGA_FUZZ_SEED=%d for make)",
+		seed, total, workers, seed, seed)
+
+	gpu, err := simgpu.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer gpu.Close()
+	host, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(host)
+	addr, err := boundDevice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := &fuzzer{t: t, gpu: gpu, host: host}
+
+	var wg sync.WaitGroup
+	errs := make(chan error, workers+1)
+	for i := range workers {
+		w := &worker{z: z, rng: rand.New(rand.NewPCG(seed, uint64(i))), allocs: make([]*simgpu.Alloc, allocsEa)}
+		if w.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
+			t.Fatal(err)
+		}
+		for range fdsEach {
+			fd, err := unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w.fds = append(w.fds, fd)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread()
+			for z.ops.Add(1) <= total {
+				w.step()
+			}
+			w.close()
+		}()
+	}
+	// Unbind and rebind the device a few times while the workers run.
+	done := make(chan struct{})
+	go func() {
+		rng := rand.New(rand.NewPCG(seed, 99))
+		for z.ops.Load() < total {
+			next := z.ops.Load() + total/5 + int64(rng.IntN(int(total/10+1)))
+			for z.ops.Load() < next && z.ops.Load() < total {
+				time.Sleep(10 * time.Millisecond)
+			}
+			if z.ops.Load() >= total {
+				break
+			}
+			if err := z.rebind(addr); err != nil {
+				errs <- err
+				break
+			}
+		}
+		close(done)
+	}()
+	wg.Wait()
+	<-done
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+
+	var lines []string
+	z.errnos.Range(func(k, v any) bool {
+		lines = append(lines, fmt.Sprintf("%s=%d", k, v.(*atomic.Int64).Load()))
+		return true
+	})
+	t.Logf("%d operations, %d unbind/rebind cycles; results: %s", total, z.unbinds.Load(), strings.Join(lines, " "))
+	for _, l := range lines {
+		// EFAULT would mean the kernel misread memory the fuzzer owns;
+		// ENOTTY an ioctl number it should know.
+		if strings.Contains(l, " EFAULT=") || strings.Contains(l, " ENOTTY=") {
+			t.Errorf("unexpected result: %s", l)
+		}
+	}
+	checkNothingLeft(t, gpu)
+	guest.CheckDmesg(t)
+}
+
+// checkNothingLeft waits for children holding files to exit, then asserts
+// that no pin, allocation or mapping is left, in the driver and in the
+// simulated GPU, and that the two agree.
+func checkNothingLeft(t *testing.T, gpu *simgpu.GPU) {
+	t.Helper()
+	var c simgpu.Counters
+	var pins []byte
+	var err error
+	for range 500 {
+		if c, err = gpu.Counters(); err != nil {
+			t.Fatal(err)
+		}
+		if pins, err = os.ReadFile("/sys/kernel/debug/gpufpga/gpufpga0/pins"); err != nil {
+			t.Fatal(err)
+		}
+		if c.LivePins == 0 && c.LiveAllocs == 0 && c.LiveDmabufs == 0 && strings.Count(string(pins), "\n") == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if c.LivePins != 0 || c.LiveAllocs != 0 || c.LiveDmabufs != 0 {
+		t.Errorf("simulated GPU: %d pins, %d allocations, %d dma-bufs left", c.LivePins, c.LiveAllocs, c.LiveDmabufs)
+	}
+	if n := strings.Count(string(pins), "\n") - 1; n != 0 {
+		t.Errorf("driver: %d pins left:\n%s", n, pins)
+	}
+	info := make([]byte, 128)
+	fd, err := unix.Open(devPath, unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if err := ioctl(fd, ioc(2, 0, 128), info); err != nil {
+		t.Fatal(err)
+	}
+	// pinned_total of struct gpufpga_info: the driver's count of pinned bytes.
+	if n := binary.LittleEndian.Uint64(info[infoPinnedTotal:]); n != 0 {
+		t.Errorf("driver counts %d bytes pinned with nothing pinned", n)
+	}
+}
