@@ -73,32 +73,35 @@ $(CURDIR)/build/vmlinux-%:
 	hw/testbench/kernel/extract-vmlinux.sh /boot/vmlinuz-$* $@
 
 # The guest suite on one kernel: $(1) release, $(2) image, $(3) modules,
-# $(4) guest kernel modules ("" when what the guest needs is built in).
+# $(4) guest kernel modules ("" when what the guest needs is built in),
+# $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old.
 VMTEST_PKG := ./hw/testbench/vmtest/
-vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) \
+vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
 	$(GO) test -tags vmtest -count=1 -timeout 40m -v -run TestRig $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
-# Debian's 6.1 and on 6.12, each with 2 vCPUs.
+# Debian's 6.1 next to a proprietary NVIDIA driver and on 6.12 next to the
+# open one, each with 2 vCPUs.
 vmtest: vmtest-6.1 vmtest-6.12
 
 vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61)
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
-	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61))
+	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),proprietary)
 
 vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612)
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
-	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612))
+	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
 
 # The same suite, and the ABI fuzzer, on the debug kernel (KASAN, lockdep,
 # kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
 # tree by hw/testbench/kernel/build-debug.sh. Any report in the guest fails.
+# Next to the open NVIDIA driver: a proprietary module turns lockdep off.
 vmtest-debug:
 	@set -e; kd=$$(hw/testbench/kernel/build-debug.sh); kver=$$(cat $$kd/include/config/kernel.release); \
 	$(call kmod_for,debug,$$kd,$$kd/vmlinux); \
-	GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,)
+	GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,,open)
 
 FUZZ_OPS ?= 100000
 

@@ -190,6 +190,7 @@ struct gpufpga_mem {
 			struct nvidia_p2p_page_table *pt;
 			struct nvidia_p2p_dma_mapping *map;
 			u64 va;
+			bool freed;	/* by NVIDIA, after the free callback (lock) */
 		} nv;
 		struct {
 			struct page **pages;

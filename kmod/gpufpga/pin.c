@@ -34,7 +34,8 @@ int gpufpga_register_nv(const struct gpufpga_nv_ops *ops)
 		pr_notice("gpufpga: GPU pins available through NVIDIA P2P\n");
 	return ret;
 }
-EXPORT_SYMBOL_GPL(gpufpga_register_nv);
+/* Not GPL-only: the bridge links NVIDIA's proprietary exports too. */
+EXPORT_SYMBOL(gpufpga_register_nv);
 
 void gpufpga_unregister_nv(const struct gpufpga_nv_ops *ops)
 {
@@ -43,7 +44,7 @@ void gpufpga_unregister_nv(const struct gpufpga_nv_ops *ops)
 		gpufpga_nv = NULL;
 	mutex_unlock(&gpufpga_nv_lock);
 }
-EXPORT_SYMBOL_GPL(gpufpga_unregister_nv);
+EXPORT_SYMBOL(gpufpga_unregister_nv);
 
 /* A pin holds the bridge module, so it cannot unload under the pin. */
 static const struct gpufpga_nv_ops *gpufpga_nv_get(void)
@@ -93,16 +94,52 @@ static void gpufpga_mem_revoke(struct gpufpga_mem *m)
 	trace_gpufpga_revoke(m->dev->id, m->handle, m->kind, m->len);
 }
 
-/* NVIDIA's free callback: it frees the table and mappings once we return. */
+/*
+ * NVIDIA's free callback, run under NVIDIA's locks (which its get_pages,
+ * put_pages and dma_(un)map_pages also take), possibly before get_pages
+ * has returned to us. NVIDIA frees the table and mappings once we return:
+ * mark them gone under m->lock, the lock every reader of them holds, then
+ * stop the DMA that uses them. It takes no lock that is held across a call
+ * into NVIDIA.
+ */
 static void gpufpga_nv_free_callback(void *data)
 {
 	struct gpufpga_mem *m = data;
 
-	gpufpga_mem_revoke(m);
 	spin_lock(&m->lock);
-	m->nv.pt = NULL;
-	m->nv.map = NULL;
+	m->nv.freed = true;
 	spin_unlock(&m->lock);
+	gpufpga_mem_revoke(m);
+}
+
+static bool gpufpga_nv_freed(struct gpufpga_mem *m)
+{
+	bool freed;
+
+	spin_lock(&m->lock);
+	freed = m->nv.freed;
+	spin_unlock(&m->lock);
+	return freed;
+}
+
+/*
+ * Gives back what NVIDIA gave. A callback pin needs only put_pages, which
+ * frees its mappings too; after the free callback there is nothing to give
+ * back, and a put_pages that loses the race to it fails harmlessly, as
+ * NVIDIA looks the table up before touching it.
+ */
+static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
+{
+	const struct gpufpga_nv_ops *ops = m->nv.ops;
+
+	if (persistent) {
+		if (m->nv.map)
+			ops->dma_unmap_pages(m->dev->pdev, m->nv.pt, m->nv.map);
+		if (m->nv.pt)
+			ops->put_pages_persistent(m->nv.va, m->nv.pt, 0);
+	} else if (m->nv.pt && !gpufpga_nv_freed(m)) {
+		ops->put_pages(0, 0, m->nv.va, m->nv.pt);
+	}
 }
 
 static void gpufpga_count_runs(struct gpufpga_mem *m)
@@ -122,6 +159,29 @@ static void gpufpga_count_runs(struct gpufpga_mem *m)
 	}
 }
 
+/* Takes the mapping's bus addresses. Called with m->lock held. */
+static int gpufpga_nv_take_map(struct gpufpga_mem *m, struct nvidia_p2p_dma_mapping *map)
+{
+	if (NVIDIA_P2P_MAJOR_VERSION(map->version) != NVIDIA_P2P_MAJOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
+	    NVIDIA_P2P_MINOR_VERSION(map->version) < NVIDIA_P2P_MINOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
+	    map->entries != m->npages) {
+		dev_info_ratelimited(&m->dev->pdev->dev, "GPU pin: DMA mapping version %#x, %u entries not supported\n",
+				     map->version, map->entries);
+		return -EOPNOTSUPP;
+	}
+	memcpy(m->bus, map->dma_addresses, m->npages * sizeof(*m->bus));
+	return 0;
+}
+
+/*
+ * Pins GPU memory through NVIDIA's P2P API. The free callback may run at
+ * any point from inside get_pages on, so the table and mapping are read
+ * only under m->lock while the callback has not run. One window remains in
+ * NVIDIA's API itself: a free that completes between get_pages and
+ * dma_map_pages hands dma_map_pages a freed table. Only a cudaFree of the
+ * memory being pinned, racing the pin from another thread, opens it; dma-buf
+ * pins have no such window.
+ */
 static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 {
 	struct pci_dev *pdev = m->dev->pdev;
@@ -133,15 +193,28 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 	bool persistent = m->flags & GPUFPGA_PIN_PERSISTENT;
 	int ret;
 
-	if (end < addr)
+	if (end < addr || (end - va) / GPUFPGA_GPU_PAGE > UINT_MAX)
 		return -EINVAL;
 	ops = gpufpga_nv_get();
 	if (!ops) {
 		dev_info_ratelimited(&pdev->dev, "GPU pin: no NVIDIA P2P (load nvidia.ko, then gpufpga_nv.ko)\n");
 		return -EOPNOTSUPP;
 	}
+	if (persistent && !ops->get_pages_persistent) {
+		dev_info_once(&pdev->dev, "NVIDIA driver without persistent pins: GPU pins can be revoked\n");
+		persistent = false;
+		m->flags &= ~GPUFPGA_PIN_PERSISTENT;
+	}
 	m->nv.ops = ops;
 	m->nv.va = va;
+	m->page_size = GPUFPGA_GPU_PAGE;
+	m->npages = (end - va) / GPUFPGA_GPU_PAGE;
+	m->offset = addr - va;
+	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL_ACCOUNT);
+	if (!m->bus) {
+		ret = -ENOMEM;
+		goto err_put;
+	}
 	if (persistent)
 		ret = ops->get_pages_persistent(va, end - va, &pt, NVIDIA_P2P_FLAGS_DEFAULT);
 	else
@@ -154,11 +227,19 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 		ret = ret == -ENOTSUPP ? -EOPNOTSUPP : ret;
 		goto err_put;
 	}
-	m->nv.pt = pt;
-	if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB) {
-		dev_info_ratelimited(&pdev->dev, "GPU pin: page table version %#x, page size %u not supported\n",
-				     pt->version, pt->page_size);
-		ret = -EOPNOTSUPP;
+	spin_lock(&m->lock);
+	if (m->nv.freed) {
+		ret = -EKEYREVOKED;	/* freed before get_pages returned */
+	} else {
+		m->nv.pt = pt;
+		if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
+		    pt->entries != m->npages)
+			ret = -EOPNOTSUPP;
+	}
+	spin_unlock(&m->lock);
+	if (ret) {
+		if (ret == -EOPNOTSUPP)
+			dev_info_ratelimited(&pdev->dev, "GPU pin: page table version or page size not supported\n");
 		goto err_pages;
 	}
 	ret = ops->dma_map_pages(pdev, pt, &map);
@@ -167,69 +248,30 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 				     ret);
 		goto err_pages;
 	}
-	m->nv.map = map;
-	if (NVIDIA_P2P_MAJOR_VERSION(map->version) != NVIDIA_P2P_MAJOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
-	    NVIDIA_P2P_MINOR_VERSION(map->version) < NVIDIA_P2P_MINOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION)) {
-		dev_info_ratelimited(&pdev->dev, "GPU pin: DMA mapping version %#x not supported\n",
-				     map->version);
-		ret = -EOPNOTSUPP;
-		goto err_map;
-	}
-	m->page_size = GPUFPGA_GPU_PAGE;
-	m->npages = map->entries;
-	m->offset = addr - va;
-	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL);
-	if (!m->bus) {
-		ret = -ENOMEM;
-		goto err_map;
-	}
-	/* Under the lock the callback takes first: the mapping is alive. */
 	spin_lock(&m->lock);
-	if (m->state == GPUFPGA_MEM_ACTIVE)
-		memcpy(m->bus, map->dma_addresses, m->npages * sizeof(*m->bus));
-	else
+	if (m->nv.freed) {
 		ret = -EKEYREVOKED;
+	} else {
+		m->nv.map = map;
+		ret = gpufpga_nv_take_map(m, map);
+	}
 	spin_unlock(&m->lock);
 	if (ret)
-		goto err_map;
+		goto err_pages;
 	return 0;
 
-err_map:
+err_pages:
+	gpufpga_nv_release(m, persistent);
+err_put:
 	kvfree(m->bus);
 	m->bus = NULL;
-err_pages:
-	/* Both are no-ops returning 0 once the free callback has run. */
-	spin_lock(&m->lock);
-	pt = m->nv.pt;
-	map = m->nv.map;
-	spin_unlock(&m->lock);
-	if (map)
-		ops->dma_unmap_pages(pdev, pt, map);
-	if (pt && persistent)
-		ops->put_pages_persistent(va, pt, 0);
-	else if (pt)
-		ops->put_pages(0, 0, va, pt);
-err_put:
 	gpufpga_nv_put(ops);
 	return ret;
 }
 
 static void gpufpga_unpin_gpu(struct gpufpga_mem *m)
 {
-	struct nvidia_p2p_page_table *pt;
-	struct nvidia_p2p_dma_mapping *map;
-
-	spin_lock(&m->lock);
-	pt = m->nv.pt;
-	map = m->nv.map;
-	spin_unlock(&m->lock);
-	/* No lock held: put_pages waits for a free callback in progress. */
-	if (map)
-		m->nv.ops->dma_unmap_pages(m->dev->pdev, pt, map);
-	if (pt && (m->flags & GPUFPGA_PIN_PERSISTENT))
-		m->nv.ops->put_pages_persistent(m->nv.va, pt, 0);
-	else if (pt)
-		m->nv.ops->put_pages(0, 0, m->nv.va, pt);
+	gpufpga_nv_release(m, m->flags & GPUFPGA_PIN_PERSISTENT);
 	gpufpga_nv_put(m->nv.ops);
 }
 

@@ -27,9 +27,43 @@ func Require(t testing.TB) {
 	}
 }
 
-// LoadModule loads ModuleDir/name.ko with the given parameters.
+// The simulated GPU's variants (hw/testbench/nvp2p_sim): like NVIDIA's
+// proprietary driver, its open modules, or a proprietary driver from before
+// the persistent API.
+const (
+	NVIDIAProprietary = "proprietary"
+	NVIDIAOpen        = "open"
+	NVIDIAOld         = "old"
+)
+
+// NVIDIAVariant is the simulated GPU's variant this guest runs with: the
+// host's vmtest puts gpufpga_rig.nvidia= on the kernel command line.
+func NVIDIAVariant() string {
+	b, _ := os.ReadFile("/proc/cmdline")
+	for _, f := range strings.Fields(string(b)) {
+		if v, ok := strings.CutPrefix(f, "gpufpga_rig.nvidia="); ok {
+			return v
+		}
+	}
+	return NVIDIAProprietary
+}
+
+// LoadModule loads ModuleDir/name.ko with the given parameters; the
+// simulated GPU (nvp2p_sim) in the guest's variant.
 func LoadModule(name string, params ...string) error {
-	f, err := os.Open(filepath.Join(ModuleDir, name+".ko"))
+	if name == "nvp2p_sim" {
+		return LoadVariant(name, NVIDIAVariant(), params...)
+	}
+	return LoadVariant(name, "", params...)
+}
+
+// LoadVariant loads ModuleDir/variant/name.ko; the proprietary variant of
+// the simulated GPU is the one at the top.
+func LoadVariant(name, variant string, params ...string) error {
+	if variant == NVIDIAProprietary {
+		variant = ""
+	}
+	f, err := os.Open(filepath.Join(ModuleDir, variant, name+".ko"))
 	if err != nil {
 		return err
 	}

@@ -25,6 +25,11 @@ build() { # dir, extra make arguments
 	make -s -C "$kdir" M="$src/$dir" W=1 C=2 "$@" modules >>"$log" 2>&1 || {
 		cat "$log" >&2; echo "kmod: $dir does not build against $kdir" >&2; exit 1; }
 }
+# The simulated GPU in each of its variants; the default one at the top.
+for v in open old; do
+	cp -r "$src/hw/testbench/nvp2p_sim" "$src/hw/testbench/nvp2p_sim-$v"
+	build "hw/testbench/nvp2p_sim-$v" NVP2P_SIM_VARIANT=$v
+done
 build hw/testbench/nvp2p_sim
 symvers=${nvidia_src:+$nvidia_src/Module.symvers}
 build kmod/gpufpga KBUILD_EXTRA_SYMBOLS="${symvers:-$src/hw/testbench/nvp2p_sim/Module.symvers}" \
@@ -33,8 +38,13 @@ if grep -E 'warning:|error:' "$log" | grep -v 'Skipping BTF generation'; then
 	echo "kmod: not W=1/sparse clean against $kdir (log: $log)" >&2
 	exit 1
 fi
+rm -rf "$out"/*.ko "$out/open" "$out/old"
 cp "$src"/hw/testbench/nvp2p_sim/*.ko "$src"/kmod/gpufpga/*.ko "$out/"
+for v in open old; do
+	mkdir -p "$out/$v"
+	cp "$src/hw/testbench/nvp2p_sim-$v/nvp2p_sim.ko" "$out/$v/"
+done
 # Module BTF, split against the kernel's, so fentry/fexit reach our functions.
-for ko in "$out"/*.ko; do
+for ko in "$out"/*.ko "$out"/*/*.ko; do
 	pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base "$vmlinux" "$ko"
 done

@@ -8,15 +8,27 @@
  * structure layouts, enforcing its rules, and offers /dev/nvp2p_sim in place
  * of cudaMalloc/cudaFree, with mmap of allocations and dma-buf export.
  *
- * Freeing an allocation revokes its callback pins: each free callback runs
- * exactly once, with no lock held, and only after all have returned are the
- * pages marked free in the VRAM header, where the rig's device model checks
- * every DMA write against them.
+ * It is as strict as NVIDIA's nv-p2p.c, not kinder:
+ * - Freeing an allocation revokes its callback pins: each free callback runs
+ *   once, under the resource manager's lock (sim_rm_lock), which get_pages,
+ *   put_pages, dma_map_pages and dma_unmap_pages also take; right after the
+ *   callback returns, the page table and its DMA mappings are freed. Only
+ *   then are the pages marked free in the VRAM header, where the rig's
+ *   device model checks every DMA write against them.
+ * - dma_map_pages and dma_unmap_pages dereference the table they are given;
+ *   put_pages looks it up and fails on one that has gone. A freed table is
+ *   poisoned: KASAN catches a later use on the debug kernel, and the
+ *   simulator's own check (a table kept poisoned in quarantine) elsewhere.
+ * - free_in_get_pages fires the free callback before get_pages returns.
+ * - Built proprietary (the default, as most installed drivers are) it uses
+ *   no GPL-only symbol and so, like NVIDIA's proprietary driver, exports no
+ *   dma-bufs; NVP2P_SIM_OPEN builds the open variant, NVP2P_SIM_NO_PERSISTENT
+ *   one without the persistent API, as drivers before it had.
  *
- * Locking: sim->lock (spinlock) protects the allocation and pin lists, the
- * free-page bitmap and the counters; nothing sleeps under it. sim->alloc_lock
- * (mutex) serialises allocation and free and is taken before sim->lock.
- * Free callbacks run with neither held.
+ * Locking, outermost first: sim->alloc_lock (mutex) serialises allocation
+ * and free; sim_rm_lock (mutex) is NVIDIA's resource manager lock; sim->lock
+ * (spinlock) protects the allocation and pin lists, the free-page bitmap and
+ * the counters, and nothing sleeps under it.
  */
 #include <linux/bitmap.h>
 #include <linux/dma-buf.h>
@@ -46,9 +58,24 @@ static unsigned int pt_major = 2;
 module_param(pt_major, uint, 0444);
 MODULE_PARM_DESC(pt_major, "page table version major to report (1 or 2)");
 
+static unsigned int free_in_get_pages;
+module_param(free_in_get_pages, uint, 0644);
+MODULE_PARM_DESC(free_in_get_pages, "free the allocation (running the free callback) before each of the next N callback get_pages calls returns");
+
+static bool quarantine = !IS_ENABLED(CONFIG_KASAN);
+module_param(quarantine, bool, 0444);
+MODULE_PARM_DESC(quarantine, "keep freed page tables poisoned until unload, so that a later use is caught without KASAN");
+
+/* NVIDIA's resource manager lock: callbacks run under it. */
+static DEFINE_MUTEX(sim_rm_lock);
+
+#define SIM_PIN_LIVE	0x6e767032	/* "nvp2" */
+#define SIM_PIN_DEAD	0x6b6b6b6b	/* slab's POISON_FREE */
+
 struct sim_alloc {
 	struct list_head node;		/* sim->allocs while the VA is live */
 	struct kref ref;		/* the VA, persistent pins, dma-bufs */
+	bool freed;			/* the VA is gone (alloc_lock) */
 	struct file *owner;
 	u64 va;
 	u64 size;
@@ -62,8 +89,8 @@ struct sim_mapping {
 };
 
 struct sim_pin {
-	struct list_head node;		/* sim->pins */
-	struct list_head revoke_node;
+	u32 magic;			/* SIM_PIN_LIVE until freed */
+	struct list_head node;		/* sim->pins, then sim->quarantine */
 	struct sim_alloc *alloc;
 	u64 va;
 	struct nvidia_p2p_page_table pt;
@@ -72,7 +99,6 @@ struct sim_pin {
 	void (*free_callback)(void *data);
 	void *data;
 	bool persistent;
-	bool revoking;
 };
 
 struct sim_dmabuf {
@@ -91,7 +117,7 @@ struct nvp2p_sim {
 	struct mutex alloc_lock;
 	struct list_head allocs;
 	struct list_head pins;
-	wait_queue_head_t revoked;
+	struct list_head quarantine;	/* freed pins, poisoned */
 	u64 next_va;
 	u64 live_allocs, live_pins, callbacks_fired, live_dmabufs;
 	u8 uuid[16];
@@ -127,19 +153,6 @@ static struct sim_pin *sim_find_pin(struct nvidia_p2p_page_table *pt)
 	return NULL;
 }
 
-/* Whether pt's pin is being revoked; wait_event's condition. */
-static bool sim_pin_revoking(struct nvidia_p2p_page_table *pt)
-{
-	struct sim_pin *p;
-	bool revoking;
-
-	spin_lock(&sim->lock);
-	p = sim_find_pin(pt);
-	revoking = p && p->revoking;
-	spin_unlock(&sim->lock);
-	return revoking;
-}
-
 static void sim_release_alloc(struct kref *ref)
 {
 	struct sim_alloc *a = container_of(ref, struct sim_alloc, ref);
@@ -156,17 +169,56 @@ static void sim_release_alloc(struct kref *ref)
 	kfree(a);
 }
 
+static void sim_destroy_pin(struct sim_pin *p)
+{
+	kvfree(p->pt.pages);
+	kvfree(p->page_structs);
+	kfree(p);
+}
+
+static void sim_free_mapping(struct sim_mapping *m)
+{
+	memset(m->map.dma_addresses, 0x6b, m->map.entries * sizeof(u64));
+	kvfree(m->map.dma_addresses);
+	kfree(m);
+}
+
+/*
+ * Frees a pin that is off sim->pins, and its DMA mappings, as NVIDIA does
+ * after the free callback and in put_pages. Its table is poisoned and, with
+ * quarantine, kept so that a later dereference finds SIM_PIN_DEAD.
+ */
 static void sim_free_pin(struct sim_pin *p)
 {
 	struct sim_mapping *m, *tmp;
 
-	list_for_each_entry_safe(m, tmp, &p->mappings, node) {
-		kvfree(m->map.dma_addresses);
-		kfree(m);
+	list_for_each_entry_safe(m, tmp, &p->mappings, node)
+		sim_free_mapping(m);
+	INIT_LIST_HEAD(&p->mappings);
+	p->magic = SIM_PIN_DEAD;
+	memset(&p->pt, 0x6b, sizeof(p->pt));
+	if (!quarantine) {
+		sim_destroy_pin(p);
+		return;
 	}
-	kvfree(p->pt.pages);
-	kvfree(p->page_structs);
-	kfree(p);
+	spin_lock(&sim->lock);
+	list_add_tail(&p->node, &sim->quarantine);
+	spin_unlock(&sim->lock);
+}
+
+/*
+ * The pin of a table handed to dma_map_pages or dma_unmap_pages, which
+ * dereference it as NVIDIA's do. Called with sim_rm_lock held.
+ */
+static struct sim_pin *sim_pin_of(struct nvidia_p2p_page_table *pt, const char *fn)
+{
+	struct sim_pin *p = container_of(pt, struct sim_pin, pt);
+
+	if (p->magic != SIM_PIN_LIVE) {
+		WARN(1, "nvp2p_sim: %s() on a page table that was freed (use after free)\n", fn);
+		return NULL;
+	}
+	return p;
 }
 
 static struct sim_pin *sim_new_pin(u64 npages)
@@ -184,8 +236,11 @@ static struct sim_pin *sim_new_pin(u64 npages)
 		return NULL;
 	}
 	INIT_LIST_HEAD(&p->mappings);
+	p->magic = SIM_PIN_LIVE;
 	return p;
 }
+
+static void sim_free_alloc(struct sim_alloc *a);
 
 static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
 			 void (*cb)(void *), void *data, bool persistent)
@@ -204,11 +259,13 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
 	if (!p)
 		return -ENOMEM;
 
+	mutex_lock(&sim_rm_lock);
 	spin_lock(&sim->lock);
 	a = sim_find_alloc(va, len);
 	if (!a) {
 		spin_unlock(&sim->lock);
-		sim_free_pin(p);
+		mutex_unlock(&sim_rm_lock);
+		sim_destroy_pin(p);
 		return -EINVAL;
 	}
 	first = (va - a->va) >> SIM_PAGE_SHIFT;
@@ -227,13 +284,27 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
 	p->free_callback = cb;
 	p->data = data;
 	p->persistent = persistent;
-	if (persistent)
-		kref_get(&a->ref);
+	kref_get(&a->ref);	/* persistent pins keep it; else dropped below */
 	list_add_tail(&p->node, &sim->pins);
 	sim->live_pins++;
 	spin_unlock(&sim->lock);
-
 	*out = &p->pt;
+	mutex_unlock(&sim_rm_lock);
+
+	/*
+	 * Another thread's cudaFree may come between NVIDIA registering the
+	 * callback and get_pages returning: the caller then gets a table that
+	 * has already been revoked and freed.
+	 */
+	if (!persistent && free_in_get_pages) {
+		free_in_get_pages--;
+		mutex_lock(&sim->alloc_lock);
+		if (!a->freed)
+			sim_free_alloc(a);
+		mutex_unlock(&sim->alloc_lock);
+	}
+	if (!persistent)
+		kref_put(&a->ref, sim_release_alloc);
 	return 0;
 }
 
@@ -249,6 +320,7 @@ int nvidia_p2p_get_pages(uint64_t p2p_token, uint32_t va_space,
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages);
 
+#ifndef NVP2P_SIM_NO_PERSISTENT
 int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 				    struct nvidia_p2p_page_table **page_table,
 				    uint32_t flags)
@@ -259,10 +331,13 @@ int nvidia_p2p_get_pages_persistent(uint64_t virtual_address, uint64_t length,
 			     true);
 }
 EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
+#endif
 
 /*
- * Detaches a pin for release. A pin being revoked is released by the free
- * path; like NVIDIA, wait for that to finish and report success.
+ * Releases a pin and the DMA mappings left on it. The table is looked up,
+ * not dereferenced: one whose free callback has run is gone, and NVIDIA's
+ * put_pages fails on it. A free in progress holds sim_rm_lock, so this
+ * waits for it.
  */
 static int sim_put(uint64_t va, struct nvidia_p2p_page_table *pt,
 		   bool persistent)
@@ -272,24 +347,20 @@ static int sim_put(uint64_t va, struct nvidia_p2p_page_table *pt,
 
 	if (!sim || !pt)
 		return -EINVAL;
-	wait_event(sim->revoked, !sim_pin_revoking(pt));
+	mutex_lock(&sim_rm_lock);
 	spin_lock(&sim->lock);
 	p = sim_find_pin(pt);
-	if (!p) {
+	if (!p || p->persistent != persistent || p->va != va) {
 		spin_unlock(&sim->lock);
-		/* Its free callback already ran: NVIDIA returns 0. */
-		return persistent ? -EINVAL : 0;
-	}
-	if (p->persistent != persistent || p->va != va) {
-		spin_unlock(&sim->lock);
+		mutex_unlock(&sim_rm_lock);
 		return -EINVAL;
 	}
 	list_del(&p->node);
 	sim->live_pins--;
 	a = p->alloc;
 	spin_unlock(&sim->lock);
-
 	sim_free_pin(p);
+	mutex_unlock(&sim_rm_lock);
 	if (persistent)
 		kref_put(&a->ref, sim_release_alloc);
 	return 0;
@@ -303,6 +374,7 @@ int nvidia_p2p_put_pages(uint64_t p2p_token, uint32_t va_space,
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages);
 
+#ifndef NVP2P_SIM_NO_PERSISTENT
 int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 				    struct nvidia_p2p_page_table *page_table,
 				    uint32_t flags)
@@ -312,6 +384,7 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 	return sim_put(virtual_address, page_table, true);
 }
 EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
+#endif
 
 int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 			     struct nvidia_p2p_page_table *page_table,
@@ -332,14 +405,15 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 		kfree(m);
 		return -ENOMEM;
 	}
-	spin_lock(&sim->lock);
-	p = sim_find_pin(page_table);
-	if (!p || p->revoking || p->pt.entries != n) {
-		spin_unlock(&sim->lock);
+	mutex_lock(&sim_rm_lock);
+	p = sim_pin_of(page_table, __func__);
+	if (!p || p->pt.entries != n) {
+		mutex_unlock(&sim_rm_lock);
 		kvfree(m->map.dma_addresses);
 		kfree(m);
 		return -EINVAL;
 	}
+	spin_lock(&sim->lock);
 	/* No IOMMU between the peers: bus addresses are BAR addresses. */
 	for (i = 0; i < n; i++)
 		m->map.dma_addresses[i] = p->page_structs[i].physical_address;
@@ -351,6 +425,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	list_add_tail(&m->node, &p->mappings);
 	spin_unlock(&sim->lock);
 	*dma_mapping = &m->map;
+	mutex_unlock(&sim_rm_lock);
 	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
@@ -364,24 +439,23 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 
 	if (!sim || !peer || !page_table || !dma_mapping)
 		return -EINVAL;
-	wait_event(sim->revoked, !sim_pin_revoking(page_table));
-	spin_lock(&sim->lock);
-	p = sim_find_pin(page_table);
+	mutex_lock(&sim_rm_lock);
+	p = sim_pin_of(page_table, __func__);
 	if (!p) {
-		/* Revoked: NVIDIA freed the mapping with the pin. */
-		spin_unlock(&sim->lock);
-		return 0;
+		mutex_unlock(&sim_rm_lock);
+		return -EINVAL;
 	}
+	spin_lock(&sim->lock);
 	list_for_each_entry(it, &p->mappings, node)
 		if (&it->map == dma_mapping && it->map.pci_dev == peer)
 			m = it;
 	if (m)
 		list_del(&m->node);
 	spin_unlock(&sim->lock);
+	mutex_unlock(&sim_rm_lock);
 	if (!m)
 		return -EINVAL;
-	kvfree(m->map.dma_addresses);
-	kfree(m);
+	sim_free_mapping(m);
 	return 0;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_unmap_pages);
@@ -524,43 +598,38 @@ err_free:
 }
 
 /*
- * cudaFree: the VA dies at once; callback pins are revoked, each callback
- * run once with no lock held; the pages go back when the last persistent
- * pin and dma-buf let go.
+ * cudaFree: the VA dies at once; each callback pin's free callback runs
+ * under the resource manager's lock, and its table and mappings are freed
+ * right after it returns; the pages go back when the last persistent pin
+ * and dma-buf let go. Called with sim->alloc_lock held.
  */
 static void sim_free_alloc(struct sim_alloc *a)
 {
 	struct sim_pin *p, *tmp;
 	LIST_HEAD(revoke);
 
+	a->freed = true;
+	mutex_lock(&sim_rm_lock);
 	spin_lock(&sim->lock);
 	list_del(&a->node);	/* the VA is gone: no new pins */
-	list_for_each_entry(p, &sim->pins, node) {
+	list_for_each_entry_safe(p, tmp, &sim->pins, node) {
 		if (p->alloc != a || p->persistent)
 			continue;
-		p->revoking = true;
-		list_add_tail(&p->revoke_node, &revoke);
+		list_move_tail(&p->node, &revoke);
+		sim->live_pins--;
 	}
 	spin_unlock(&sim->lock);
 
 	unmap_mapping_range(a->owner->f_mapping, a->va, a->size, 1);
-	list_for_each_entry(p, &revoke, revoke_node) {
+	list_for_each_entry_safe(p, tmp, &revoke, node) {
+		list_del(&p->node);
 		p->free_callback(p->data);
 		spin_lock(&sim->lock);
 		sim->callbacks_fired++;
 		spin_unlock(&sim->lock);
-	}
-
-	spin_lock(&sim->lock);
-	list_for_each_entry(p, &revoke, revoke_node) {
-		list_del(&p->node);
-		sim->live_pins--;
-	}
-	spin_unlock(&sim->lock);
-	wake_up_all(&sim->revoked);
-
-	list_for_each_entry_safe(p, tmp, &revoke, revoke_node)
 		sim_free_pin(p);
+	}
+	mutex_unlock(&sim_rm_lock);
 	kref_put(&a->ref, sim_release_alloc);
 }
 
@@ -639,6 +708,7 @@ static int sim_ioctl_counters(struct nvp2p_sim_counters __user *uarg)
 	return copy_to_user(uarg, &c, sizeof(c)) ? -EFAULT : 0;
 }
 
+#ifdef NVP2P_SIM_OPEN
 static int sim_dmabuf_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
 {
 	/* Like nv_dmabuf: video memory only goes to peer-capable importers. */
@@ -758,6 +828,14 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 	return copy_to_user(uarg, &arg, sizeof(arg)) ? -EFAULT : 0;
 }
 
+#else
+/* NVIDIA's proprietary driver may not use dma-buf's GPL-only exports. */
+static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
+{
+	return -EOPNOTSUPP;
+}
+#endif
+
 static long sim_ioctl(struct file *f, unsigned int cmd, unsigned long arg)
 {
 	void __user *uarg = (void __user *)arg;
@@ -799,11 +877,12 @@ static int sim_mmap(struct file *f, struct vm_area_struct *vma)
 		goto out;
 	}
 	vm_flags_set(vma, VM_IO | VM_PFNMAP | VM_DONTEXPAND | VM_DONTDUMP);
-	vma->vm_page_prot = pgprot_writecombine(vma->vm_page_prot);
+	/* pgprot_writecombine() and io_remap_pfn_range() are GPL-only. */
+	vma->vm_page_prot = pgprot_noncached(vma->vm_page_prot);
 	for (off = 0; off < len && !ret; off += SIM_PAGE) {
 		u32 page = a->pages[(va - a->va + off) >> SIM_PAGE_SHIFT];
 
-		ret = io_remap_pfn_range(vma, vma->vm_start + off,
+		ret = remap_pfn_range(vma, vma->vm_start + off,
 					 (sim->bar >> PAGE_SHIFT) + ((u64)page << (SIM_PAGE_SHIFT - PAGE_SHIFT)),
 					 SIM_PAGE, vma->vm_page_prot);
 	}
@@ -857,36 +936,39 @@ static int sim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	len = pci_resource_len(pdev, 2);
 	if (len < 2 * SIM_PAGE)
 		return -ENODEV;
-	s = devm_kzalloc(&pdev->dev, sizeof(*s), GFP_KERNEL);
+	s = kzalloc(sizeof(*s), GFP_KERNEL);
 	if (!s)
 		return -ENOMEM;
+	ret = -ENOMEM;
 	s->vram = devm_ioremap_wc(&pdev->dev, pci_resource_start(pdev, 2), len);
 	if (!s->vram)
-		return -ENOMEM;
+		goto err_free;
 	/* Both rig devices are 1af4:1110; the VRAM carries this magic. */
+	ret = -ENODEV;
 	if (readq(s->vram + RIG_VRAM_OFF_MAGIC) != RIG_VRAM_MAGIC)
-		return -ENODEV;
+		goto err_free;
 	if (readl(s->vram + RIG_VRAM_OFF_VERSION) != RIG_VRAM_VERSION) {
 		dev_err(&pdev->dev, "VRAM header version %u, want %u\n",
 			readl(s->vram + RIG_VRAM_OFF_VERSION), RIG_VRAM_VERSION);
-		return -ENODEV;
+		goto err_free;
 	}
 	ret = pcim_iomap_regions(pdev, BIT(2), "nvp2p_sim");
 	if (ret)
-		return ret;
+		goto err_free;
 	s->pdev = pdev;
 	s->bar = pci_resource_start(pdev, 2);
 	s->npages = len >> SIM_PAGE_SHIFT;
-	s->used = devm_bitmap_zalloc(&pdev->dev, s->npages, GFP_KERNEL);
+	ret = -ENOMEM;
+	s->used = bitmap_zalloc(s->npages, GFP_KERNEL);
 	if (!s->used)
-		return -ENOMEM;
+		goto err_free;
 	set_bit(0, s->used);	/* page 0 is the header */
 	memset_io(s->vram + RIG_VRAM_OFF_STATE, 0, s->npages);
 	spin_lock_init(&s->lock);
 	mutex_init(&s->alloc_lock);
 	INIT_LIST_HEAD(&s->allocs);
 	INIT_LIST_HEAD(&s->pins);
-	init_waitqueue_head(&s->revoked);
+	INIT_LIST_HEAD(&s->quarantine);
 	s->next_va = SIM_VA_BASE;
 	memcpy(s->uuid, "nvp2p_sim GPU-0", 16);
 	s->misc.minor = MISC_DYNAMIC_MINOR;
@@ -900,24 +982,34 @@ static int sim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = misc_register(&s->misc);
 	if (ret) {
 		sim = NULL;
-		return ret;
+		goto err_free;
 	}
 	pci_set_drvdata(pdev, s);
 	dev_notice(&pdev->dev, "simulated GPU: %u MiB VRAM at %pa, page table v%u\n",
 		   (u32)(len >> 20), &s->bar, pt_major == 1 ? 1 : 2);
 	return 0;
+
+err_free:
+	bitmap_free(s->used);
+	kfree(s);
+	return ret;
 }
 
 static void sim_remove(struct pci_dev *pdev)
 {
 	struct nvp2p_sim *s = pci_get_drvdata(pdev);
+	struct sim_pin *p, *tmp;
 
 	misc_deregister(&s->misc);
+	list_for_each_entry_safe(p, tmp, &s->quarantine, node)
+		sim_destroy_pin(p);
 	if (s->live_allocs || s->live_pins || s->live_dmabufs)
 		dev_warn(&pdev->dev, "leak: %llu allocations, %llu pins, %llu dma-bufs live at unload\n",
 			 s->live_allocs, s->live_pins, s->live_dmabufs);
 	writeq(0, s->vram + RIG_VRAM_OFF_BAR);
 	sim = NULL;
+	bitmap_free(s->used);
+	kfree(s);
 }
 
 static const struct pci_device_id sim_ids[] = {
@@ -934,5 +1026,11 @@ static struct pci_driver sim_driver = {
 module_pci_driver(sim_driver);
 
 MODULE_DESCRIPTION("Simulated NVIDIA GPU exporting the P2P API, for the gpufpga rig");
-MODULE_LICENSE("GPL");
+#ifdef NVP2P_SIM_OPEN
+MODULE_LICENSE("Dual MIT/GPL");
+#else
+MODULE_LICENSE("NVIDIA");
+#endif
+#ifdef NVP2P_SIM_OPEN
 GPUFPGA_IMPORT_DMA_BUF_NS();
+#endif

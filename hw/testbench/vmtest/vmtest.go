@@ -164,6 +164,10 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		opts.TestTimeout *= 4
 		opts.VMTimeout *= 4
 	}
+	// Which NVIDIA driver the simulated GPU plays (hw/testbench/guest).
+	if v := os.Getenv("GPUFPGA_NVIDIA"); v != "" {
+		appendArgs = append(appendArgs, "gpufpga_rig.nvidia="+v)
+	}
 	// The ABI fuzzer's settings (hw/testbench/abifuzz).
 	for _, v := range []struct{ env, arg string }{{"GPUFPGA_FUZZ_OPS", "ops"}, {"GPUFPGA_FUZZ_SEED", "seed"}} {
 		if n := os.Getenv(v.env); n != "" {
@@ -248,8 +252,14 @@ func initramfsFiles(t *testing.T, kver, tree, modDir string) ([]string, error) {
 	if len(kos) == 0 {
 		return nil, fmt.Errorf("no modules in %s: run `make vmtest`", modDir)
 	}
-	for _, ko := range kos {
-		files = append(files, ko+":"+strings.TrimPrefix(filepath.Join(GuestModuleDir, filepath.Base(ko)), "/"))
+	// The simulated GPU's other variants, in subdirectories.
+	variants, _ := filepath.Glob(filepath.Join(modDir, "*", "*.ko"))
+	for _, ko := range append(kos, variants...) {
+		rel, err := filepath.Rel(modDir, ko)
+		if err != nil {
+			return nil, err
+		}
+		files = append(files, ko+":"+strings.TrimPrefix(filepath.Join(GuestModuleDir, rel), "/"))
 	}
 	return files, nil
 }
