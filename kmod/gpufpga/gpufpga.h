@@ -150,6 +150,7 @@ struct gpufpga_file {
 	u32 npins;
 	struct xarray pending;		/* id -> async request not yet finished */
 	atomic_t nasync;		/* async requests not yet read */
+	atomic_t nevents;		/* stream records not yet read */
 	struct list_head node;		/* dev->files */
 
 	spinlock_t done_lock;

@@ -45,9 +45,11 @@ unsigned int gpufpga_timeout_ms = 5000;
 module_param_named(timeout_ms, gpufpga_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(timeout_ms, "default transfer timeout");
 
+/* NVIDIA's free callback waits this long with NVIDIA's locks held: bounded. */
+#define GPUFPGA_MAX_REVOKE_WAIT_MS	100
 unsigned int gpufpga_revoke_wait_ms = 20;
-module_param_named(revoke_wait_ms, gpufpga_revoke_wait_ms, uint, 0644);
-MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted");
+module_param_named(revoke_wait_ms, gpufpga_revoke_wait_ms, uint, 0444);
+MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted (at most 100)");
 
 unsigned long gpufpga_card_mem_size;
 module_param_named(card_mem_size, gpufpga_card_mem_size, ulong, 0444);
@@ -186,7 +188,7 @@ static int gpufpga_open(struct inode *inode, struct file *file)
 	struct gpufpga_dev *dev = container_of(file->private_data, struct gpufpga_dev, misc);
 	struct gpufpga_file *f;
 
-	f = kzalloc(sizeof(*f), GFP_KERNEL);
+	f = kzalloc(sizeof(*f), GFP_KERNEL_ACCOUNT);
 	if (!f)
 		return -ENOMEM;
 	kref_get(&dev->ref);
@@ -337,6 +339,25 @@ static int gpufpga_init_channels(struct gpufpga_dev *dev)
 	return 0;
 }
 
+/*
+ * Stops every engine and its interrupts, whatever state a driver or an
+ * earlier kernel left it in. Called before bus mastering is enabled and at
+ * shutdown.
+ */
+static void gpufpga_stop_engines(struct gpufpga_dev *dev)
+{
+	struct gpufpga_chan *ch;
+	int ci;
+
+	if (dev->link_down)
+		return;
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+	gpufpga_for_each_chan(dev, ch, ci) {
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), 0);
+	}
+}
+
 static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct gpufpga_dev *dev;
@@ -368,12 +389,14 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
 	if (ret)
 		goto err_put;
-	pci_set_master(pdev);
 	ret = gpufpga_discover_channels(dev);
 	if (ret) {
 		dev_err(&pdev->dev, "no XDMA channels found\n");
 		goto err_put;
 	}
+	/* An earlier kernel (kexec) may have left engines running. */
+	gpufpga_stop_engines(dev);
+	pci_set_master(pdev);
 	ret = gpufpga_init_channels(dev);
 	if (ret)
 		goto err_put;
@@ -419,6 +442,17 @@ static void gpufpga_fail_channels(struct gpufpga_dev *dev)
  * transfers first wakes blocked ioctls, so taking the rwsem waits only for
  * calls already under way, whose transfers are then failed too.
  */
+/* Open files outlive the device; their DMA mappings of it must not. */
+static void gpufpga_unpin_files(struct gpufpga_dev *dev)
+{
+	struct gpufpga_file *f;
+
+	mutex_lock(&dev->files_lock);
+	list_for_each_entry(f, &dev->files, node)
+		gpufpga_unpin_all(f);
+	mutex_unlock(&dev->files_lock);
+}
+
 static void gpufpga_remove(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
@@ -430,9 +464,19 @@ static void gpufpga_remove(struct pci_dev *pdev)
 	down_write(&dev->ioctl_rwsem);
 	up_write(&dev->ioctl_rwsem);
 	gpufpga_fail_channels(dev);
+	gpufpga_unpin_files(dev);
 	gpufpga_teardown_irqs(dev);
 	gpufpga_fini_channels(dev);
 	kref_put(&dev->ref, gpufpga_dev_release);
+}
+
+/* Reboot or kexec: no engine may write into memory the next kernel owns. */
+static void gpufpga_shutdown(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+
+	gpufpga_stop_engines(dev);
+	pci_clear_master(pdev);
 }
 
 /* Xilinx XDMA reference designs (Gen1-4, x1-x16), and the rig's FPGA. */
@@ -467,6 +511,7 @@ static struct pci_driver gpufpga_driver = {
 	.id_table = gpufpga_all_ids,
 	.probe = gpufpga_probe,
 	.remove = gpufpga_remove,
+	.shutdown = gpufpga_shutdown,
 };
 
 static int __init gpufpga_init(void)
@@ -475,6 +520,10 @@ static int __init gpufpga_init(void)
 
 	if (!gpufpga_max_descs || gpufpga_max_descs > 65536) {
 		pr_err("gpufpga: max_descs must be 1 to 65536\n");
+		return -EINVAL;
+	}
+	if (gpufpga_revoke_wait_ms > GPUFPGA_MAX_REVOKE_WAIT_MS) {
+		pr_err("gpufpga: revoke_wait_ms must be at most %u\n", GPUFPGA_MAX_REVOKE_WAIT_MS);
 		return -EINVAL;
 	}
 	memcpy(&gpufpga_all_ids[1], gpufpga_ids, sizeof(gpufpga_ids));

@@ -309,8 +309,8 @@ static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
 	m->page_size = PAGE_SIZE;
 	m->npages = (end - start) >> PAGE_SHIFT;
 	m->offset = addr - start;
-	m->host.pages = kvmalloc_array(m->npages, sizeof(*m->host.pages), GFP_KERNEL);
-	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL);
+	m->host.pages = kvmalloc_array(m->npages, sizeof(*m->host.pages), GFP_KERNEL_ACCOUNT);
+	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL_ACCOUNT);
 	if (!m->host.pages || !m->bus) {
 		ret = -ENOMEM;
 		goto err_free;
@@ -385,7 +385,7 @@ static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 	m->page_size = PAGE_SIZE;
 	m->npages = (end - start) >> PAGE_SHIFT;
 	m->offset = off - start;
-	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL);
+	m->bus = kvmalloc_array(m->npages, sizeof(*m->bus), GFP_KERNEL_ACCOUNT);
 	if (!m->bus) {
 		ret = -ENOMEM;
 		goto err_put;
@@ -509,7 +509,7 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	/* Refuse what could never fit before allocating for it. */
 	if (a.len > gpufpga_max_pinned || a.len > gpufpga_max_pinned_total)
 		return -ENOSPC;
-	m = kzalloc(sizeof(*m), GFP_KERNEL);
+	m = kzalloc(sizeof(*m), GFP_KERNEL_ACCOUNT);
 	if (!m)
 		return -ENOMEM;
 	kref_init(&m->ref);

@@ -231,8 +231,20 @@ u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1S,
 			      halt_bit);
 		usleep_range(1000, 2000);
+		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C,
 			      halt_bit);
+	}
+	/*
+	 * An engine that will not stop may still write into memory about to
+	 * be freed: cut it off the bus before anyone returns, and give up on
+	 * the device.
+	 */
+	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
+		dev_crit(&dev->pdev->dev, "%s channel %u does not halt: bus mastering off, device dead\n",
+			 ch->dir ? "C2H" : "H2C", ch->index);
+		pci_clear_master(dev->pdev);
+		dev->dead = true;
 	}
 	return gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 }

@@ -34,6 +34,7 @@ struct gpufpga_stream_state {
 	u32 next_credit;
 	u32 completed;			/* last completed count seen */
 	u64 seq;
+	struct gpufpga_event *end;	/* STREAM_END, made in advance */
 };
 
 static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
@@ -51,6 +52,7 @@ static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 		atomic_dec(&st->mems[i]->inflight);
 		gpufpga_mem_put(st->mems[i]);
 	}
+	kfree(st->end);
 	bitmap_free(st->held);
 	bitmap_free(st->released);
 	kvfree(st->descs);
@@ -81,13 +83,9 @@ bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 	return false;
 }
 
-static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 kind, u32 slot, u64 seq, u64 bytes,
-			     u32 flags, int error, u32 status)
+static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_event *ev, u32 kind,
+			       u32 slot, u64 seq, u64 bytes, u32 flags, int error, u32 status)
 {
-	struct gpufpga_event *ev = kzalloc(sizeof(*ev), GFP_KERNEL);
-
-	if (!ev)
-		return -ENOMEM;
 	ev->rec.kind = kind;
 	ev->rec.id = slot;
 	ev->rec.user_data = seq;
@@ -98,7 +96,26 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 kind, u32 slot, u64 se
 	ev->rec.duration_ns = ktime_get_ns();
 	ev->rec.dir = ch->dir;
 	ev->rec.channel = ch->index;
+	atomic_inc(&ch->acq->file->nevents);
 	gpufpga_post_event(ch->acq->file, ev);
+}
+
+/*
+ * Reports a filled slot. Records wait for read(); a client that releases
+ * slots without reading them would queue them without bound, so past
+ * max_queued unread records the stream ends with -EOVERFLOW instead.
+ */
+static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 bytes, u32 flags,
+			     gfp_t gfp)
+{
+	struct gpufpga_event *ev;
+
+	if (atomic_read(&ch->acq->file->nevents) >= gpufpga_max_queued)
+		return -EOVERFLOW;
+	ev = kzalloc(sizeof(*ev), gfp);
+	if (!ev)
+		return -ENOMEM;
+	gpufpga_fill_event(ch, ev, GPUFPGA_EVENT_SLOT, slot, seq, bytes, flags, 0, 0);
 	return 0;
 }
 
@@ -106,10 +123,12 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 kind, u32 slot, u64 se
  * Reports the slots the engine filled since the last look: a slot is filled
  * when its last descriptor completes. Returns -EPROTO when a packet ended
  * short inside a slot of several descriptors, which would leave a hole in
- * it.
+ * it, and -EOVERFLOW when the client lets records pile up unread.
  */
-static int gpufpga_stream_collect(struct gpufpga_chan *ch)
+static int gpufpga_stream_collect(struct gpufpga_chan *ch, gfp_t gfp)
 {
+	int ret;
+
 	struct gpufpga_stream_state *st = ch->acq;
 	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
 	u32 count, n, slot, d, status, len;
@@ -133,8 +152,11 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 			st->completed = (st->completed + 1) & 0xffffff;
 			continue;
 		}
-		if (gpufpga_post_slot(ch, GPUFPGA_EVENT_SLOT, slot, st->seq, st->fill_bytes + len,
-				      status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, 0, 0))
+		ret = gpufpga_post_slot(ch, slot, st->seq, st->fill_bytes + len,
+					status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, gfp);
+		if (ret == -EOVERFLOW)
+			return ret;
+		if (ret)
 			break;	/* picked up on the next look */
 		trace_gpufpga_stream_slot(ch->dev->id, ch->index, slot, st->seq, st->fill_bytes + len,
 					  status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
@@ -161,9 +183,13 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	if (!st)
 		return;
 	if (!dev->link_down) {
+		int collected;
+
 		status = gpufpga_chan_halt(ch);
-		if (gpufpga_stream_collect(ch) && !error)
-			error = -EPROTO;
+		/* Maybe in NVIDIA's free callback: allocate without reclaim. */
+		collected = gpufpga_stream_collect(ch, GFP_NOWAIT | __GFP_ACCOUNT);
+		if (collected && !error)
+			error = collected;
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
 			      gpufpga_common_bit(ch));
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
@@ -172,7 +198,8 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	if (error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
 	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
-	gpufpga_post_slot(ch, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0, error, status);
+	gpufpga_fill_event(ch, st->end, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0, error, status);
+	st->end = NULL;
 	ch->last_status = status;
 	ch->acq = NULL;
 	gpufpga_stream_free(st);
@@ -191,15 +218,17 @@ void gpufpga_stream_poll(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	u32 status;
+	int ret;
 
 	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 	if (dev->link_down) {
 		gpufpga_stream_end(ch, -ENODEV);
 		return;
 	}
-	if (gpufpga_stream_collect(ch)) {
+	ret = gpufpga_stream_collect(ch, GFP_KERNEL_ACCOUNT);
+	if (ret) {
 		ch->errors++;
-		gpufpga_stream_end(ch, -EPROTO);
+		gpufpga_stream_end(ch, ret);
 		return;
 	}
 	if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY)) {
@@ -345,19 +374,20 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	us = vmemdup_user(u64_to_user_ptr(a.slots), (size_t)a.nslots * sizeof(*us));
 	if (IS_ERR(us))
 		return PTR_ERR(us);
-	st = kzalloc(sizeof(*st), GFP_KERNEL);
+	st = kzalloc(sizeof(*st), GFP_KERNEL_ACCOUNT);
 	if (!st) {
 		kvfree(us);
 		return -ENOMEM;
 	}
 	st->file = f;
 	st->nslots = a.nslots;
-	st->mems = kvcalloc(a.nslots, sizeof(*st->mems), GFP_KERNEL);
-	st->first = kvcalloc(a.nslots + 1, sizeof(*st->first), GFP_KERNEL);
-	st->descs = kvcalloc(gpufpga_stream_max_descs(), sizeof(*st->descs), GFP_KERNEL);
-	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL);
-	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL);
-	if (!st->mems || !st->first || !st->descs || !st->held || !st->released) {
+	st->mems = kvcalloc(a.nslots, sizeof(*st->mems), GFP_KERNEL_ACCOUNT);
+	st->first = kvcalloc(a.nslots + 1, sizeof(*st->first), GFP_KERNEL_ACCOUNT);
+	st->descs = kvcalloc(gpufpga_stream_max_descs(), sizeof(*st->descs), GFP_KERNEL_ACCOUNT);
+	st->end = kzalloc(sizeof(*st->end), GFP_KERNEL_ACCOUNT);
+	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
+	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
+	if (!st->mems || !st->first || !st->descs || !st->end || !st->held || !st->released) {
 		ret = -ENOMEM;
 		goto err;
 	}

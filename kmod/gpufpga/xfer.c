@@ -507,6 +507,7 @@ static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
 		gpufpga_req_put(ev->req);
 		atomic_dec(&f->nasync);
 	} else {
+		atomic_dec(&f->nevents);
 		kfree(ev);
 	}
 }
@@ -545,7 +546,7 @@ static int gpufpga_check_xfer_arg(struct gpufpga_dev *dev, const struct gpufpga_
 
 static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct gpufpga_xfer *a)
 {
-	struct gpufpga_req *r = kzalloc(sizeof(*r), GFP_KERNEL);
+	struct gpufpga_req *r = kzalloc(sizeof(*r), GFP_KERNEL_ACCOUNT);
 
 	if (!r)
 		return NULL;
@@ -559,8 +560,8 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 	r->user_data = a->user_data;
 	r->card_addr = a->card_addr;
 	r->timeout = msecs_to_jiffies(a->timeout_ms ?: gpufpga_timeout_ms);
-	r->mems = kcalloc(a->nsegs, sizeof(*r->mems), GFP_KERNEL);
-	r->segs = kvmalloc_array(gpufpga_max_descs, sizeof(*r->segs), GFP_KERNEL);
+	r->mems = kcalloc(a->nsegs, sizeof(*r->mems), GFP_KERNEL_ACCOUNT);
+	r->segs = kvmalloc_array(gpufpga_max_descs, sizeof(*r->segs), GFP_KERNEL_ACCOUNT);
 	if (!r->mems || !r->segs) {
 		gpufpga_req_put(r);
 		return NULL;
@@ -571,7 +572,7 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 /* Keeps only the segments the chain uses: requests can sit in queues. */
 static int gpufpga_req_shrink(struct gpufpga_req *r)
 {
-	struct gpufpga_busseg *segs = kvmalloc_array(r->nsegs, sizeof(*segs), GFP_KERNEL);
+	struct gpufpga_busseg *segs = kvmalloc_array(r->nsegs, sizeof(*segs), GFP_KERNEL_ACCOUNT);
 
 	if (!segs)
 		return -ENOMEM;

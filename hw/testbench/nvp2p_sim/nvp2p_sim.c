@@ -195,10 +195,13 @@ static void sim_free_pin(struct sim_pin *p)
 	list_for_each_entry_safe(m, tmp, &p->mappings, node)
 		sim_free_mapping(m);
 	INIT_LIST_HEAD(&p->mappings);
+	kvfree(p->pt.pages);
+	kvfree(p->page_structs);
+	p->page_structs = NULL;
 	p->magic = SIM_PIN_DEAD;
 	memset(&p->pt, 0x6b, sizeof(p->pt));
 	if (!quarantine) {
-		sim_destroy_pin(p);
+		kfree(p);
 		return;
 	}
 	spin_lock(&sim->lock);
@@ -1002,7 +1005,7 @@ static void sim_remove(struct pci_dev *pdev)
 
 	misc_deregister(&s->misc);
 	list_for_each_entry_safe(p, tmp, &s->quarantine, node)
-		sim_destroy_pin(p);
+		kfree(p);	/* its arrays went with the free */
 	if (s->live_allocs || s->live_pins || s->live_dmabufs)
 		dev_warn(&pdev->dev, "leak: %llu allocations, %llu pins, %llu dma-bufs live at unload\n",
 			 s->live_allocs, s->live_pins, s->live_dmabufs);

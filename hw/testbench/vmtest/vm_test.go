@@ -15,6 +15,7 @@ func TestRig(t *testing.T) {
 		"github.com/gpufpga/gpufpga/pkg/trace",
 		"github.com/gpufpga/gpufpga/pkg/stream",
 		"github.com/gpufpga/gpufpga/hw/testbench/demo",
+		"github.com/gpufpga/gpufpga/hw/testbench/nvcontract",
 		"github.com/gpufpga/gpufpga/hw/testbench/abifuzz",
 		// Last: leaks show once everything has been unloaded.
 		"github.com/gpufpga/gpufpga/hw/testbench/kleak",

@@ -1,0 +1,246 @@
+//go:build vmguest
+
+package nvcontract
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
+	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+)
+
+const devPath = "/dev/gpufpga0"
+
+// rig loads the simulated GPU in the given variant, gpufpga and its bridge,
+// and opens the device and the simulated GPU.
+func rig(t *testing.T, variant string) (*p2p.Device, *simgpu.GPU) {
+	t.Helper()
+	guest.Require(t)
+	if err := guest.LoadVariant("nvp2p_sim", variant); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := guest.UnloadModule("nvp2p_sim"); err != nil {
+			t.Error(err)
+		}
+	})
+	guest.MustLoad(t, "gpufpga", "timeout_ms=2000", "card_mem_size=67108864")
+	guest.MustLoad(t, "gpufpga_nv")
+	d, err := p2p.Open(devPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.Close() })
+	g, err := simgpu.Open()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { g.Close() })
+	return d, g
+}
+
+func alloc(t *testing.T, g *simgpu.GPU, size uint64) *simgpu.Alloc {
+	t.Helper()
+	a, err := g.Alloc(size, simgpu.Fragmented, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+func counters(t *testing.T, g *simgpu.GPU) simgpu.Counters {
+	t.Helper()
+	c, err := g.Counters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func setParam(t *testing.T, module, name string, v int) {
+	t.Helper()
+	path := "/sys/module/" + module + "/parameters/" + name
+	if err := os.WriteFile(path, []byte(strconv.Itoa(v)), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBridgeNextToProprietaryDriver loads the bridge next to a provider
+// licensed as NVIDIA's proprietary driver is: the kernel refuses a module
+// that imports from a proprietary one and uses any GPL-only symbol.
+func TestBridgeNextToProprietaryDriver(t *testing.T) {
+	d, g := rig(t, guest.NVIDIAProprietary)
+	taint, err := os.ReadFile("/sys/module/nvp2p_sim/taint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(taint), "P") {
+		t.Fatalf("simulated GPU taint %q: not loaded as a proprietary module", taint)
+	}
+	a := alloc(t, g, 1<<20)
+	for _, persistent := range []bool{false, true} {
+		p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{Persistent: persistent})
+		if err != nil {
+			t.Fatalf("pin (persistent %v) next to a proprietary driver: %v", persistent, err)
+		}
+		if _, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.H2C, Segments: []p2p.Segment{p.Whole()}}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.Unpin(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Like NVIDIA's proprietary driver, it exports no dma-bufs.
+	if _, err := a.ExportDmabuf(a.VA, a.Size); !errors.Is(err, unix.EOPNOTSUPP) {
+		t.Fatalf("dma-buf export from the proprietary driver: %v, want EOPNOTSUPP", err)
+	}
+	if err := a.Free(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestPersistentFallsBackOnOldDrivers: where NVIDIA's driver predates the
+// persistent API, a persistent pin becomes a callback pin, which a free
+// revokes.
+func TestPersistentFallsBackOnOldDrivers(t *testing.T) {
+	d, g := rig(t, guest.NVIDIAOld)
+	a := alloc(t, g, 1<<20)
+	p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{Persistent: true})
+	if err != nil {
+		t.Fatalf("persistent pin without the persistent API: %v", err)
+	}
+	if err := a.Free(); err != nil {
+		t.Fatal(err)
+	}
+	st, err := p.Query(false)
+	if err != nil || !st.Revoked {
+		t.Fatalf("pin after free: %+v, %v; want revoked", st, err)
+	}
+	if c := counters(t, g); c.CallbacksFired != 1 || c.LivePins != 0 {
+		t.Fatalf("counters %+v", c)
+	}
+	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestCallbackBeforeGetPagesReturns frees the memory between NVIDIA
+// registering the callback and get_pages returning, in a loop: every pin
+// fails as revoked, touches nothing NVIDIA freed, and leaves nothing.
+func TestCallbackBeforeGetPagesReturns(t *testing.T) {
+	for _, variant := range []string{guest.NVIDIAProprietary, guest.NVIDIAOpen} {
+		t.Run(variant, func(t *testing.T) {
+			d, g := rig(t, variant)
+			const rounds = 50
+			setParam(t, "nvp2p_sim", "free_in_get_pages", rounds)
+			for i := range rounds {
+				a := alloc(t, g, uint64(1+i%4)<<16)
+				p, err := d.PinGPU(a.VA+uint64(i), a.Size-uint64(i), p2p.PinOptions{})
+				if !errors.Is(err, p2p.ErrRevoked) {
+					t.Fatalf("round %d: pin of memory freed inside get_pages: %v (%v), want ErrRevoked", i, p, err)
+				}
+				// The allocation is gone with the free.
+				if err := a.Free(); err == nil {
+					t.Fatalf("round %d: allocation still live after the free inside get_pages", i)
+				}
+			}
+			if c := counters(t, g); c.CallbacksFired != rounds || c.LivePins != 0 || c.LiveAllocs != 0 {
+				t.Fatalf("counters %+v, want %d callbacks and nothing live", c, rounds)
+			}
+			info, err := d.Info()
+			if err != nil || info.PinnedTotal != 0 {
+				t.Fatalf("driver info %+v, %v: want nothing pinned", info, err)
+			}
+			guest.CheckDmesg(t)
+		})
+	}
+}
+
+// TestFreesUnderTransfersAndStreams frees GPU memory while transfers run
+// on it and while a stream fills it, round after round: everything ends
+// with ErrRevoked, nothing is written after the callback returns, and
+// nothing is left.
+func TestFreesUnderTransfersAndStreams(t *testing.T) {
+	d, g := rig(t, guest.NVIDIAVariant())
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A slow source keeps stream slots and C2H transfers in flight.
+	if err := ctl.ConfigureSource(4096-frame.HeaderSize, 300, 64); err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.ConfigureSource(4096-frame.HeaderSize, 0, 64)
+	for round := range 10 {
+		xa := alloc(t, g, 2<<20)
+		xp, err := d.PinGPU(xa.VA, xa.Size, p2p.PinOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sa := alloc(t, g, 8*4096+1<<16)
+		sp, err := d.PinGPU(sa.VA, sa.Size, p2p.PinOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		slots := make([]p2p.Segment, 8)
+		for i := range slots {
+			slots[i] = p2p.Segment{Pin: sp, Offset: uint64(i) * 4096, Len: 4096}
+		}
+		s, err := d.StartStream(1, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 2)
+		for _, dir := range []p2p.Direction{p2p.H2C, p2p.C2H} {
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				var err error
+				for err == nil {
+					_, err = d.Transfer(ctx, p2p.Transfer{Dir: dir, Segments: []p2p.Segment{xp.Whole()}})
+				}
+				done <- err
+			}()
+		}
+		<-s.Slots()
+		if err := xa.Free(); err != nil {
+			t.Fatal(err)
+		}
+		if err := sa.Free(); err != nil {
+			t.Fatal(err)
+		}
+		for range 2 {
+			if err := <-done; !errors.Is(err, p2p.ErrRevoked) {
+				t.Fatalf("round %d: transfers over freed memory ended with %v, want ErrRevoked", round, err)
+			}
+		}
+		for range s.Slots() {
+		}
+		if !errors.Is(s.Err(), p2p.ErrRevoked) {
+			t.Fatalf("round %d: stream over freed memory ended with %v, want ErrRevoked", round, s.Err())
+		}
+		if late, err := ctl.LateWrites(); err != nil || late != 0 {
+			t.Fatalf("round %d: %d DMA writes landed in freed VRAM (%v)", round, late, err)
+		}
+		for _, p := range []*p2p.Pin{xp, sp} {
+			if err := p.Unpin(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if c := counters(t, g); c.LivePins != 0 || c.LiveAllocs != 0 {
+		t.Fatalf("counters %+v: something left", c)
+	}
+	guest.CheckDmesg(t)
+}
