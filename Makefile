@@ -16,7 +16,7 @@ KDIR ?= /lib/modules/$(KVER)/build
 
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
-	linux-source-6.1 bc bison flex libelf-dev libssl-dev
+	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms
 # From bookworm-backports, pinned so that nothing else comes from there.
 BPO_PACKAGES := linux-headers-6.12-amd64
 BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
@@ -25,7 +25,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
+.PHONY: all deps build kmod dkms-check vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
 
 all: build
 
@@ -151,7 +151,11 @@ lint:
 unit:
 	$(GO) test -count=1 ./...
 
-test: deps lint unit vmtest vmtest-debug
+# dkms.conf, as DKMS on a user's machine runs it, for both kernel series.
+dkms-check:
+	hw/testbench/kernel/dkms-check.sh $(KVER_61) $(KVER_612)
+
+test: deps lint unit dkms-check vmtest vmtest-debug
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

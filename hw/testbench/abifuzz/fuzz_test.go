@@ -25,7 +25,6 @@ import (
 )
 
 const (
-	devPath  = "/dev/gpufpga0"
 	pciAddr  = "/sys/bus/pci/drivers/gpufpga"
 	workers  = 4
 	fdsEach  = 2
@@ -78,7 +77,12 @@ type fuzzer struct {
 	ops     atomic.Int64
 	errnos  sync.Map // op name + errno -> *atomic.Int64
 	unbinds atomic.Int64
+	// The device's name: a rebound device gets a new one while files of
+	// the old one are open.
+	name atomic.Pointer[string]
 }
+
+func (z *fuzzer) path() string { return "/dev/" + *z.name.Load() }
 
 func (z *fuzzer) count(op string, err error) {
 	key := op + " ok"
@@ -175,8 +179,8 @@ func (w *worker) xfer(async bool) {
 	segs := make([]uint64, 3*(1+w.rng.IntN(3)))
 	for i := 0; i < len(segs); i += 3 {
 		segs[i] = w.handle()
-		segs[i+1] = uint64(w.rng.IntN(1 << 18))
-		segs[i+2] = 1 + uint64(w.rng.IntN(1<<17))
+		segs[i+1] = uint64(w.rng.IntN(1 << 16))
+		segs[i+2] = 1 + uint64(w.rng.IntN(1<<15))
 	}
 	b := make([]byte, sizeXfer)
 	le.PutUint32(b[0:], uint32(w.rng.IntN(2))) // dir
@@ -213,8 +217,9 @@ func (w *worker) xfer(async bool) {
 func (w *worker) cancel() {
 	b := make([]byte, sizeCancel)
 	id := uint64(w.rng.IntN(8))
-	if len(w.ids) > 0 && w.rng.IntN(2) == 0 {
-		id = w.ids[len(w.ids)-1] + uint64(w.rng.IntN(3)) // the last, or one about to be
+	if n := len(w.ids); n > 0 && w.rng.IntN(4) != 0 {
+		// A recent one, the last, or one about to be handed out.
+		id = w.ids[max(0, n-1-w.rng.IntN(4))] + uint64(w.rng.IntN(3))
 	}
 	binary.LittleEndian.PutUint64(b, id)
 	w.z.count("cancel", ioctl(w.fd(), ioc(iocW, nrCancel, sizeCancel), b))
@@ -288,8 +293,18 @@ func (w *worker) query() {
 
 func (w *worker) unpin() {
 	b := make([]byte, sizeUnpin)
-	binary.LittleEndian.PutUint64(b, w.handle())
-	w.z.count("unpin", ioctl(w.fd(), ioc(iocW, nrUnpin, sizeUnpin), b))
+	h := w.handle()
+	binary.LittleEndian.PutUint64(b, h)
+	err := ioctl(w.fd(), ioc(iocW, nrUnpin, sizeUnpin), b)
+	w.z.count("unpin", err)
+	if err == nil {
+		for i, x := range w.handles {
+			if x == h {
+				w.handles = append(w.handles[:i], w.handles[i+1:]...)
+				break
+			}
+		}
+	}
 }
 
 // reopen replaces one of the worker's files: closed, duplicated, or handed
@@ -320,15 +335,15 @@ func (w *worker) reopen() {
 		}
 	}
 	w.z.count("close", unix.Close(old))
-	nfd, err := unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	nfd, err := unix.Open(w.z.path(), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	w.z.count("open", err)
 	for try := 0; err != nil && try < 10000; try++ {
 		// The device is being unbound: wait for it to come back.
 		time.Sleep(time.Millisecond)
-		nfd, err = unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+		nfd, err = unix.Open(w.z.path(), unix.O_RDWR|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		w.z.t.Errorf("%s did not come back: %v", devPath, err)
+		w.z.t.Errorf("%s did not come back: %v\n%s", w.z.path(), err, dmesgTail())
 		nfd, _ = unix.Open("/dev/null", unix.O_RDWR|unix.O_CLOEXEC, 0)
 	}
 	w.fds[i] = nfd
@@ -392,16 +407,43 @@ func (z *fuzzer) rebind(addr string) error {
 		return fmt.Errorf("bind: %w", err)
 	}
 	for i := 0; ; i++ {
-		if _, err := os.Stat(devPath); err == nil {
-			break
+		name, err := deviceName(addr)
+		if err == nil {
+			if _, err = os.Stat("/dev/" + name); err == nil {
+				z.name.Store(&name)
+				break
+			}
 		}
 		if i == 5000 {
-			return fmt.Errorf("%s did not come back after rebind", devPath)
+			return fmt.Errorf("no device node after rebind: %w", err)
 		}
 		time.Sleep(time.Millisecond)
 	}
 	z.unbinds.Add(1)
 	return nil
+}
+
+// deviceName is the misc device of the FPGA at PCI address addr.
+func deviceName(addr string) (string, error) {
+	ents, err := os.ReadDir("/sys/bus/pci/devices/" + addr + "/misc")
+	if err != nil {
+		return "", err
+	}
+	if len(ents) != 1 {
+		return "", fmt.Errorf("%s has %d misc devices", addr, len(ents))
+	}
+	return ents[0].Name(), nil
+}
+
+// dmesgTail is the end of the kernel log, for failures the console's log
+// level hides.
+func dmesgTail() string {
+	log, err := guest.Dmesg()
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(log, "\n")
+	return strings.Join(lines[max(0, len(lines)-40):], "\n")
 }
 
 func boundDevice() (string, error) {
@@ -446,6 +488,11 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		t.Fatal(err)
 	}
 	z := &fuzzer{t: t, gpu: gpu, host: host}
+	name, err := deviceName(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z.name.Store(&name)
 
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+1)
@@ -455,7 +502,7 @@ func TestConcurrentABIFuzz(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range fdsEach {
-			fd, err := unix.Open(devPath, unix.O_RDWR|unix.O_CLOEXEC, 0)
+			fd, err := unix.Open(z.path(), unix.O_RDWR|unix.O_CLOEXEC, 0)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -484,7 +531,7 @@ func TestConcurrentABIFuzz(t *testing.T) {
 				break
 			}
 			if err := z.rebind(addr); err != nil {
-				errs <- err
+				errs <- fmt.Errorf("%w\n%s", err, dmesgTail())
 				break
 			}
 		}
@@ -510,14 +557,17 @@ func TestConcurrentABIFuzz(t *testing.T) {
 			t.Errorf("unexpected result: %s", l)
 		}
 	}
-	checkNothingLeft(t, gpu)
+	checkNothingLeft(t, gpu, *z.name.Load())
 	guest.CheckDmesg(t)
 }
+
+// TestZZKmemleak scans for leaks once the fuzzer's modules are unloaded.
+func TestZZKmemleak(t *testing.T) { guest.CheckKmemleak(t) }
 
 // checkNothingLeft waits for children holding files to exit, then asserts
 // that no pin, allocation or mapping is left, in the driver and in the
 // simulated GPU, and that the two agree.
-func checkNothingLeft(t *testing.T, gpu *simgpu.GPU) {
+func checkNothingLeft(t *testing.T, gpu *simgpu.GPU, name string) {
 	t.Helper()
 	var c simgpu.Counters
 	var pins []byte
@@ -526,7 +576,7 @@ func checkNothingLeft(t *testing.T, gpu *simgpu.GPU) {
 		if c, err = gpu.Counters(); err != nil {
 			t.Fatal(err)
 		}
-		if pins, err = os.ReadFile("/sys/kernel/debug/gpufpga/gpufpga0/pins"); err != nil {
+		if pins, err = os.ReadFile("/sys/kernel/debug/gpufpga/" + name + "/pins"); err != nil {
 			t.Fatal(err)
 		}
 		if c.LivePins == 0 && c.LiveAllocs == 0 && c.LiveDmabufs == 0 && strings.Count(string(pins), "\n") == 1 {
@@ -541,7 +591,7 @@ func checkNothingLeft(t *testing.T, gpu *simgpu.GPU) {
 		t.Errorf("driver: %d pins left:\n%s", n, pins)
 	}
 	info := make([]byte, 128)
-	fd, err := unix.Open(devPath, unix.O_RDWR, 0)
+	fd, err := unix.Open("/dev/"+name, unix.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // TestZXUnbind removes the device under an open file with a transfer in
 // flight, as a hot unplug would: the transfer ends with ErrDeviceGone, the
-// file's calls fail the same way, closing it frees everything, and the
+// file's calls fail the same way, its pins are released at once, and the
 // device comes back on rebind.
 func TestZXUnbind(t *testing.T) {
 	d := openDev(t)
@@ -45,6 +45,11 @@ func TestZXUnbind(t *testing.T) {
 	}
 	if _, err := d.Info(); !errors.Is(err, p2p.ErrDeviceGone) {
 		t.Fatalf("info after unbind: %v", err)
+	}
+	// The file is still open, but its mappings of the unbound device are
+	// gone: nothing may map memory for a device without a driver.
+	if c := counters(t, g); c.LivePins != 0 {
+		t.Fatalf("%d pins live after unbind while the file is open", c.LivePins)
 	}
 	d.Close()
 	if c := counters(t, g); c.LivePins != 0 {
@@ -107,6 +112,7 @@ func TestZZUnload(t *testing.T) {
 		t.Error(err)
 	}
 	guest.CheckDmesg(t)
+	guest.CheckKmemleak(t)
 }
 
 // TestZZZPageTableV1 runs the driver against a GPU that hands out page
