@@ -67,6 +67,9 @@ struct gpufpga_chan {
 	bool present;
 	bool stream;
 	u32 irq_bit;
+	/* From the ALIGNMENTS register: what the engine can address. */
+	u32 addr_align;		/* bytes; 1: any address */
+	u32 len_gran;		/* bytes; 1: any length */
 
 	struct mutex lock;
 	struct gpufpga_req *active;
@@ -113,6 +116,7 @@ struct gpufpga_dev {
 	struct rw_semaphore ioctl_rwsem;
 
 	u32 ip_version;
+	u32 addr_bits;		/* the narrowest channel's */
 	int nchan[2];
 	struct gpufpga_chan chan[2][GPUFPGA_MAX_CHANNELS];
 	int nvecs;
@@ -196,6 +200,7 @@ struct gpufpga_mem {
 		struct {
 			struct page **pages;
 			struct sg_table sgt;
+			struct mm_struct *mm;	/* charged for the pages */
 		} host;
 		struct {
 			struct dma_buf *buf;

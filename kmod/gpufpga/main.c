@@ -386,14 +386,14 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = gpufpga_regs_init(dev);
 	if (ret)
 		goto err_put;
-	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(64));
-	if (ret)
-		goto err_put;
 	ret = gpufpga_discover_channels(dev);
 	if (ret) {
 		dev_err(&pdev->dev, "no XDMA channels found\n");
 		goto err_put;
 	}
+	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(dev->addr_bits));
+	if (ret)
+		goto err_put;
 	/* An earlier kernel (kexec) may have left engines running. */
 	gpufpga_stop_engines(dev);
 	pci_set_master(pdev);

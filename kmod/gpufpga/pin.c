@@ -7,6 +7,7 @@
  */
 #include <linux/dma-resv.h>
 #include <linux/mm.h>
+#include <linux/sched/mm.h>
 #include <linux/module.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
@@ -296,6 +297,16 @@ static int gpufpga_bus_from_sgt(struct gpufpga_mem *m, struct sg_table *sgt,
 	return k == m->npages ? 0 : -EINVAL;
 }
 
+static bool gpufpga_host_needs_sync(struct device *dev, struct gpufpga_mem *m)
+{
+	u32 i;
+
+	for (i = 0; i < m->npages; i++)
+		if (dma_need_sync(dev, m->bus[i]))
+			return true;
+	return false;
+}
+
 static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
 {
 	struct device *dev = &m->dev->pdev->dev;
@@ -315,13 +326,22 @@ static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
 		ret = -ENOMEM;
 		goto err_free;
 	}
+	/* Long-term pins count against RLIMIT_MEMLOCK, unless CAP_IPC_LOCK. */
+	ret = account_locked_vm(current->mm, m->npages, true);
+	if (ret) {
+		dev_info_ratelimited(dev, "host pin of %u pages over RLIMIT_MEMLOCK (raise ulimit -l)\n",
+				     m->npages);
+		goto err_free;
+	}
+	mmgrab(current->mm);
+	m->host.mm = current->mm;
 	pinned = pin_user_pages_fast(start, m->npages, FOLL_WRITE | FOLL_LONGTERM,
 				     m->host.pages);
 	if (pinned != m->npages) {
 		if (pinned > 0)
 			unpin_user_pages(m->host.pages, pinned);
 		ret = pinned < 0 ? pinned : -EFAULT;
-		goto err_free;
+		goto err_unaccount;
 	}
 	ret = sg_alloc_table_from_pages(&m->host.sgt, m->host.pages, m->npages, 0,
 					(u64)m->npages << PAGE_SHIFT, GFP_KERNEL);
@@ -331,6 +351,14 @@ static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
 	if (ret)
 		goto err_table;
 	ret = gpufpga_bus_from_sgt(m, &m->host.sgt, 0);
+	if (!ret && gpufpga_host_needs_sync(dev, m)) {
+		/*
+		 * Bounce buffers (SWIOTLB) or a non-coherent platform: the FPGA
+		 * and user space would see different copies of long-lived pins.
+		 */
+		dev_info_ratelimited(dev, "host pin: DMA to this memory needs bounce buffers or cache maintenance (swiotlb=force, an IOMMU in strict bounce mode, or a non-coherent platform): not supported\n");
+		ret = -EOPNOTSUPP;
+	}
 	if (ret)
 		goto err_unmap;
 	return 0;
@@ -341,6 +369,9 @@ err_table:
 	sg_free_table(&m->host.sgt);
 err_unpin:
 	unpin_user_pages(m->host.pages, m->npages);
+err_unaccount:
+	account_locked_vm(m->host.mm, m->npages, false);
+	mmdrop(m->host.mm);
 err_free:
 	kvfree(m->host.pages);
 	kvfree(m->bus);
@@ -353,6 +384,8 @@ static void gpufpga_unpin_host(struct gpufpga_mem *m)
 	dma_unmap_sgtable(&m->dev->pdev->dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
 	sg_free_table(&m->host.sgt);
 	unpin_user_pages_dirty_lock(m->host.pages, m->npages, true);
+	account_locked_vm(m->host.mm, m->npages, false);
+	mmdrop(m->host.mm);
 	kvfree(m->host.pages);
 }
 
@@ -397,8 +430,16 @@ static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 				     m->dmabuf.buf->exp_name, ret);
 		goto err_free;
 	}
+	/* Pinned, the exporter may not move it: only a free revokes it. */
 	dma_resv_lock(m->dmabuf.buf->resv, NULL);
+	ret = dma_buf_pin(m->dmabuf.att);
+	if (ret) {
+		dma_resv_unlock(m->dmabuf.buf->resv);
+		goto err_detach;
+	}
 	sgt = dma_buf_map_attachment(m->dmabuf.att, DMA_BIDIRECTIONAL);
+	if (IS_ERR(sgt))
+		dma_buf_unpin(m->dmabuf.att);
 	dma_resv_unlock(m->dmabuf.buf->resv);
 	if (IS_ERR(sgt)) {
 		ret = PTR_ERR(sgt);
@@ -416,6 +457,7 @@ static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 err_unmap:
 	dma_resv_lock(m->dmabuf.buf->resv, NULL);
 	dma_buf_unmap_attachment(m->dmabuf.att, sgt, DMA_BIDIRECTIONAL);
+	dma_buf_unpin(m->dmabuf.att);
 	dma_resv_unlock(m->dmabuf.buf->resv);
 err_detach:
 	dma_buf_detach(m->dmabuf.buf, m->dmabuf.att);
@@ -431,6 +473,7 @@ static void gpufpga_unpin_dmabuf(struct gpufpga_mem *m)
 {
 	dma_resv_lock(m->dmabuf.buf->resv, NULL);
 	dma_buf_unmap_attachment(m->dmabuf.att, m->dmabuf.sgt, DMA_BIDIRECTIONAL);
+	dma_buf_unpin(m->dmabuf.att);
 	dma_resv_unlock(m->dmabuf.buf->resv);
 	dma_buf_detach(m->dmabuf.buf, m->dmabuf.att);
 	dma_buf_put(m->dmabuf.buf);

@@ -109,14 +109,15 @@ static int gpufpga_find_dma_bar(struct gpufpga_dev *dev)
 		if (!(pci_resource_flags(pdev, i) & IORESOURCE_MEM) ||
 		    pci_resource_len(pdev, i) < XDMA_REG_SPACE)
 			continue;
-		bar = pcim_iomap(pdev, i, XDMA_REG_SPACE);
-		if (!bar)
+		/* Claimed, so that nothing else maps the engine's registers. */
+		if (pcim_iomap_regions(pdev, BIT(i), KBUILD_MODNAME))
 			continue;
+		bar = pcim_iomap_table(pdev)[i];
 		if (ioread32(bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0)) >> 20 == XDMA_ID_SUBSYSTEM) {
 			dev->bar = bar;
 			return 0;
 		}
-		pcim_iounmap(pdev, bar);
+		pcim_iounmap_regions(pdev, BIT(i));
 	}
 	return -ENODEV;
 }
@@ -127,12 +128,12 @@ static int gpufpga_rig_init(struct gpufpga_dev *dev)
 
 	if (pci_resource_len(pdev, 2) < RIG_MBOX_SIZE || pci_resource_len(pdev, 0) < 16)
 		return -ENODEV;
-	dev->mbox = pcim_iomap(pdev, 2, RIG_MBOX_SIZE);
-	if (!dev->mbox)
-		return -ENOMEM;
+	if (pcim_iomap_regions(pdev, BIT(2), KBUILD_MODNAME))
+		return -EBUSY;
+	dev->mbox = pcim_iomap_table(pdev)[2];
 	/* Every rig device is 1af4:1110: only the FPGA's mailbox is ours. */
 	if (readl(dev->mbox + RIG_MBOX_OFF_MAGIC) != RIG_MBOX_MAGIC) {
-		pcim_iounmap(pdev, dev->mbox);
+		pcim_iounmap_regions(pdev, BIT(2));
 		dev->mbox = NULL;
 		return -ENODEV;
 	}
@@ -141,9 +142,9 @@ static int gpufpga_rig_init(struct gpufpga_dev *dev)
 			readl(dev->mbox + RIG_MBOX_OFF_VERSION), RIG_MBOX_VERSION);
 		return -ENODEV;
 	}
-	dev->doorbell = pcim_iomap(pdev, 0, 16);
-	if (!dev->doorbell)
-		return -ENOMEM;
+	if (pcim_iomap_regions(pdev, BIT(0), KBUILD_MODNAME))
+		return -EBUSY;
+	dev->doorbell = pcim_iomap_table(pdev)[0];
 	dev->doorbell += RIG_DOORBELL;
 	dev->mbox_seq = readl(dev->mbox + RIG_REG_MBOX + RIG_RSP_SEQ);
 	return 0;
@@ -170,6 +171,19 @@ u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
 			 ch->index) + reg;
 }
 
+/* PG195's ALIGNMENTS: address alignment, length granularity, address bits. */
+static void gpufpga_read_alignments(struct gpufpga_dev *dev, struct gpufpga_chan *ch)
+{
+	u32 v = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_ALIGNMENTS));
+	u32 bits = v & 0xff;
+
+	ch->addr_align = max_t(u32, (v >> 16) & 0xff, 1);
+	ch->len_gran = max_t(u32, (v >> 8) & 0xff, 1);
+	if (bits < 32 || bits > 64)
+		bits = 64;
+	dev->addr_bits = dev->addr_bits ? min(dev->addr_bits, bits) : bits;
+}
+
 /* Reads the identifier registers: which channels exist, and their kind. */
 int gpufpga_discover_channels(struct gpufpga_dev *dev)
 {
@@ -192,6 +206,7 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
 				continue;
 			ch->present = true;
 			ch->stream = id & XDMA_ID_STREAM;
+			gpufpga_read_alignments(dev, ch);
 			dev->nchan[dir]++;
 			dev->ip_version = id & 0xff;
 		}

@@ -582,6 +582,26 @@ static int gpufpga_req_shrink(struct gpufpga_req *r)
 	return 0;
 }
 
+/* Every descriptor as the engine's ALIGNMENTS register allows. */
+static int gpufpga_check_alignment(struct gpufpga_req *r)
+{
+	const struct gpufpga_chan *ch = r->chan;
+	u32 i;
+
+	if (ch->addr_align == 1 && ch->len_gran == 1)
+		return 0;
+	if (!ch->stream && r->card_addr % ch->addr_align)
+		goto bad;
+	for (i = 0; i < r->nsegs; i++)
+		if (r->segs[i].addr % ch->addr_align || r->segs[i].len % ch->len_gran)
+			goto bad;
+	return 0;
+bad:
+	dev_info_ratelimited(&ch->dev->pdev->dev, "%s channel %u takes %u-byte aligned addresses and lengths in %u-byte steps\n",
+			     ch->dir ? "C2H" : "H2C", ch->index, ch->addr_align, ch->len_gran);
+	return -EINVAL;
+}
+
 /*
  * Queues r on its channel, unless a pin was revoked meanwhile. An
  * asynchronous request enters f->pending here, under ch->lock, once it is
@@ -662,6 +682,9 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	if (ret)
 		goto out;
 	ret = gpufpga_req_shrink(r);
+	if (ret)
+		goto out;
+	ret = gpufpga_check_alignment(r);
 	if (ret)
 		goto out;
 	if (!r->chan->stream && (r->card_addr + r->total < r->card_addr ||
