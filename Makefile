@@ -95,11 +95,16 @@ gpubench: gpubin
 	@mkdir -p results
 	$(BIN)/gpu/gpubench > results/$$(date -u +%F)-$$(hostname)-gpubench.json
 
-# The frame checker's PTX, for every GPU from compute capability 8.0 on
-# (needs nvcc; the PTX is committed).
-NVCC ?= nvcc
+# The GPU kernels' PTX (committed): PTX ISA 6.0 for sm_70, the lowest the
+# kernels need (shfl.sync), which every driver from R384 (CUDA 9.0) on
+# compiles for its GPU. clang's NVPTX back end (Debian's clang) writes the
+# ISA asked for; nvcc writes its own toolkit's (9.0 for CUDA 13, needing
+# R580). clang_cuda.h stands in for CUDA's headers.
+PTXCC ?= clang
 ptx:
-	$(NVCC) -ptx -arch=compute_80 -O3 pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
+	$(PTXCC) -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 \
+		-Xclang -target-feature -Xclang +ptx60 -fcuda-short-ptr -mllvm --nvptx-short-ptr -O3 -S \
+		-include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
 
 # The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
 # from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).
