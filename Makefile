@@ -90,10 +90,11 @@ gpubin:
 gputest: gpubin
 	$(BIN)/gpu/run
 
-# One pass of measurements on the GPU, as JSON in results/.
+# One pass of measurements on the GPU, as a new JSON file in results/
+# named for date, GPU and revision.
 gpubench: gpubin
 	@mkdir -p results
-	$(BIN)/gpu/gpubench > results/$$(date -u +%F)-$$(hostname)-gpubench.json
+	$(BIN)/gpu/gpubench -out results
 
 # The GPU kernels' PTX (committed): PTX ISA 6.0 for sm_70, the lowest the
 # kernels need (shfl.sync), which every driver from R384 (CUDA 9.0) on

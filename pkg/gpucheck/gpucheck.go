@@ -179,6 +179,11 @@ func NewConfig(g *cuda.Device, frameSize, maxFrames int, cfg Config) (*Checker, 
 // Config returns the checker's table configuration.
 func (c *Checker) Config() Config { return c.cfg }
 
+// Layout describes how a frame is shared among threads.
+func (c *Checker) Layout() string {
+	return fmt.Sprintf("threads=%d run=%d rounds=%d", 1<<c.layout.groupLog2, c.layout.run, c.layout.rounds)
+}
+
 // groupLog2 picks the threads per frame: chunks of about chunkTarget
 // bytes, from one thread to a whole block.
 func groupLog2(frameSize int) uint {
