@@ -78,9 +78,14 @@ vmtest: kmod
 # bin/gpu/run there (the GPU tests, then the benchmark into results/).
 GPU_TEST_PKGS := cuda gpucheck stream
 
+# gpubench records the revision it was built from (and whether tracked
+# files differed from it), which Go's VCS stamping leaves out in a worktree.
+GITREV   = $(shell git rev-parse HEAD 2>/dev/null)
+GITDIRTY = $(shell git diff --quiet HEAD -- 2>/dev/null || echo true)
+
 gpubin:
 	@mkdir -p $(BIN)/gpu
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpu/ ./cmd/gpubench
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.revision=$(GITREV) -X main.dirty=$(GITDIRTY)" -o $(BIN)/gpu/ ./cmd/gpubench
 	@for p in $(GPU_TEST_PKGS); do \
 		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$p.test ./pkg/$$p/ || exit 1; \
 	done

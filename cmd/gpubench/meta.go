@@ -24,8 +24,14 @@ type build struct {
 	GoVersion string `json:"go_version"` // the toolchain
 }
 
+// Set by `make gpubin` (-ldflags -X), where Go's VCS stamping is off.
+var revision, dirty string
+
 func buildInfo() build {
 	b := build{Revision: "unknown", GoVersion: runtime.Version()}
+	if revision != "" {
+		b.Revision, b.Dirty = revision, dirty == "true"
+	}
 	info, ok := debug.ReadBuildInfo()
 	if !ok {
 		return b
