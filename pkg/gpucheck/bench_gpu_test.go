@@ -107,7 +107,7 @@ func BenchmarkCheck(b *testing.B) {
 				if chunk := (fs - 32) >> k; chunk < 256 || chunk > 16<<10 {
 					continue
 				}
-				for _, run := range []int{0, 4, 16, 64} {
+				for _, run := range []int{0, 1, 2, 4, 16} {
 					l := newLayout(fs, k, run)
 					if k == 0 && run != 0 || l.rounds == 1 && run != 0 {
 						continue

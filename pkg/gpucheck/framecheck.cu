@@ -160,57 +160,55 @@ __device__ static unsigned int crc_uint4(const unsigned char *s, unsigned int lo
 	return crc_word<SMALL>(s, lo, c, v.w);
 }
 
-// Four words from index a of p; those before p (the padding) are zeros.
-__device__ static __forceinline__ void load4(uint4 *v, const uint4 *__restrict__ p, long long a)
-{
-	int j;
-
-	if (a >= 0) {
-#pragma unroll
-		for (j = 0; j < 4; j++)
-			v[j] = __ldg(p + a + j);
-		return;
-	}
-#pragma unroll
-	for (j = 0; j < 4; j++)
-		v[j] = a + j >= 0 ? __ldg(p + a + j) : make_uint4(0, 0, 0, 0);
-}
-
 // The raw CRC of one thread's share of a payload at p: rounds runs of run
-// words (a multiple of 4), the first at word index first (negative inside
-// the padding), each next one stride words further, the others' words in
-// between counted as zeros.
+// words, the first at word index first (negative inside the padding, whose
+// words are zeros), each next one stride words further, the others' words
+// in between counted as zeros. rounds * run is a multiple of 4.
 template <bool SMALL>
 __device__ static unsigned int crc_share(const unsigned char *s, unsigned int lo, const unsigned int *gap,
 					  const uint4 *__restrict__ p, long long first, long long stride,
 					  unsigned int run, unsigned int rounds)
 {
-	const unsigned int per_run = run / 4; // batches of four words
-	const unsigned int batches = rounds * per_run;
-	unsigned int c = 0, left = per_run, todo = per_run, t;
-	long long a = first;
+	const unsigned int batches = rounds * run / 4;
+	unsigned int c = 0, b, j, todo = 0, o = 0;
+	long long q = first; // the run being loaded
 	uint4 v[4], next[4];
-	int j;
+	long long idx[4];
 
-	// Four loads in flight per thread (two whole 32-byte sectors), and
-	// the next four issued before these are folded in, so memory latency
-	// overlaps the table lookups.
-	load4(v, p, a);
-	for (t = 1; t <= batches; t++) {
-		a += 4;
-		if (--left == 0) {
-			a += stride - run;
-			left = per_run;
-		}
-		if (t < batches)
-			load4(next, p, a);
-		if (todo-- == 0) { // a new run: skip the others' words
-			c = mul_shared(gap, c);
-			todo = per_run - 1;
-		}
+	// Four loads in flight per thread, and the next four issued before
+	// these are folded in, so memory latency overlaps the table lookups.
+	for (b = 0; b <= batches; b++) {
+		if (b < batches) {
 #pragma unroll
-		for (j = 0; j < 4; j++)
-			c = crc_uint4<SMALL>(s, lo, c, v[j]);
+			for (j = 0; j < 4; j++) {
+				idx[j] = q + o;
+				if (++o == run) {
+					o = 0;
+					q += stride;
+				}
+			}
+			if (idx[0] >= 0) { // indices only grow: no padding here
+#pragma unroll
+				for (j = 0; j < 4; j++)
+					next[j] = __ldg(p + idx[j]);
+			} else {
+#pragma unroll
+				for (j = 0; j < 4; j++)
+					next[j] = idx[j] >= 0 ? __ldg(p + idx[j]) : make_uint4(0, 0, 0, 0);
+			}
+		}
+		if (b > 0) {
+#pragma unroll
+			for (j = 0; j < 4; j++) {
+				if (todo == 0) { // a run begins: skip the others' words
+					if (b > 1 || j > 0)
+						c = mul_shared(gap, c);
+					todo = run;
+				}
+				todo--;
+				c = crc_uint4<SMALL>(s, lo, c, v[j]);
+			}
+		}
 #pragma unroll
 		for (j = 0; j < 4; j++)
 			v[j] = next[j];
@@ -249,8 +247,8 @@ __device__ static unsigned int check_header(const unsigned char *s, unsigned int
 // (16-byte aligned, frame_size a multiple of 16 and at least 48) and
 // writes one record per frame to out. Blocks are BLOCK threads; a frame's
 // group is 2^group_log2 of them, each taking rounds runs of run words
-// (run a multiple of 4, rounds * run * group at least the payload's
-// words, less than that plus run * group). mult holds the multipliers for
+// (rounds * run a multiple of 4, rounds * run * group at least the
+// payload's words). mult holds the multipliers for
 // this frame size, group and run; init_fix is what the CRC's initial
 // value and final xor add to a raw CRC of the covered bytes.
 template <bool SMALL>

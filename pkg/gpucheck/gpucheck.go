@@ -32,14 +32,16 @@ var PTX []byte
 var Source []byte
 
 const (
-	blockSize   = 1024 // threads; BLOCK in framecheck.cu
-	chunkTarget = 4096 // payload bytes per thread: best measured on an H200
-	runWords    = 16   // words per run when a group shares a frame: 256 bytes
-	recordBytes = 16
-	staticBytes = 32 * 4 // warp_crc
-	gapBytes    = 4 * 256 * 4
-	readBlock   = 512 // READ_BLOCK in framecheck.cu
-	readPerSM   = 4   // readsum blocks per multiprocessor
+	blockSize     = 1024 // threads; BLOCK in framecheck.cu
+	chunkTarget   = 4096 // payload bytes per thread: best measured on an H200
+	runWords      = 2    // words per run when a group shares a frame: 32 bytes, a sector
+	minGroup      = 4    // threads per frame of at least minGroupWords words
+	minGroupWords = 64
+	recordBytes   = 16
+	staticBytes   = 32 * 4 // warp_crc
+	gapBytes      = 4 * 256 * 4
+	readBlock     = 512 // READ_BLOCK in framecheck.cu
+	readPerSM     = 4   // readsum blocks per multiprocessor
 )
 
 // Config is the checker's table configuration.
@@ -195,10 +197,19 @@ func groupLog2(frameSize int) uint {
 	return k
 }
 
-// defaultLayout: chunks of about chunkTarget bytes a thread, taken in runs
-// of runWords words where a group shares a frame.
+// defaultLayout: about chunkTarget bytes a thread, and at least minGroup
+// threads to a frame of minGroupWords words or more, taken in runs of
+// runWords words: a warp's loads then fall in 8 cache lines, where one
+// contiguous chunk a thread puts each lane in a line of its own (each
+// line a cycle of the L1's, which the table lookups share).
 func defaultLayout(frameSize int) layout {
-	return newLayout(frameSize, groupLog2(frameSize), runWords)
+	k := groupLog2(frameSize)
+	if (frameSize-frame.HeaderSize)/16 >= minGroupWords {
+		for 1<<k < minGroup {
+			k++
+		}
+	}
+	return newLayout(frameSize, k, runWords)
 }
 
 func (c *Checker) load() error {

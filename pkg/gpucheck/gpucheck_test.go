@@ -165,20 +165,24 @@ func TestPickConfig(t *testing.T) {
 func TestLayout(t *testing.T) {
 	for _, fs := range []int{48, 1008, 4096, 4112, 65536, 1 << 20, 64 << 20} {
 		for k := uint(0); k <= 10; k++ {
-			for _, run := range []int{0, 4, 5, 16, 64} {
+			for _, run := range []int{0, 1, 2, 3, 4, 5, 16, 64} {
 				l := newLayout(fs, k, run)
 				words := uint64(fs-32) / 16
 				span := uint64(l.rounds) * uint64(l.run) << k
-				if l.run%4 != 0 || l.run == 0 || span < words || span-words >= uint64(l.run)<<k {
+				if l.run == 0 || l.rounds*l.run%4 != 0 || span < words || span-words >= 4*uint64(l.run)<<k {
 					t.Errorf("newLayout(%d, %d, %d) = %+v: %d words in %d", fs, k, run, l, words, span)
 				}
 			}
 		}
 	}
-	if l := defaultLayout(65536); l != (layout{groupLog2: 4, run: 16, rounds: 16}) {
-		t.Errorf("64 KiB frames: %+v", l)
-	}
-	if l := defaultLayout(4096); l != (layout{groupLog2: 0, run: 256, rounds: 1}) {
-		t.Errorf("4 KiB frames: %+v", l)
+	for fs, want := range map[int]layout{
+		48:      {groupLog2: 0, run: 4, rounds: 1},
+		4096:    {groupLog2: 2, run: 2, rounds: 32},
+		65536:   {groupLog2: 4, run: 2, rounds: 128},
+		1 << 20: {groupLog2: 8, run: 2, rounds: 128},
+	} {
+		if l := defaultLayout(fs); l != want {
+			t.Errorf("%d-byte frames: %+v, want %+v", fs, l, want)
+		}
 	}
 }

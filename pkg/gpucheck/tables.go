@@ -15,16 +15,17 @@ const (
 // layout is how a frame's payload is shared among its group of threads:
 // the payload, left-padded with zero words, is cut into rounds of group
 // runs of run 16-byte words; thread r of the group takes run r of each
-// round.
+// round. A thread's rounds * run words are a multiple of 4 (its batches
+// of loads).
 type layout struct {
 	groupLog2 uint   // 2^groupLog2 threads check a frame
-	run       uint32 // words per run, a multiple of 4
+	run       uint32 // words per run
 	rounds    uint32
 }
 
 // newLayout shares frames of frameSize bytes among 2^groupLog2 threads in
-// runs of run words (a multiple of 4); run 0, or a group of one, gives
-// each thread one contiguous chunk.
+// runs of run words; run 0, or a group of one, gives each thread one
+// contiguous chunk.
 func newLayout(frameSize int, groupLog2 uint, run int) layout {
 	words := uint64(frameSize-frame.HeaderSize) / 16
 	group := uint64(1) << groupLog2
@@ -32,10 +33,17 @@ func newLayout(frameSize int, groupLog2 uint, run int) layout {
 		r := ((words+group-1)/group + 3) / 4 * 4
 		return layout{groupLog2: groupLog2, run: uint32(r), rounds: 1}
 	}
-	r := (uint64(run) + 3) / 4 * 4
-	return layout{groupLog2: groupLog2, run: uint32(r), rounds: uint32((words + group*r - 1) / (group * r))}
+	r := uint64(run)
+	rounds := (words + group*r - 1) / (group * r)
+	m := uint64(4) // rounds a multiple of m makes rounds * r one of 4
+	switch {
+	case r%4 == 0:
+		m = 1
+	case r%2 == 0:
+		m = 2
+	}
+	return layout{groupLog2: groupLog2, run: uint32(r), rounds: uint32((rounds + m - 1) / m * m)}
 }
-
 // combineTables returns the kernel's multiplier tables for frames of
 // frameSize bytes shared as l says, and the constant the 0xFFFFFFFF
 // initial value and the final xor add to the raw CRC of the covered
