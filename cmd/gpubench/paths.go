@@ -181,6 +181,7 @@ type compatRun struct {
 	FrameSize     int         `json:"frame_size"`
 	CopyStreams   int         `json:"copy_streams"`
 	SourceWorkers int         `json:"source_workers"`
+	SourceStreams bool        `json:"source_streaming_stores"`
 	Seconds       float64     `json:"seconds"`
 	SourceGBps    float64     `json:"source_alone_gb_per_s"`
 	SourceRatio   float64     `json:"source_alone_ratio_to_peak"`
@@ -231,6 +232,7 @@ func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, err
 	}
 	r.SourceGBps = float64(n) / time.Since(t0).Seconds() / 1e9
 	r.SourceRatio = r.SourceGBps / peak
+	r.SourceStreams = src.Streaming()
 
 	gpu, err := stream.NewCUDA(g, r.CopyStreams)
 	if err != nil {

@@ -189,6 +189,10 @@ func (r *HostRing) fill(k uint64, fifo []byte) {
 	}
 }
 
+// Streaming reports whether frames go straight into the ring with
+// streaming stores, rather than through a FIFO.
+func (r *HostRing) Streaming() bool { return r.stream }
+
 // Slots delivers filled slots in fill order; closed after Stop.
 func (r *HostRing) Slots() <-chan p2p.Slot { return r.slots }
 
