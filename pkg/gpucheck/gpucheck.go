@@ -52,12 +52,12 @@ const (
 	// memory, Small elsewhere.
 	Auto Config = iota
 	// Large: slicing-by-4 tables, 128 KiB of shared memory a block and
-	// the 4 KiB gap multiplier (compute capability 7.0, 8.0, 9.0, and
+	// the 4 KiB gap multiplier (compute capability 8.0 and 9.0, and
 	// others that allow a block more than 132 KiB).
 	Large
 	// Small: one byte table, 32 KiB and the gap multiplier, within the
-	// 48 KiB every GPU gives a block (the RTX and Ada workstation parts,
-	// which allow 99 KiB).
+	// 48 KiB every GPU gives a block (V100, Turing, and the RTX and Ada
+	// workstation parts, which allow 64 to 99 KiB).
 	Small
 )
 
