@@ -161,40 +161,45 @@ __device__ static unsigned int crc_uint4(const unsigned char *s, unsigned int lo
 }
 
 // The raw CRC of one thread's share of a payload at p: rounds runs of run
-// words, the first at word index first (negative inside the padding, whose
-// words are zeros), each next one stride words further, the others' words
-// in between counted as zeros. rounds * run is a multiple of 4.
+// words (run 1, 2 or a multiple of 4; rounds * run a multiple of 4), the
+// first at word index first (negative inside the padding, whose words are
+// zeros), each next one stride words further, the others' words in
+// between counted as zeros.
 template <bool SMALL>
 __device__ static unsigned int crc_share(const unsigned char *s, unsigned int lo, const unsigned int *gap,
 					  const uint4 *__restrict__ p, long long first, long long stride,
 					  unsigned int run, unsigned int rounds)
 {
 	const unsigned int batches = rounds * run / 4;
-	unsigned int c = 0, b, j, todo = 0, o = 0;
-	long long q = first; // the run being loaded
+	// A batch is four words: of one run (run >= 4), or of 4 / run runs.
+	const long long o1 = run >= 4 ? 1 : run == 2 ? 1 : stride;
+	const long long o2 = run >= 4 ? 2 : run == 2 ? stride : 2 * stride;
+	const long long o3 = run >= 4 ? 3 : run == 2 ? stride + 1 : 3 * stride;
+	const long long step = run >= 4 ? 4 : run == 2 ? 2 * stride : 4 * stride;
+	const unsigned int per_run = run >= 4 ? run / 4 : 0; // batches in a run
+	unsigned int c = 0, b, j, todo = 0, left = per_run;
+	long long a = first; // the batch being loaded
 	uint4 v[4], next[4];
-	long long idx[4];
 
 	// Four loads in flight per thread, and the next four issued before
 	// these are folded in, so memory latency overlaps the table lookups.
 	for (b = 0; b <= batches; b++) {
 		if (b < batches) {
-#pragma unroll
-			for (j = 0; j < 4; j++) {
-				idx[j] = q + o;
-				if (++o == run) {
-					o = 0;
-					q += stride;
-				}
-			}
-			if (idx[0] >= 0) { // indices only grow: no padding here
-#pragma unroll
-				for (j = 0; j < 4; j++)
-					next[j] = __ldg(p + idx[j]);
+			if (a >= 0) { // offsets only grow: no padding here
+				next[0] = __ldg(p + a);
+				next[1] = __ldg(p + a + o1);
+				next[2] = __ldg(p + a + o2);
+				next[3] = __ldg(p + a + o3);
 			} else {
-#pragma unroll
-				for (j = 0; j < 4; j++)
-					next[j] = idx[j] >= 0 ? __ldg(p + idx[j]) : make_uint4(0, 0, 0, 0);
+				next[0] = make_uint4(0, 0, 0, 0);
+				next[1] = a + o1 >= 0 ? __ldg(p + a + o1) : next[0];
+				next[2] = a + o2 >= 0 ? __ldg(p + a + o2) : next[0];
+				next[3] = a + o3 >= 0 ? __ldg(p + a + o3) : next[0];
+			}
+			a += step;
+			if (per_run && --left == 0) { // the run ends: on to this thread's next
+				a += stride - run;
+				left = per_run;
 			}
 		}
 		if (b > 0) {
@@ -247,8 +252,8 @@ __device__ static unsigned int check_header(const unsigned char *s, unsigned int
 // (16-byte aligned, frame_size a multiple of 16 and at least 48) and
 // writes one record per frame to out. Blocks are BLOCK threads; a frame's
 // group is 2^group_log2 of them, each taking rounds runs of run words
-// (rounds * run a multiple of 4, rounds * run * group at least the
-// payload's words). mult holds the multipliers for
+// (run 1, 2 or a multiple of 4, rounds * run a multiple of 4, rounds *
+// run * group at least the payload's words). mult holds the multipliers for
 // this frame size, group and run; init_fix is what the CRC's initial
 // value and final xor add to a raw CRC of the covered bytes.
 template <bool SMALL>

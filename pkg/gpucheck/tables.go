@@ -24,8 +24,9 @@ type layout struct {
 }
 
 // newLayout shares frames of frameSize bytes among 2^groupLog2 threads in
-// runs of run words; run 0, or a group of one, gives each thread one
-// contiguous chunk.
+// runs of run words (1, 2, or rounded up to a multiple of 4: a batch of
+// loads is four words of one run, or of whole runs); run 0, or a group of
+// one, gives each thread one contiguous chunk.
 func newLayout(frameSize int, groupLog2 uint, run int) layout {
 	words := uint64(frameSize-frame.HeaderSize) / 16
 	group := uint64(1) << groupLog2
@@ -34,6 +35,9 @@ func newLayout(frameSize int, groupLog2 uint, run int) layout {
 		return layout{groupLog2: groupLog2, run: uint32(r), rounds: 1}
 	}
 	r := uint64(run)
+	if r > 2 {
+		r = (r + 3) / 4 * 4
+	}
 	rounds := (words + group*r - 1) / (group * r)
 	m := uint64(4) // rounds a multiple of m makes rounds * r one of 4
 	switch {
