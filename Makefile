@@ -89,7 +89,7 @@ gpubin:
 	@for p in $(GPU_TEST_PKGS); do \
 		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$p.test ./pkg/$$p/ || exit 1; \
 	done
-	cp hw/gpu/run $(BIN)/gpu/run
+	cp hw/gpu/run pkg/gpucheck/framecheck.ptx $(BIN)/gpu/
 
 # The same on a GPU machine that has Go.
 gputest: gpubin
