@@ -48,6 +48,7 @@ func newLayout(frameSize int, groupLog2 uint, run int) layout {
 	}
 	return layout{groupLog2: groupLog2, run: uint32(r), rounds: uint32((rounds + m - 1) / m * m)}
 }
+
 // combineTables returns the kernel's multiplier tables for frames of
 // frameSize bytes shared as l says, and the constant the 0xFFFFFFFF
 // initial value and the final xor add to the raw CRC of the covered
