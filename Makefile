@@ -18,7 +18,7 @@ MODULE_DIRS := hw/testbench/nvp2p_sim kmod/gpufpga
 MODULES_OUT := $(CURDIR)/build/modules
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
+.PHONY: all deps build kmod vmtest test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -111,6 +111,28 @@ ptx:
 	$(PTXCC) -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 \
 		-Xclang -target-feature -Xclang +ptx60 -fcuda-short-ptr -mllvm --nvptx-short-ptr -O3 -S \
 		-include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
+
+# NVIDIA's assembler takes the PTX for each architecture from Volta to
+# Hopper, with its registers and spills: ptxas 11.8 from Debian's non-free
+# nvidia-cuda-toolkit, fetched with apt into build/cuda (nothing installed;
+# a private apt list). pkg/gpucheck's TestPTXAssembles runs it too.
+PTXAS_DEB_DIR := build/cuda
+PTXAS ?= $(PTXAS_DEB_DIR)/usr/bin/ptxas
+ptxcheck: $(PTXAS)
+	@for a in sm_70 sm_75 sm_80 sm_86 sm_89 sm_90; do \
+		echo "== ptxas -arch=$$a framecheck.ptx"; \
+		$(PTXAS) -arch=$$a -v pkg/gpucheck/framecheck.ptx -o /dev/null || exit 1; \
+	done
+
+$(PTXAS_DEB_DIR)/usr/bin/ptxas:
+	mkdir -p $(PTXAS_DEB_DIR)/apt/lists/partial $(PTXAS_DEB_DIR)/apt/cache/archives/partial
+	echo "deb http://deb.debian.org/debian bookworm non-free" > $(PTXAS_DEB_DIR)/apt/sources.list
+	apt-get -o Dir::Etc::SourceList=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/sources.list -o Dir::Etc::SourceParts=/dev/null \
+		-o Dir::State::Lists=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/lists -o Dir::Cache=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/cache update
+	cd $(PTXAS_DEB_DIR) && apt-get -o Dir::Etc::SourceList=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/sources.list \
+		-o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/lists \
+		-o Dir::Cache=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/cache download nvidia-cuda-toolkit
+	dpkg -x $(PTXAS_DEB_DIR)/nvidia-cuda-toolkit_*.deb $(PTXAS_DEB_DIR)
 
 # The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
 # from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).

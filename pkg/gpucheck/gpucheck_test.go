@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"os/exec"
 	"regexp"
 	"strconv"
 	"strings"
@@ -183,6 +185,42 @@ func TestLayout(t *testing.T) {
 	} {
 		if l := defaultLayout(fs); l != want {
 			t.Errorf("%d-byte frames: %+v, want %+v", fs, l, want)
+		}
+	}
+}
+
+// NVIDIA's assembler (ptxas, where there is one: $PTXAS, `make ptxcheck`'s
+// build/cuda, or PATH) takes the PTX for every architecture from Volta to
+// Hopper, and from Turing on fits every kernel in its registers, with no
+// spill to local memory.
+func TestPTXAssembles(t *testing.T) {
+	ptxas := os.Getenv("PTXAS")
+	for _, p := range []string{"../../build/cuda/usr/bin/ptxas", "ptxas"} {
+		if ptxas != "" {
+			break
+		}
+		if path, err := exec.LookPath(p); err == nil {
+			ptxas = path
+		}
+	}
+	if ptxas == "" {
+		t.Skip("no ptxas (make ptxcheck fetches one)")
+	}
+	entry := regexp.MustCompile(`Compiling entry function '(\w+)' for '(\w+)'\n.*Function properties for \w+\n\s+\d+ bytes stack frame, (\d+) bytes spill stores`)
+	for _, arch := range []string{"sm_70", "sm_75", "sm_80", "sm_86", "sm_89", "sm_90"} {
+		out, err := exec.Command(ptxas, "-arch="+arch, "-v", "framecheck.ptx", "-o", os.DevNull).CombinedOutput()
+		if err != nil {
+			t.Errorf("ptxas -arch=%s: %v\n%s", arch, err, out)
+			continue
+		}
+		m := entry.FindAllSubmatch(out, -1)
+		if len(m) != 3 {
+			t.Errorf("ptxas -arch=%s compiled %d entries, want 3:\n%s", arch, len(m), out)
+		}
+		for _, e := range m {
+			if arch != "sm_70" && string(e[3]) != "0" {
+				t.Errorf("ptxas -arch=%s: %s spills %s bytes", arch, e[1], e[3])
+			}
 		}
 	}
 }
