@@ -25,7 +25,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx
+.PHONY: all deps build kmod dkms-check vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -110,28 +110,61 @@ FUZZ_OPS ?= 100000
 # bin/gpu/run there (the GPU tests, then the benchmark into results/).
 GPU_TEST_PKGS := cuda gpucheck stream
 
+# gpubench records the revision it was built from (and whether tracked
+# files differed from it), which Go's VCS stamping leaves out in a worktree.
+GITREV   = $(shell git rev-parse HEAD 2>/dev/null)
+GITDIRTY = $(shell git diff --quiet HEAD -- 2>/dev/null || echo true)
+
 gpubin:
 	@mkdir -p $(BIN)/gpu
-	CGO_ENABLED=0 $(GO) build -o $(BIN)/gpu/ ./cmd/gpubench
+	CGO_ENABLED=0 $(GO) build -ldflags "-X main.revision=$(GITREV) -X main.dirty=$(GITDIRTY)" -o $(BIN)/gpu/ ./cmd/gpubench
 	@for p in $(GPU_TEST_PKGS); do \
 		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$p.test ./pkg/$$p/ || exit 1; \
 	done
-	cp hw/gpu/run $(BIN)/gpu/run
+	cp hw/gpu/run pkg/gpucheck/framecheck.ptx $(BIN)/gpu/
 
 # The same on a GPU machine that has Go.
 gputest: gpubin
 	$(BIN)/gpu/run
 
-# One pass of measurements on the GPU, as JSON in results/.
+# One pass of measurements on the GPU, as a new JSON file in results/
+# named for date, GPU and revision.
 gpubench: gpubin
 	@mkdir -p results
-	$(BIN)/gpu/gpubench > results/$$(date -u +%F)-$$(hostname)-gpubench.json
+	$(BIN)/gpu/gpubench -out results
 
-# The frame checker's PTX, for every GPU from compute capability 8.0 on
-# (needs nvcc; the PTX is committed).
-NVCC ?= nvcc
+# The GPU kernels' PTX (committed): PTX ISA 6.0 for sm_70, the lowest the
+# kernels need (shfl.sync), which every driver from R384 (CUDA 9.0) on
+# compiles for its GPU. clang's NVPTX back end (Debian's clang) writes the
+# ISA asked for; nvcc writes its own toolkit's (9.0 for CUDA 13, needing
+# R580). clang_cuda.h stands in for CUDA's headers.
+PTXCC ?= clang
 ptx:
-	$(NVCC) -ptx -arch=compute_80 -O3 pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
+	$(PTXCC) -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 \
+		-Xclang -target-feature -Xclang +ptx60 -fcuda-short-ptr -mllvm --nvptx-short-ptr -O3 -S \
+		-include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
+
+# NVIDIA's assembler takes the PTX for each architecture from Volta to
+# Hopper, with its registers and spills: ptxas 11.8 from Debian's non-free
+# nvidia-cuda-toolkit, fetched with apt into build/cuda (nothing installed;
+# a private apt list). pkg/gpucheck's TestPTXAssembles runs it too.
+PTXAS_DEB_DIR := build/cuda
+PTXAS ?= $(PTXAS_DEB_DIR)/usr/bin/ptxas
+ptxcheck: $(PTXAS)
+	@for a in sm_70 sm_75 sm_80 sm_86 sm_89 sm_90; do \
+		echo "== ptxas -arch=$$a framecheck.ptx"; \
+		$(PTXAS) -arch=$$a -v pkg/gpucheck/framecheck.ptx -o /dev/null || exit 1; \
+	done
+
+$(PTXAS_DEB_DIR)/usr/bin/ptxas:
+	mkdir -p $(PTXAS_DEB_DIR)/apt/lists/partial $(PTXAS_DEB_DIR)/apt/cache/archives/partial
+	echo "deb http://deb.debian.org/debian bookworm non-free" > $(PTXAS_DEB_DIR)/apt/sources.list
+	apt-get -o Dir::Etc::SourceList=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/sources.list -o Dir::Etc::SourceParts=/dev/null \
+		-o Dir::State::Lists=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/lists -o Dir::Cache=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/cache update
+	cd $(PTXAS_DEB_DIR) && apt-get -o Dir::Etc::SourceList=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/sources.list \
+		-o Dir::Etc::SourceParts=/dev/null -o Dir::State::Lists=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/lists \
+		-o Dir::Cache=$(CURDIR)/$(PTXAS_DEB_DIR)/apt/cache download nvidia-cuda-toolkit
+	dpkg -x $(PTXAS_DEB_DIR)/nvidia-cuda-toolkit_*.deb $(PTXAS_DEB_DIR)
 
 # The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
 # from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).

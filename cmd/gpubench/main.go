@@ -1,10 +1,15 @@
 // Command gpubench measures the GPU side of gpufpga on a machine with an
 // NVIDIA GPU, in one pass: device attributes, dma-buf export, the pinned
 // host to GPU copy peak and the device-to-device copy rate, the frame
-// checker kernel against that copy rate, and the compat path (the device
-// model writing frames into a pinned host ring in process, slots copied to
-// the GPU and checked there) against the copy peak. It prints one JSON
-// document.
+// checker kernel in both table configurations against the read-only
+// baseline kernel (readsum) on the same bytes, and the compat path (the
+// device model writing frames into a pinned host ring in process, slots
+// copied to the GPU and checked there) against the copy peak, with the
+// source alone measured in the same run. Every repetition's output is
+// verified. It writes one JSON document, with the revision it was built
+// from, its flags, the driver, the GPU and its clocks: to a new file in
+// -out (named for date, GPU and revision, never overwriting), or to
+// standard output with -out -.
 package main
 
 import (
@@ -20,6 +25,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/gpucheck"
 )
 
 type copyResult struct {
@@ -29,29 +35,50 @@ type copyResult struct {
 }
 
 type report struct {
-	Date           string       `json:"date"`
-	Host           string       `json:"host"`
-	Device         string       `json:"device"`
-	CUDAVersion    int          `json:"cuda_driver_version"`
-	CPU            string       `json:"cpu"`
-	CPUs           int          `json:"cpus"`
-	TotalMem       uint64       `json:"total_mem"`
-	RDMASupported  int          `json:"gpudirect_rdma_supported"`
-	RDMAFlush      int          `json:"gpudirect_rdma_flush_writes_options"`
-	RDMAOrdering   int          `json:"gpudirect_rdma_writes_ordering"`
-	DmaBufSupport  int          `json:"dma_buf_supported"`
-	BAR1Total      uint64       `json:"bar1_total"`
-	BAR1Free       uint64       `json:"bar1_free"`
-	DmaBufSize     int64        `json:"dma_buf_export_size"`
-	DmaBufWant     uint64       `json:"dma_buf_export_want"`
-	HtoD           []copyResult `json:"pinned_htod"`
-	DtoD           []copyResult `json:"dtod"`
-	AllocAligned64 bool         `json:"alloc_64k_aligned"`
-	HtoDPeak       float64      `json:"pinned_htod_peak_gb_per_s"`
-	Checker        []checkRun   `json:"frame_checker"`
-	Compat         []*compatRun `json:"compat"`
-	CompatMedian   float64      `json:"compat_median_ratio_to_peak"`
+	Date           string            `json:"date"`
+	Command        []string          `json:"command"`
+	Flags          map[string]string `json:"flags"`
+	Build          build             `json:"build"`
+	Host           string            `json:"host"`
+	Kernel         string            `json:"kernel"`
+	Device         string            `json:"device"`
+	ComputeCap     string            `json:"compute_capability"`
+	SMs            int               `json:"multiprocessors"`
+	ClockKHz       int               `json:"max_sm_clock_khz"`
+	MemClockKHz    int               `json:"max_mem_clock_khz"`
+	SharedOptin    int               `json:"max_shared_per_block_optin"`
+	CUDAVersion    int               `json:"cuda_driver_version"`
+	GPUStart       gpuState          `json:"gpu_at_start"`
+	GPUEnd         gpuState          `json:"gpu_at_end"`
+	CPU            string            `json:"cpu"`
+	CPUs           int               `json:"cpus"`
+	TotalMem       uint64            `json:"total_mem"`
+	RDMASupported  int               `json:"gpudirect_rdma_supported"`
+	RDMAFlush      int               `json:"gpudirect_rdma_flush_writes_options"`
+	RDMAOrdering   int               `json:"gpudirect_rdma_writes_ordering"`
+	DmaBufSupport  int               `json:"dma_buf_supported"`
+	BAR1Total      uint64            `json:"bar1_total"`
+	BAR1Free       uint64            `json:"bar1_free"`
+	DmaBufSize     int64             `json:"dma_buf_export_size"`
+	DmaBufWant     uint64            `json:"dma_buf_export_want"`
+	HtoD           []copyResult      `json:"pinned_htod"`
+	DtoD           []copyResult      `json:"dtod"`
+	AllocAligned64 bool              `json:"alloc_64k_aligned"`
+	HtoDPeak       float64           `json:"pinned_htod_peak_gb_per_s"`
+	Checker        []checkRun        `json:"frame_checker"`
+	Compat         []*compatRun      `json:"compat"`
+	CompatMedian   float64           `json:"compat_median_ratio_to_peak"`
+	SourceMin      float64           `json:"compat_source_alone_min_ratio_to_peak"`
+	Seconds        float64           `json:"seconds"`
 }
+
+// CUDA device attributes read here alone.
+const (
+	attrClockRate    = 13 // CU_DEVICE_ATTRIBUTE_CLOCK_RATE, kHz
+	attrMemClockRate = 36 // CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, kHz
+	attrCCMajor      = 75
+	attrCCMinor      = 76
+)
 
 func main() {
 	var cc compatConfig
@@ -59,16 +86,21 @@ func main() {
 	flag.IntVar(&cc.slotSize, "compat-slot-size", 16<<20, "compat path: bytes per slot")
 	flag.IntVar(&cc.workers, "compat-workers", max(runtime.NumCPU()-4, 1), "compat path: device model workers encoding frames")
 	flag.IntVar(&cc.streams, "compat-streams", 3, "compat path: CUDA streams the copies go round")
+	flag.IntVar(&cc.runs, "compat-runs", 5, "compat path: runs, each with the source alone first; the median is reported")
+	flag.DurationVar(&cc.seconds, "compat-time", 4*time.Second, "compat path: length of each run")
 	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
+	reps := flag.Int("reps", 8, "frame checker and read baseline: timed repetitions, each verified")
+	out := flag.String("out", "-", "directory for a new result file named for date, GPU and revision; - for standard output")
 	flag.Parse()
-	if err := run(cc, *compatOnly); err != nil {
+	if err := run(cc, *compatOnly, *reps, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(cc compatConfig, compatOnly bool) error {
+func run(cc compatConfig, compatOnly bool, reps int, out string) error {
 	runtime.LockOSThread()
+	t0 := time.Now()
 	g, err := cuda.OpenDevice(0)
 	if err != nil {
 		return err
@@ -78,10 +110,18 @@ func run(cc compatConfig, compatOnly bool) error {
 		return err
 	}
 	host, _ := os.Hostname()
-	r := report{Date: time.Now().UTC().Format(time.RFC3339), Host: host}
+	r := report{Date: t0.UTC().Format(time.RFC3339), Command: os.Args, Flags: flags(flag.CommandLine), Build: buildInfo(),
+		Host: host, Kernel: kernelRelease(), GPUStart: nvidiaSMI()}
 	if r.Device, err = g.Name(); err != nil {
 		return err
 	}
+	major, _ := g.Attribute(attrCCMajor)
+	minor, _ := g.Attribute(attrCCMinor)
+	r.ComputeCap = fmt.Sprintf("%d.%d", major, minor)
+	r.SMs, _ = g.Attribute(cuda.AttrMultiprocessorCount)
+	r.ClockKHz, _ = g.Attribute(attrClockRate)
+	r.MemClockKHz, _ = g.Attribute(attrMemClockRate)
+	r.SharedOptin, _ = g.Attribute(cuda.AttrMaxSharedPerBlockOptin)
 	r.TotalMem, _ = g.TotalMem()
 	r.CUDAVersion, _ = g.Driver().Version()
 	r.CPU, r.CPUs = cpuModel(), runtime.NumCPU()
@@ -171,32 +211,65 @@ func run(cc compatConfig, compatOnly bool) error {
 		r.HtoDPeak = max(r.HtoDPeak, c.GBps)
 	}
 	d2d := r.DtoD[len(r.DtoD)-1] // 1 GiB
-	for _, fs := range []int{4 << 10, 64 << 10, 1 << 20} {
-		if compatOnly {
-			break
-		}
-		c, err := benchChecker(g, s, hb, dst, big, fs, d2d.GBps)
+	if !compatOnly {
+		rd, err := gpucheck.NewReader(g)
 		if err != nil {
-			return fmt.Errorf("frame checker, %d-byte frames: %w", fs, err)
+			return err
 		}
-		r.Checker = append(r.Checker, c)
+		defer rd.Close()
+		for _, fs := range []int{4 << 10, 64 << 10, 1 << 20} {
+			runs, err := benchChecker(g, s, hb, dst, rd, big, fs, reps, d2d.GBps)
+			if err != nil {
+				return fmt.Errorf("frame checker, %d-byte frames: %w", fs, err)
+			}
+			r.Checker = append(r.Checker, runs...)
+		}
 	}
-	// The host is shared: three runs, each with the source's own ceiling
-	// measured just before, and their median.
+	// The host is shared: several runs, each with the source's own
+	// ceiling measured just before, and their median.
 	var ratios []float64
-	for range 3 {
+	r.SourceMin = 0
+	for i := range max(cc.runs, 1) {
 		c, err := benchCompat(g, cc, r.HtoDPeak)
 		if err != nil {
 			return fmt.Errorf("compat path: %w", err)
 		}
 		r.Compat = append(r.Compat, c)
 		ratios = append(ratios, c.RatioToPeak)
+		if i == 0 || c.SourceRatio < r.SourceMin {
+			r.SourceMin = c.SourceRatio
+		}
 	}
-	slices.Sort(ratios)
-	r.CompatMedian = ratios[1]
-	enc := json.NewEncoder(os.Stdout)
+	r.CompatMedian = median(ratios)
+	r.GPUEnd = nvidiaSMI()
+	r.Seconds = time.Since(t0).Seconds()
+
+	w := os.Stdout
+	if out != "-" {
+		f, err := createResult(out, t0, r.Device, r.Build.shortRev())
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+		fmt.Fprintln(os.Stderr, "gpubench:", f.Name())
+	}
+	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+// median of xs (the mean of the middle two for an even count).
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return 0
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if n := len(s); n%2 == 0 {
+		return (s[n/2-1] + s[n/2]) / 2
+	}
+	return s[len(s)/2]
 }
 
 // cpuModel returns the CPU's model name from /proc/cpuinfo.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime"
 	"sync"
@@ -18,12 +19,17 @@ import (
 
 type checkRun struct {
 	FrameSize   int         `json:"frame_size"`
+	Config      string      `json:"config"`           // the checker's tables: large (128 KiB) or small (32 KiB)
+	Layout      string      `json:"layout,omitempty"` // threads per frame, words per run, rounds
+	Skipped     string      `json:"skipped,omitempty"`
 	Bytes       uint64      `json:"bytes"`
-	Reps        int         `json:"reps"`
+	Reps        int         `json:"reps"` // timed, each verified
 	GBps        float64     `json:"gb_per_s"`
+	ReadGBps    float64     `json:"read_gb_per_s"` // readsum on the same bytes, same run
+	RatioToRead float64     `json:"ratio_to_read"`
 	DtoDGBps    float64     `json:"dtod_gb_per_s"`
 	RatioToDtoD float64     `json:"ratio_to_dtod"`
-	Frames      frame.Stats `json:"frames"`
+	Frames      frame.Stats `json:"frames"` // of the last repetition
 }
 
 // encodeFrames fills b with consecutive frames, on every CPU.
@@ -43,22 +49,101 @@ func encodeFrames(b []byte, frameSize int) {
 	wg.Wait()
 }
 
-// benchChecker times the frame checker over size bytes of frames already
-// in device memory, against the device-to-device copy rate of the same
-// run, and verifies that it found every frame intact.
-func benchChecker(g *cuda.Device, s *cuda.Stream, hb *cuda.HostBuffer, dst *cuda.Buffer, size uint64, frameSize int, d2d float64) (checkRun, error) {
-	const reps = 8
-	r := checkRun{FrameSize: frameSize, Bytes: size, Reps: reps, DtoDGBps: d2d}
+// readRun times the read-only baseline over size bytes at dst, reps
+// times, checking each repetition's sum against want; it returns the
+// milliseconds.
+func readRun(g *cuda.Device, s *cuda.Stream, rd *gpucheck.Reader, dst *cuda.Buffer, size uint64, reps int, want [4]uint32) (float64, error) {
+	start, _ := g.NewEvent()
+	end, _ := g.NewEvent()
+	defer start.Close()
+	defer end.Close()
+	var total float64
+	for i := range reps + 1 {
+		if err := rd.Reset(s); err != nil {
+			return 0, err
+		}
+		start.Record(s)
+		if err := rd.Launch(s, dst.Ptr, size); err != nil {
+			return 0, err
+		}
+		end.Record(s)
+		ms, err := end.Since(start)
+		if err != nil {
+			return 0, err
+		}
+		got, err := rd.Sum(s)
+		if err != nil {
+			return 0, err
+		}
+		if got != want {
+			return 0, fmt.Errorf("read baseline, repetition %d: sum %x, CPU %x", i, got, want)
+		}
+		if i > 0 { // the first is a warm-up
+			total += float64(ms)
+		}
+	}
+	return total, nil
+}
+
+// benchChecker times the frame checker over size bytes of frames in
+// device memory, in each table configuration the device allows, against
+// the read-only baseline on the same bytes (timed before and after the
+// checker) and the device-to-device copy rate of the same run. Every
+// repetition must find every frame intact, in order.
+func benchChecker(g *cuda.Device, s *cuda.Stream, hb *cuda.HostBuffer, dst *cuda.Buffer, rd *gpucheck.Reader, size uint64,
+	frameSize, reps int, d2d float64) ([]checkRun, error) {
 	encodeFrames(hb.Bytes[:size], frameSize)
 	if err := s.CopyHtoD(dst.Ptr, hb.Bytes[:size]); err != nil {
-		return r, err
+		return nil, err
+	}
+	if err := s.Sync(); err != nil {
+		return nil, err
+	}
+	sum := gpucheck.XorSum(hb.Bytes[:size])
+	readMs, err := readRun(g, s, rd, dst, size, reps, sum)
+	if err != nil {
+		return nil, err
 	}
 	frames := int(size) / frameSize
-	c, err := gpucheck.New(g, frameSize, frames)
-	if err != nil {
-		return r, err
+	var runs []checkRun
+	for _, cfg := range []gpucheck.Config{gpucheck.Large, gpucheck.Small} {
+		r := checkRun{FrameSize: frameSize, Config: cfg.String(), Bytes: size, Reps: reps, DtoDGBps: d2d}
+		c, err := gpucheck.NewConfig(g, frameSize, frames, cfg)
+		if errors.Is(err, gpucheck.ErrSharedMem) {
+			r.Skipped = err.Error()
+			runs = append(runs, r)
+			continue
+		} else if err != nil {
+			return nil, err
+		}
+		r.Layout = c.Layout()
+		ms, err := checkReps(g, s, c, dst, size, reps, frames, &r.Frames)
+		c.Close()
+		if err != nil {
+			return nil, fmt.Errorf("%s tables: %w", cfg, err)
+		}
+		r.GBps = float64(size) * float64(reps) / (ms / 1000) / 1e9
+		runs = append(runs, r)
 	}
-	defer c.Close()
+	more, err := readRun(g, s, rd, dst, size, reps, sum)
+	if err != nil {
+		return nil, err
+	}
+	read := float64(size) * float64(2*reps) / ((readMs + more) / 1000) / 1e9
+	for i := range runs {
+		runs[i].ReadGBps = read
+		if runs[i].GBps > 0 {
+			runs[i].RatioToRead = runs[i].GBps / read
+			runs[i].RatioToDtoD = runs[i].GBps / d2d
+		}
+	}
+	return runs, nil
+}
+
+// checkReps runs the checker over the frames reps times after a warm-up,
+// verifying each run's frames, and returns the milliseconds of the timed
+// ones; last gets the last repetition's accounting.
+func checkReps(g *cuda.Device, s *cuda.Stream, c *gpucheck.Checker, dst *cuda.Buffer, size uint64, reps, frames int, last *frame.Stats) (float64, error) {
 	start, _ := g.NewEvent()
 	end, _ := g.NewEvent()
 	defer start.Close()
@@ -67,29 +152,27 @@ func benchChecker(g *cuda.Device, s *cuda.Stream, hb *cuda.HostBuffer, dst *cuda
 	for i := range reps + 1 {
 		start.Record(s)
 		if err := c.Launch(s, dst.Ptr, size); err != nil {
-			return r, err
+			return 0, err
 		}
 		end.Record(s)
 		ms, err := end.Since(start)
 		if err != nil {
-			return r, err
+			return 0, err
 		}
 		if err := c.Collect(s); err != nil {
-			return r, err
+			return 0, err
 		}
-		if i == 0 {
-			// The first run is a warm-up; it alone sees the frames in order.
-			r.Frames = c.Stats()
-			continue
+		st := c.Stats()
+		if st.Frames != uint64(frames) || st.Bytes != size || st.CRCFailures+st.Gaps+st.Duplicates != 0 {
+			return 0, fmt.Errorf("repetition %d: checker found %+v (%+v) in %d good frames", i, st, c.Failures(), frames)
 		}
-		total += float64(ms)
+		*last = st
+		c.ResetStats()
+		if i > 0 { // the first is a warm-up
+			total += float64(ms)
+		}
 	}
-	if r.Frames.Frames != uint64(frames) || r.Frames.CRCFailures != 0 || r.Frames.Gaps != 0 {
-		return r, fmt.Errorf("checker found %+v in %d good frames", r.Frames, frames)
-	}
-	r.GBps = float64(size) * reps / (total / 1000) / 1e9
-	r.RatioToDtoD = r.GBps / d2d
-	return r, nil
+	return total, nil
 }
 
 type compatRun struct {
@@ -98,8 +181,10 @@ type compatRun struct {
 	FrameSize     int         `json:"frame_size"`
 	CopyStreams   int         `json:"copy_streams"`
 	SourceWorkers int         `json:"source_workers"`
+	SourceStreams bool        `json:"source_streaming_stores"`
 	Seconds       float64     `json:"seconds"`
 	SourceGBps    float64     `json:"source_alone_gb_per_s"`
+	SourceRatio   float64     `json:"source_alone_ratio_to_peak"`
 	GBps          float64     `json:"gb_per_s"`
 	PeakGBps      float64     `json:"pinned_htod_peak_gb_per_s"`
 	RatioToPeak   float64     `json:"ratio_to_peak"`
@@ -113,12 +198,15 @@ type compatRun struct {
 // writes frames into a host ring in process, the session copies each slot
 // to the GPU and checks its frames there, and the consumer releases it.
 // The source is first run alone, so its own ceiling is on record.
-type compatConfig struct{ slots, slotSize, workers, streams int }
+type compatConfig struct {
+	slots, slotSize, workers, streams, runs int
+	seconds                                 time.Duration
+}
 
 func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, error) {
 	r := &compatRun{SlotSize: cc.slotSize, Slots: cc.slots, FrameSize: 64 << 10, CopyStreams: cc.streams,
 		SourceWorkers: cc.workers, PeakGBps: peak}
-	const run = 4 * time.Second
+	run := cc.seconds
 	host, err := unix.Mmap(-1, 0, r.SlotSize*r.Slots, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return nil, err
@@ -143,6 +231,8 @@ func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, err
 		}
 	}
 	r.SourceGBps = float64(n) / time.Since(t0).Seconds() / 1e9
+	r.SourceRatio = r.SourceGBps / peak
+	r.SourceStreams = src.Streaming()
 
 	gpu, err := stream.NewCUDA(g, r.CopyStreams)
 	if err != nil {

@@ -89,7 +89,7 @@ func checksum(frame []byte) uint32 {
 // Encoder computes the CRC without reading the payload back.
 func FillPayload(p []byte, seq uint64) {
 	key := payloadKey(seq)
-	var phi uint64 = 0x9E3779B97F4A7C15
+	var phi uint64 = Phi
 	w := phi // word 0: (0+1)*phi
 	i := 0
 	for ; i+32 <= len(p); i += 32 {
@@ -110,6 +110,9 @@ func FillPayload(p []byte, seq uint64) {
 		copy(p[i:], tail[:])
 	}
 }
+
+// Phi is the payload pattern's step (FillPayload).
+const Phi = 0x9E3779B97F4A7C15
 
 // payloadKey is splitmix64's finaliser of seq.
 func payloadKey(seq uint64) uint64 {
@@ -136,7 +139,7 @@ type Encoder struct {
 func NewEncoder(payloadLen int) *Encoder {
 	e := &Encoder{payloadLen: payloadLen}
 	p := make([]byte, payloadLen)
-	fillKey(p, 0, 0x9E3779B97F4A7C15)
+	fillKey(p, 0, Phi)
 	e.baseCRC = RawCRC(p)
 	var col [64]uint32
 	for j := range col {
@@ -179,9 +182,19 @@ func fillKey(p []byte, key, phi uint64) {
 func (e *Encoder) Encode(dst []byte, seq, timestamp uint64) int {
 	n := Size(e.payloadLen)
 	b := dst[:n]
-	putHeader(b, seq, timestamp, e.payloadLen)
+	e.Header(b, seq, timestamp)
 	FillPayload(b[HeaderSize:], seq)
-	key := payloadKey(seq)
+	return n
+}
+
+// Header writes frame seq's header, its CRC included, into dst[:HeaderSize]
+// and returns the key of its payload: word i of the payload (8 bytes,
+// little-endian) is (i+1)*Phi ^ key, as FillPayload writes it. A source
+// that writes the payload itself (with streaming stores, say) uses it.
+func (e *Encoder) Header(dst []byte, seq, timestamp uint64) (key uint64) {
+	b := dst[:HeaderSize]
+	putHeader(b, seq, timestamp, e.payloadLen)
+	key = payloadKey(seq)
 	c := e.baseCRC
 	for i := range 8 {
 		c ^= e.keyCRC[i][byte(key>>(8*i))]
@@ -189,7 +202,7 @@ func (e *Encoder) Encode(dst []byte, seq, timestamp uint64) int {
 	h := RawCRC(b[:crcOffset])
 	h = e.shift[h&0xff] ^ e.shift[256+(h>>8&0xff)] ^ e.shift[512+(h>>16&0xff)] ^ e.shift[768+h>>24]
 	binary.LittleEndian.PutUint32(b[crcOffset:], h^c^e.fix)
-	return n
+	return key
 }
 
 // Parse decodes and verifies the frame at the start of b and returns its

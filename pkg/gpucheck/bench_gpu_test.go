@@ -21,12 +21,14 @@ func (c *Checker) reload(path string) error {
 }
 
 // BenchmarkCheck measures the kernel alone (CUDA events around the
-// launch) on 1 GiB of frames for several frame sizes and threads per
-// frame, next to a device-to-device copy of the same bytes: compare
-// checker/dtod within one run.
+// launch) on 1 GiB of frames for several frame sizes, both table
+// configurations and several layouts (threads per frame, words per run;
+// run=0: one contiguous chunk a thread), next to the read-only baseline
+// (readsum) and a device-to-device copy of the same bytes: compare
+// checker/read within one run.
 //
-// -gpucheck.ptx loads another build of the kernel, to measure a change
-// where there is nvcc but no Go.
+// -gpucheck.ptx loads another build of the kernels, to measure a change
+// where there is a compiler but no Go.
 func BenchmarkCheck(b *testing.B) {
 	g := device(b)
 	s, err := g.NewStream()
@@ -71,6 +73,14 @@ func BenchmarkCheck(b *testing.B) {
 	b.Run("dtod", func(b *testing.B) {
 		timed(b, func() error { return s.CopyDtoD(dst.Ptr, src.Ptr, size) })
 	})
+	rd, err := NewReader(g)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rd.Close()
+	b.Run("read", func(b *testing.B) {
+		timed(b, func() error { return rd.Launch(s, src.Ptr, size) })
+	})
 	for _, fs := range []int{4 << 10, 64 << 10, 1 << 20} {
 		buf, _ := frames(size/fs, fs)
 		host, err := g.HostAlloc(size)
@@ -83,32 +93,40 @@ func BenchmarkCheck(b *testing.B) {
 		}
 		s.Sync()
 		host.Free()
-		c, err := New(g, fs, size/fs)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if *ptxFile != "" {
-			if err := c.reload(*ptxFile); err != nil {
+		for _, cfg := range []Config{Large, Small} {
+			c, err := NewConfig(g, fs, size/fs, cfg)
+			if err != nil {
 				b.Fatal(err)
 			}
-		}
-		for k := uint(0); k <= 10; k++ {
-			if chunk := (fs - 32) >> k; chunk < 256 || chunk > 16<<10 {
-				continue
+			if *ptxFile != "" {
+				if err := c.reload(*ptxFile); err != nil {
+					b.Fatal(err)
+				}
 			}
-			if err := c.setGroup(k); err != nil {
-				b.Fatal(err)
-			}
-			b.Run(fmt.Sprintf("frame=%d/threads=%d", fs, 1<<k), func(b *testing.B) {
-				timed(b, func() error {
-					if err := c.Launch(s, src.Ptr, size); err != nil {
-						return err
+			for k := uint(0); k <= 10; k++ {
+				if chunk := (fs - 32) >> k; chunk < 256 || chunk > 16<<10 {
+					continue
+				}
+				for _, run := range []int{0, 1, 2, 4, 16} {
+					l := newLayout(fs, k, run)
+					if k == 0 && run != 0 || l.rounds == 1 && run != 0 {
+						continue
 					}
-					c.pending = 0
-					return nil
-				})
-			})
+					if err := c.setLayout(l); err != nil {
+						b.Fatal(err)
+					}
+					b.Run(fmt.Sprintf("%s/frame=%d/threads=%d/run=%d", cfg, fs, 1<<k, run), func(b *testing.B) {
+						timed(b, func() error {
+							if err := c.Launch(s, src.Ptr, size); err != nil {
+								return err
+							}
+							c.pending = 0
+							return nil
+						})
+					})
+				}
+			}
+			c.Close()
 		}
-		c.Close()
 	}
 }

@@ -3,13 +3,12 @@
 package gpucheck
 
 import (
-	"encoding/binary"
+	"bytes"
 	"errors"
 	"runtime"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
-	"github.com/gpufpga/gpufpga/pkg/frame"
 )
 
 func device(t testing.TB) *cuda.Device {
@@ -27,37 +26,44 @@ func device(t testing.TB) *cuda.Device {
 	return g
 }
 
-// frames lays out n frames of size bytes with the damage a link or a
-// buggy source would do, and returns what the CPU checker makes of them.
-func frames(n, size int) ([]byte, frame.Stats) {
-	buf := make([]byte, n*size)
-	seq := uint64(1000)
-	for i := range n {
-		switch {
-		case i == 7 || i == 8: // two frames lost upstream
-			seq += 3
-		case i == 20: // a repeated frame
-			seq -= 2
+// The driver compiles the PTX (ISA 6.0, sm_70) for this GPU: every kernel
+// loads, with the shared memory each configuration asks for.
+func TestPTXLoads(t *testing.T) {
+	g := device(t)
+	v, _ := g.Driver().Version()
+	mod, err := g.LoadPTX(PTX)
+	if err != nil {
+		t.Fatalf("driver %d: cuModuleLoadData: %v", v, err)
+	}
+	defer mod.Close()
+	if _, err := mod.Function("readsum"); err != nil {
+		t.Errorf("readsum: %v", err)
+	}
+	optin, _ := g.Attribute(cuda.AttrMaxSharedPerBlockOptin)
+	for _, cfg := range []Config{Large, Small} {
+		name, n := cfg.kernel()
+		fn, err := mod.Function(name)
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+		} else if err := fn.SetMaxDynamicShared(n); err != nil && n+staticBytes <= optin {
+			t.Errorf("%s: %d bytes of shared memory: %v", name, n, err)
 		}
-		frame.Encode(buf[i*size:], seq, seq*10, size-frame.HeaderSize)
-		seq++
 	}
-	buf[3*size+frame.HeaderSize+5] ^= 0x10                           // payload bit flip
-	buf[4*size+16] ^= 1                                              // timestamp bit flip
-	binary.LittleEndian.PutUint32(buf[5*size:], 0xdeadbeef)          // magic
-	buf[(n-1)*size+size-1] ^= 0x80                                   // last byte of the last frame
-	binary.LittleEndian.PutUint32(buf[(n-2)*size+24:], uint32(size)) // length
-	var cpu frame.Checker
-	for i := range n {
-		cpu.Check(buf[i*size : (i+1)*size])
-	}
-	return buf, cpu.Stats
+	name, _ := g.Name()
+	t.Logf("%s, CUDA driver API %d: the PTX (%s) loads", name, v, bytes.SplitN(PTX[bytes.Index(PTX, []byte(".version")):], []byte("\n"), 2)[0])
 }
 
 // The GPU checker's accounting equals the CPU checker's, frame for frame,
 // for frame sizes that split evenly over a warp's lanes and sizes that do
-// not, in one launch and in several launches collected together.
+// not, in one launch and in several launches collected together, with
+// either table configuration.
 func TestMatchesCPU(t *testing.T) {
+	for _, cfg := range []Config{Auto, Small} {
+		t.Run(cfg.String(), func(t *testing.T) { matchesCPU(t, cfg) })
+	}
+}
+
+func matchesCPU(t *testing.T, cfg Config) {
 	g := device(t)
 	s, err := g.NewStream()
 	if err != nil {
@@ -80,7 +86,7 @@ func TestMatchesCPU(t *testing.T) {
 		if err := s.CopyHtoD(dev.Ptr, host.Bytes[:len(buf)]); err != nil {
 			t.Fatal(err)
 		}
-		c, err := New(g, tc.size, tc.n)
+		c, err := NewConfig(g, tc.size, tc.n, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,11 +108,60 @@ func TestMatchesCPU(t *testing.T) {
 		got := c.Stats()
 		f := c.Failures()
 		if got != want || f != (Failures{Magic: 1, Length: 1, CRC: 3}) {
-			t.Errorf("%d frames of %d bytes: GPU %+v %+v, CPU %+v", tc.n, tc.size, got, f, want)
+			t.Errorf("%s, %d frames of %d bytes: GPU %+v %+v, CPU %+v", c.Config(), tc.n, tc.size, got, f, want)
 		}
 		c.Close()
 		dev.Free()
 		host.Free()
+	}
+}
+
+// The read-only baseline reads every word: its sum is the CPU's.
+func TestReader(t *testing.T) {
+	g := device(t)
+	s, err := g.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	r, err := NewReader(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, n := range []int{16, 4096, 64<<20 + 48} {
+		host, err := g.HostAlloc(uint64(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range host.Bytes[:n] {
+			host.Bytes[i] = byte(i*7 + i>>11)
+		}
+		dev, err := g.Alloc(uint64(n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.CopyHtoD(dev.Ptr, host.Bytes[:n]); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Reset(s); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.Launch(s, dev.Ptr, uint64(n)); err != nil {
+			t.Fatal(err)
+		}
+		got, err := r.Sum(s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := XorSum(host.Bytes[:n]); got != want {
+			t.Errorf("%d bytes: readsum %x, CPU %x", n, got, want)
+		}
+		dev.Free()
+		host.Free()
+	}
+	if err := r.Launch(s, 0x10008, 16); !errors.Is(err, ErrAlign) {
+		t.Errorf("unaligned read: %v", err)
 	}
 }
 

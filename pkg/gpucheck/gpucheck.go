@@ -2,12 +2,13 @@
 
 // Package gpucheck verifies acquisition frames (package frame) where they
 // land, in GPU memory: a CUDA kernel checks every frame's header and CRC32C
-// at memory speed and the host accounts for the sequence numbers exactly as
-// frame.Checker does on the CPU.
+// and the host accounts for the sequence numbers exactly as frame.Checker
+// does on the CPU. Reader reads device memory as fast as a kernel can,
+// the baseline the checker's throughput is measured against.
 //
-// The kernel ships as PTX (framecheck.ptx, made from framecheck.cu by
-// `make ptx`); the driver compiles it for the GPU at load time, so no CUDA
-// toolkit is needed where it runs.
+// The kernels ship as PTX (framecheck.ptx, made from framecheck.cu by
+// `make ptx`, PTX ISA 6.0 for sm_70 and later); the driver compiles it for
+// the GPU at load time, so no CUDA toolkit is needed where it runs.
 package gpucheck
 
 import (
@@ -20,23 +21,78 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/frame"
 )
 
-// PTX is the checker kernel, as nvcc generated it from Source.
+// PTX is the kernels, as `make ptx` generated them from Source.
 //
 //go:embed framecheck.ptx
 var PTX []byte
 
-// Source is the kernel's CUDA C source.
+// Source is the kernels' CUDA C source.
 //
 //go:embed framecheck.cu
 var Source []byte
 
 const (
-	kernel      = "framecheck"
-	blockSize   = 1024             // threads; BLOCK in framecheck.cu
-	chunkTarget = 4096             // payload bytes per thread: best measured on an H200
-	tableBytes  = 4 * 256 * 32 * 4 // slicing-by-4 tables, one copy per bank
-	recordBytes = 16
+	blockSize     = 1024 // threads; BLOCK in framecheck.cu
+	chunkTarget   = 4096 // payload bytes per thread: best measured on an H200
+	runWords      = 2    // words per run when a group shares a frame: 32 bytes, a sector
+	minGroup      = 4    // threads per frame of at least minGroupWords words
+	minGroupWords = 64
+	recordBytes   = 16
+	staticBytes   = 32 * 4 // warp_crc
+	gapBytes      = 4 * 256 * 4
+	readBlock     = 512 // READ_BLOCK in framecheck.cu
+	readPerSM     = 4   // readsum blocks per multiprocessor
 )
+
+// Config is the checker's table configuration.
+type Config int
+
+const (
+	// Auto picks Large where the device allows a block its shared
+	// memory, Small elsewhere.
+	Auto Config = iota
+	// Large: slicing-by-4 tables, 128 KiB of shared memory a block and
+	// the 4 KiB gap multiplier (compute capability 8.0 and 9.0, and
+	// others that allow a block more than 132 KiB).
+	Large
+	// Small: one byte table, 32 KiB and the gap multiplier, within the
+	// 48 KiB every GPU gives a block (V100, Turing, and the RTX and Ada
+	// workstation parts, which allow 64 to 99 KiB).
+	Small
+)
+
+func (c Config) String() string {
+	switch c {
+	case Large:
+		return "large"
+	case Small:
+		return "small"
+	}
+	return "auto"
+}
+
+// kernel returns the configuration's kernel and its dynamic shared memory.
+func (c Config) kernel() (string, int) {
+	if c == Small {
+		return "framecheck_small", 256*32*4 + gapBytes
+	}
+	return "framecheck", 4*256*32*4 + gapBytes
+}
+
+// pickConfig returns the configuration for a device that allows a block
+// optin bytes of shared memory.
+func pickConfig(want Config, optin int) (Config, error) {
+	if want == Auto {
+		want = Large
+		if _, n := Large.kernel(); optin < n+staticBytes {
+			want = Small
+		}
+	}
+	if _, n := want.kernel(); optin < n+staticBytes {
+		return want, fmt.Errorf("%w: %s tables need %d bytes, the device allows %d", ErrSharedMem, want, n+staticBytes, optin)
+	}
+	return want, nil
+}
 
 // Frame status codes the kernel writes (enum status in framecheck.cu).
 const (
@@ -52,7 +108,8 @@ var (
 	ErrFrameSize   = errors.New("gpucheck: frame size must be a multiple of 16 bytes and at least 48")
 	ErrWholeFrames = errors.New("gpucheck: range is not a whole number of frames")
 	ErrTooMany     = errors.New("gpucheck: more frames than the checker was sized for")
-	ErrSharedMem   = errors.New("gpucheck: the GPU cannot give a block 128 KiB of shared memory (needs compute capability 8.0 or 9.0)")
+	ErrSharedMem   = errors.New("gpucheck: the GPU cannot give a block the shared memory of the tables")
+	ErrAlign       = errors.New("gpucheck: range must be 16-byte aligned and a whole number of 16-byte words")
 )
 
 // Failures counts frames that failed, by reason; their sum is
@@ -69,13 +126,15 @@ type Failures struct {
 // context (cuda.Device.Lock).
 type Checker struct {
 	dev       *cuda.Device
+	cfg       Config
+	shared    int // dynamic shared memory a block
 	mod       *cuda.Module
 	fn        *cuda.Function
 	frameSize uint64
 	maxFrames uint64
 	grid      int
-	groupLog2 uint         // 2^groupLog2 threads check a frame
-	mult      *cuda.Buffer // the kernel's multiplier tables for this frame size and group
+	layout    layout
+	mult      *cuda.Buffer // the kernel's multiplier tables for this frame size and layout
 	initFix   uint32
 	records   *cuda.Buffer     // one record per frame launched
 	host      *cuda.HostBuffer // their page-locked copy
@@ -85,30 +144,46 @@ type Checker struct {
 }
 
 // New loads the kernel and sizes a checker for frames of frameSize bytes,
-// at most maxFrames of them between two Collects.
+// at most maxFrames of them between two Collects, in the configuration
+// the device allows (Auto).
 func New(g *cuda.Device, frameSize, maxFrames int) (*Checker, error) {
+	return NewConfig(g, frameSize, maxFrames, Auto)
+}
+
+// NewConfig is New with the tables' configuration chosen by the caller.
+func NewConfig(g *cuda.Device, frameSize, maxFrames int, cfg Config) (*Checker, error) {
 	if frameSize < frame.HeaderSize+16 || frameSize%16 != 0 {
 		return nil, fmt.Errorf("%w: %d", ErrFrameSize, frameSize)
 	}
 	if maxFrames < 1 {
 		return nil, fmt.Errorf("%w: room for %d frames", ErrTooMany, maxFrames)
 	}
-	if n, err := g.Attribute(cuda.AttrMaxSharedPerBlockOptin); err != nil {
+	optin, err := g.Attribute(cuda.AttrMaxSharedPerBlockOptin)
+	if err != nil {
 		return nil, err
-	} else if n < tableBytes {
-		return nil, fmt.Errorf("%w: %d bytes", ErrSharedMem, n)
+	}
+	if cfg, err = pickConfig(cfg, optin); err != nil {
+		return nil, err
 	}
 	sms, err := g.Attribute(cuda.AttrMultiprocessorCount)
 	if err != nil {
 		return nil, err
 	}
-	c := &Checker{dev: g, frameSize: uint64(frameSize), maxFrames: uint64(maxFrames), grid: sms,
-		groupLog2: groupLog2(frameSize)}
+	c := &Checker{dev: g, cfg: cfg, frameSize: uint64(frameSize), maxFrames: uint64(maxFrames), grid: sms,
+		layout: defaultLayout(frameSize)}
 	if err := c.load(); err != nil {
 		c.Close()
 		return nil, err
 	}
 	return c, nil
+}
+
+// Config returns the checker's table configuration.
+func (c *Checker) Config() Config { return c.cfg }
+
+// Layout describes how a frame is shared among threads.
+func (c *Checker) Layout() string {
+	return fmt.Sprintf("threads=%d run=%d rounds=%d", 1<<c.layout.groupLog2, c.layout.run, c.layout.rounds)
 }
 
 // groupLog2 picks the threads per frame: chunks of about chunkTarget
@@ -122,6 +197,21 @@ func groupLog2(frameSize int) uint {
 	return k
 }
 
+// defaultLayout: about chunkTarget bytes a thread, and at least minGroup
+// threads to a frame of minGroupWords words or more, taken in runs of
+// runWords words: a warp's loads then fall in 8 cache lines, where one
+// contiguous chunk a thread puts each lane in a line of its own (each
+// line a cycle of the L1's, which the table lookups share).
+func defaultLayout(frameSize int) layout {
+	k := groupLog2(frameSize)
+	if (frameSize-frame.HeaderSize)/16 >= minGroupWords {
+		for 1<<k < minGroup {
+			k++
+		}
+	}
+	return newLayout(frameSize, k, runWords)
+}
+
 func (c *Checker) load() error {
 	err := c.loadKernel(PTX)
 	if err != nil {
@@ -130,7 +220,7 @@ func (c *Checker) load() error {
 	if c.mult, err = c.dev.Alloc(multipliers * 1024 * 4); err != nil {
 		return err
 	}
-	if err = c.setGroup(c.groupLog2); err != nil {
+	if err = c.setLayout(c.layout); err != nil {
 		return err
 	}
 	if c.records, err = c.dev.Alloc(c.maxFrames * recordBytes); err != nil {
@@ -146,9 +236,10 @@ func (c *Checker) loadKernel(ptx []byte) error {
 	if err != nil {
 		return fmt.Errorf("gpucheck: loading the kernel: %w", err)
 	}
-	fn, err := mod.Function(kernel)
+	name, shared := c.cfg.kernel()
+	fn, err := mod.Function(name)
 	if err == nil {
-		err = fn.SetMaxDynamicShared(tableBytes)
+		err = fn.SetMaxDynamicShared(shared)
 	}
 	if err != nil {
 		mod.Close()
@@ -157,13 +248,13 @@ func (c *Checker) loadKernel(ptx []byte) error {
 	if c.mod != nil {
 		c.mod.Close()
 	}
-	c.mod, c.fn = mod, fn
+	c.mod, c.fn, c.shared = mod, fn, shared
 	return nil
 }
 
-// setGroup sets the threads per frame and uploads the multipliers for it.
-func (c *Checker) setGroup(k uint) error {
-	t, fix := combineTables(int(c.frameSize), k)
+// setLayout sets how a frame is shared and uploads the multipliers for it.
+func (c *Checker) setLayout(l layout) error {
+	t, fix := combineTables(int(c.frameSize), l)
 	b := make([]byte, 4*len(t))
 	for i, v := range t {
 		binary.LittleEndian.PutUint32(b[4*i:], v)
@@ -171,7 +262,7 @@ func (c *Checker) setGroup(k uint) error {
 	if err := c.dev.CopyHtoD(c.mult.Ptr, b); err != nil {
 		return err
 	}
-	c.groupLog2, c.initFix = k, fix
+	c.layout, c.initFix = l, fix
 	return nil
 }
 
@@ -191,11 +282,10 @@ func (c *Checker) Launch(s *cuda.Stream, ptr, n uint64) error {
 	if frames == 0 {
 		return nil
 	}
-	perBlock := uint64(blockSize >> c.groupLog2)
+	perBlock := uint64(blockSize >> c.layout.groupLog2)
 	grid := min(uint64(c.grid), (frames+perBlock-1)/perBlock)
 	out := c.records.Ptr + c.pending*recordBytes
-	if err := c.fn.Launch(s, int(grid), blockSize, tableBytes, ptr, frames, c.frameSize, out, uint64(c.groupLog2),
-		c.mult.Ptr, uint64(c.initFix)); err != nil {
+	if err := c.fn.Launch(s, int(grid), blockSize, c.shared, c.args(ptr, frames, out, c.mult.Ptr)...); err != nil {
 		return err
 	}
 	c.pending += frames
@@ -238,6 +328,19 @@ func (c *Checker) account(seq uint64, status uint32) {
 		c.failures.CRC++
 	}
 	c.acc.CRCFailures++
+}
+
+// args are the kernel's arguments for frames at ptr, records to out.
+func (c *Checker) args(ptr, frames, out, mult uint64) []uint64 {
+	return []uint64{ptr, frames, c.frameSize, out, uint64(c.layout.groupLog2), uint64(c.layout.run),
+		uint64(c.layout.rounds), mult, uint64(c.initFix)}
+}
+
+// ResetStats forgets the frames accounted for so far, as if none had
+// been: the next frame is taken as the first.
+func (c *Checker) ResetStats() {
+	c.acc = frame.Checker{}
+	c.failures = Failures{}
 }
 
 // Stats returns the frames accounted for so far.

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
@@ -19,6 +20,9 @@ type HostRingConfig struct {
 	SlotSize  int
 	FrameSize int // slots hold SlotSize/FrameSize whole frames
 	Workers   int // slots encoded at once; 0 means 1
+	// FIFO makes every worker build frames in a cached FIFO and copy
+	// them out, even where it could stream them straight into the ring.
+	FIFO bool
 }
 
 // ErrNotHeld reports a release of a slot the consumer does not hold.
@@ -33,14 +37,19 @@ var ErrNotHeld = errors.New("acq: slot not held")
 // generator is as wide as its link needs. It is unpaced: it fills a slot
 // as soon as it holds the slot's credit, like a link faster than the host.
 //
-// Like the FPGA, a worker builds frames in a FIFO of its own (a staging
-// buffer that stays in cache) and then writes them to the ring in bursts
-// of at least 1 MiB, which Go's copy makes with streaming stores: memory
-// sees writes only, as it does from a DMA engine, not the reads that
-// storing into uncached lines costs the CPU.
+// Memory sees writes only, as it does from a DMA engine, not the reads
+// that storing into uncached lines costs the CPU: on amd64 with AVX2, and
+// payloads of whole 32-byte blocks, a worker writes each frame straight
+// into the ring with streaming stores (its header from frame.Encoder, its
+// payload pattern computed in registers); elsewhere, or with FIFO set, it
+// builds frames in a FIFO of its own (a staging buffer that stays in
+// cache) and writes them to the ring in bursts of at least 1 MiB, which
+// Go's copy makes with streaming stores.
 type HostRing struct {
 	cfg     HostRingConfig
 	enc     *frame.Encoder
+	stream  bool      // frames go straight into the ring (streamFrame)
+	vec     [8]uint64 // streamFrame's pattern: (i+1)*Phi, then 4*Phi
 	credits chan struct{}
 	jobs    chan ringJob
 	order   chan ringJob
@@ -83,6 +92,13 @@ func NewHostRing(cfg HostRingConfig) (*HostRing, error) {
 		released: make([]bool, cfg.Slots),
 		start:    time.Now(),
 	}
+	payload := cfg.FrameSize - frame.HeaderSize
+	r.stream = !cfg.FIFO && canStream() && payload%32 == 0 && uintptr(unsafe.Pointer(&cfg.Ring[0]))%32 == 0
+	var phi uint64 = frame.Phi
+	for i := range 4 {
+		r.vec[i] = uint64(i+1) * phi
+		r.vec[4+i] = 4 * phi
+	}
 	for range cfg.Slots {
 		r.credits <- struct{}{}
 	}
@@ -91,7 +107,10 @@ func NewHostRing(cfg HostRingConfig) (*HostRing, error) {
 		workers.Add(1)
 		go func() {
 			defer workers.Done()
-			fifo := make([]byte, r.burst())
+			var fifo []byte
+			if !r.stream {
+				fifo = make([]byte, r.burst())
+			}
 			for j := range r.jobs {
 				r.fill(j.k, fifo)
 				close(j.done)
@@ -150,6 +169,16 @@ func (r *HostRing) fill(k uint64, fifo []byte) {
 	slot := r.cfg.Ring[int(k%uint64(r.cfg.Slots))*r.cfg.SlotSize:][:r.cfg.SlotSize]
 	ts := uint64(time.Since(r.start))
 	seq := k * uint64(per)
+	if r.stream {
+		var hdr [frame.HeaderSize]byte
+		blocks := (r.cfg.FrameSize - frame.HeaderSize) / 32
+		for i := range per {
+			key := r.enc.Header(hdr[:], seq, ts)
+			streamFrame(&slot[i*r.cfg.FrameSize], &hdr, blocks, &r.vec, key)
+			seq++
+		}
+		return
+	}
 	for off := 0; off < len(slot); off += len(fifo) {
 		b := fifo[:min(len(fifo), len(slot)-off)]
 		for i := 0; i < len(b); i += r.cfg.FrameSize {
@@ -159,6 +188,10 @@ func (r *HostRing) fill(k uint64, fifo []byte) {
 		copy(slot[off:], b)
 	}
 }
+
+// Streaming reports whether frames go straight into the ring with
+// streaming stores, rather than through a FIFO.
+func (r *HostRing) Streaming() bool { return r.stream }
 
 // Slots delivers filled slots in fill order; closed after Stop.
 func (r *HostRing) Slots() <-chan p2p.Slot { return r.slots }
