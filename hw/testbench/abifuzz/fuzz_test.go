@@ -62,8 +62,11 @@ func TestMain(m *testing.M) {
 	// a little, then exit, so the file's last close may happen here.
 	if fd := os.Getenv("GPUFPGA_FUZZ_CHILD_FD"); fd != "" {
 		n, _ := strconv.Atoi(fd)
-		var buf [sizeCompletion * 4]byte
-		_, _ = unix.Read(n, buf[:])
+		fds := []unix.PollFd{{Fd: int32(n), Events: unix.POLLIN}}
+		if k, _ := unix.Poll(fds, 10); k > 0 {
+			var buf [sizeCompletion * 4]byte
+			_, _ = unix.Read(n, buf[:])
+		}
 		os.Exit(0)
 	}
 	os.Exit(m.Run())
@@ -77,6 +80,8 @@ type fuzzer struct {
 	ops     atomic.Int64
 	errnos  sync.Map // op name + errno -> *atomic.Int64
 	unbinds atomic.Int64
+	// Children holding an inherited file, waited for before the checks.
+	children sync.WaitGroup
 	// The device's name: a rebound device gets a new one while files of
 	// the old one are open.
 	name atomic.Pointer[string]
@@ -330,7 +335,11 @@ func (w *worker) reopen() {
 			err := cmd.Start()
 			w.z.count("fork", err)
 			if err == nil {
-				go func() { _ = cmd.Wait() }()
+				w.z.children.Add(1)
+				go func() {
+					defer w.z.children.Done()
+					_ = cmd.Wait()
+				}()
 			}
 		}
 	}
@@ -539,6 +548,7 @@ func TestConcurrentABIFuzz(t *testing.T) {
 	}()
 	wg.Wait()
 	<-done
+	z.children.Wait()
 	close(errs)
 	for err := range errs {
 		t.Error(err)
