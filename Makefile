@@ -25,7 +25,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -188,7 +188,17 @@ unit:
 dkms-check:
 	hw/testbench/kernel/dkms-check.sh $(KVER_61) $(KVER_612)
 
-test: deps lint unit dkms-check vmtest vmtest-debug
+# Every phase, timed: a fresh machine spends most of it building the debug
+# kernel once (cached outside the tree afterwards).
+TEST_PHASES := deps lint unit dkms-check vmtest-6.1 vmtest-6.12 debug-kernel vmtest-debug
+test:
+	@set -e; for p in $(TEST_PHASES); do \
+		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \
+		echo "== make $$p: $$(( $$(date +%s) - s )) s"; done
+
+# The debug kernel alone (hw/testbench/kernel/build-debug.sh; cached).
+debug-kernel:
+	hw/testbench/kernel/build-debug.sh
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...

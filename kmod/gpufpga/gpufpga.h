@@ -4,14 +4,17 @@
  *
  * Lock order, outermost first:
  *   gpufpga_dev.ioctl_rwsem     ioctls (read) against device removal (write)
+ *   gpufpga_dev.files_lock      the device's open files
  *   gpufpga_file.lock (mutex)   the file's pins and async requests
+ *   NVIDIA's own locks          held by NVIDIA around its free callback
  *   gpufpga_chan.lock (mutex)   the channel's running and queued requests
  *   gpufpga_dev.regs_lock       the register transport (mutex, rig only)
  *   gpufpga_mem.lock (spinlock) a pin's state
  *   gpufpga_file.done_lock      finished async requests (spinlock, leaf)
- * The NVIDIA free callback and dma-buf move_notify take chan.lock and
- * mem.lock, never file.lock. nvidia_p2p_put_pages(), which waits for a
- * running free callback, is called with no lock held.
+ * The NVIDIA free callback and dma-buf move_notify run under their
+ * provider's locks and take chan.lock and mem.lock only. NVIDIA's entry
+ * points are called with no lock held but files_lock (remove unpinning open
+ * files): never with file.lock, chan.lock or mem.lock.
  */
 #ifndef GPUFPGA_H
 #define GPUFPGA_H
@@ -71,7 +74,7 @@ struct gpufpga_chan {
 	u32 addr_align;		/* bytes; 1: any address */
 	u32 len_gran;		/* bytes; 1: any length */
 
-	struct mutex lock;
+	struct mutex lock;		/* active, queue, acq, ring, counters */
 	struct gpufpga_req *active;
 	struct list_head queue;
 	struct gpufpga_stream_state *acq;	/* a running stream, or NULL */
@@ -108,7 +111,7 @@ struct gpufpga_dev {
 	void __iomem *bar;		/* MMIO: the DMA BAR */
 	void __iomem *mbox;		/* rig: register mailbox */
 	void __iomem *doorbell;		/* rig: ivshmem doorbell */
-	struct mutex regs_lock;
+	struct mutex regs_lock;		/* the rig's register mailbox */
 	u32 mbox_seq;
 	bool link_down;
 	bool dead;
@@ -122,7 +125,7 @@ struct gpufpga_dev {
 	int nvecs;
 
 	atomic64_t pinned_total;
-	struct mutex files_lock;
+	struct mutex files_lock;	/* files */
 	struct list_head files;
 	struct dentry *debugfs;
 };
@@ -146,7 +149,7 @@ static inline struct gpufpga_chan *gpufpga_chan_next(struct gpufpga_dev *dev, in
 
 struct gpufpga_file {
 	struct gpufpga_dev *dev;
-	struct mutex lock;
+	struct mutex lock;		/* pins, next_handle, next_id, pinned, npins */
 	struct xarray pins;		/* handle -> pin */
 	u64 next_handle;
 	u64 next_id;
@@ -157,7 +160,7 @@ struct gpufpga_file {
 	atomic_t nevents;		/* stream records not yet read */
 	struct list_head node;		/* dev->files */
 
-	spinlock_t done_lock;
+	spinlock_t done_lock;		/* done */
 	struct list_head done;
 	wait_queue_head_t done_wq;
 };
@@ -184,7 +187,7 @@ struct gpufpga_mem {
 	u32 largest_run;
 	dma_addr_t *bus;	/* bus address of each page */
 
-	spinlock_t lock;
+	spinlock_t lock;		/* state, nv.pt, nv.map, nv.freed */
 	enum gpufpga_mem_state state;
 	bool published;		/* in the file's table */
 	atomic_t inflight;
