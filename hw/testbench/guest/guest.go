@@ -127,6 +127,14 @@ func CheckDmesg(t testing.TB) {
 
 const kmemleak = "/sys/kernel/debug/kmemleak"
 
+// DebugKernel reports whether the guest runs the rig's debug kernel
+// (KASAN, lockdep, kmemleak, ...), which the host's vmtest marks on the
+// command line.
+func DebugKernel() bool {
+	cmd, _ := os.ReadFile("/proc/cmdline")
+	return strings.Contains(string(cmd), "kmemleak=on")
+}
+
 // CheckKmemleak fails the test if kmemleak finds unreferenced kernel
 // memory; on a kernel without kmemleak (not the debug kernel) it checks
 // nothing. Guest packages call it last, once their modules are unloaded:
@@ -135,17 +143,14 @@ const kmemleak = "/sys/kernel/debug/kmemleak"
 // stayed unreferenced across scans, so it scans a few times.
 func CheckKmemleak(t testing.TB) {
 	t.Helper()
-	cmd, err := os.ReadFile("/proc/cmdline")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !strings.Contains(string(cmd), "kmemleak=on") {
+	if !DebugKernel() {
 		t.Log("not the debug kernel: no kmemleak scan")
 		return
 	}
 	var leaks []byte
+	var err error
 	for range 3 {
-		if err := os.WriteFile(kmemleak, []byte("scan"), 0); err != nil {
+		if err = os.WriteFile(kmemleak, []byte("scan"), 0); err != nil {
 			t.Fatalf("kmemleak scan: %v", err)
 		}
 		if leaks, err = os.ReadFile(kmemleak); err != nil {

@@ -26,11 +26,20 @@ build() { # dir, extra make arguments
 		cat "$log" >&2; echo "kmod: $dir does not build against $kdir" >&2; exit 1; }
 }
 # The simulated GPU in each of its variants; the default one at the top.
-for v in open old; do
+# A kernel with lock debugging takes only the open one: a proprietary module
+# cannot call lockdep's GPL-only entry points, and loading one would turn
+# lockdep off.
+variants="open old"
+default=
+if grep -q '^CONFIG_DEBUG_LOCK_ALLOC=y' "$kdir/.config"; then
+	variants=open
+	default=NVP2P_SIM_VARIANT=open
+fi
+for v in $variants; do
 	cp -r "$src/hw/testbench/nvp2p_sim" "$src/hw/testbench/nvp2p_sim-$v"
 	build "hw/testbench/nvp2p_sim-$v" NVP2P_SIM_VARIANT=$v
 done
-build hw/testbench/nvp2p_sim
+build hw/testbench/nvp2p_sim $default
 symvers=${nvidia_src:+$nvidia_src/Module.symvers}
 build kmod/gpufpga KBUILD_EXTRA_SYMBOLS="${symvers:-$src/hw/testbench/nvp2p_sim/Module.symvers}" \
 	${nvidia_src:+NVIDIA_SRC=$nvidia_src}
@@ -40,7 +49,7 @@ if grep -E 'warning:|error:' "$log" | grep -v 'Skipping BTF generation'; then
 fi
 rm -rf "$out"/*.ko "$out/open" "$out/old"
 cp "$src"/hw/testbench/nvp2p_sim/*.ko "$src"/kmod/gpufpga/*.ko "$out/"
-for v in open old; do
+for v in $variants; do
 	mkdir -p "$out/$v"
 	cp "$src/hw/testbench/nvp2p_sim-$v/nvp2p_sim.ko" "$out/$v/"
 done

@@ -27,6 +27,12 @@ const devPath = "/dev/gpufpga0"
 func rig(t *testing.T, variant string) (*p2p.Device, *simgpu.GPU) {
 	t.Helper()
 	guest.Require(t)
+	if variant != guest.NVIDIAOpen && guest.DebugKernel() {
+		// Built only on 6.1 and 6.12, where this test runs: it could not
+		// use lockdep's GPL-only entry points, and loading it would turn
+		// lockdep off for the rest of the debug run.
+		t.Skipf("no %s simulated driver on the debug kernel", variant)
+	}
 	if err := guest.LoadVariant("nvp2p_sim", variant); err != nil {
 		t.Fatal(err)
 	}
