@@ -57,7 +57,7 @@ func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
 	if _, busy := d.streams[channel]; busy {
 		return nil, &Error{Op: "stream", Err: unix.EBUSY, Kind: ErrBusy, Detail: fmt.Sprintf("c2h%d already streams", channel)}
 	}
-	a := streamArg{Channel: uint32(channel), Nslots: uint32(len(segs)), Slots: uint64(uintptr(unsafe.Pointer(&segs[0])))}
+	a := streamPtrArg{Channel: uint32(channel), Nslots: uint32(len(segs)), Slots: slicePointer(segs)}
 	if err := d.ioctl(iocStreamStart, unsafe.Pointer(&a)); err != nil {
 		return nil, newError("stream", err, fmt.Sprintf("c2h%d, %d slots", channel, len(slots)))
 	}
@@ -117,7 +117,7 @@ func (s *Stream) Release(idx ...int) error {
 	for i, x := range idx {
 		v[i] = uint32(x)
 	}
-	a := releaseArg{Channel: uint32(s.channel), Nslots: uint32(len(v)), Slots: uint64(uintptr(unsafe.Pointer(&v[0])))}
+	a := releasePtrArg{Channel: uint32(s.channel), Nslots: uint32(len(v)), Slots: slicePointer(v)}
 	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {
 		e := newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
 		if errors.Is(e, ErrNotFound) {
