@@ -88,9 +88,9 @@ func Open(path string) (*Device, error) {
 		return nil, fmt.Errorf("gpufpga open: %w", err)
 	}
 	return &Device{
-		f:       f,
-		path:    path,
-		waiters: make(map[uint64]chan Completion),
+		f:         f,
+		path:      path,
+		waiters:   make(map[uint64]chan Completion),
 		streams:   make(map[int]*Stream),
 		submitted: make(map[uint64]uint64),
 		async:     make(chan Completion, MaxUnread),
