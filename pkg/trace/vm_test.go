@@ -13,6 +13,7 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
@@ -106,7 +107,7 @@ func TestTracedCountsEqualTransfers(t *testing.T) {
 		}
 	}
 	// A fault: a failed-transfer event with its status, and an error event.
-	if err := r.Ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
+	if err := r.Ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultBadMagic); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := r.Dev.Transfer(ctx, p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}}); !errors.Is(err, p2p.ErrHardware) {

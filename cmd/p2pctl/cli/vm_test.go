@@ -13,6 +13,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -261,7 +262,7 @@ func TestCLIErrors(t *testing.T) {
 		{nil, []string{"stream", "--mem", "cuda", "--out", "/tmp/x"}, ExitUsage, "--out records CPU-visible memory: not with --mem cuda"},
 	} {
 		if strings.Contains(strings.Join(tc.args, " "), "--size 64KiB") && len(tc.args) == 3 {
-			if err := ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
+			if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultBadMagic); err != nil {
 				t.Fatal(err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
@@ -261,13 +262,13 @@ func TestInjectedFaults(t *testing.T) {
 	table, _ := a.Table()
 	segs := segments(t, table, 256<<10)
 	for _, tc := range []struct {
-		fault xdma.Fault
+		fault xdmamodel.Fault
 		want  uint32
 	}{
-		{xdma.FaultBadMagic, xdma.StatMagicStopped},
-		{xdma.FaultDescRead, xdma.ErrCodeUnsupportedRequest << 19},
-		{xdma.FaultDataRead, xdma.ErrCodeCompleterAbort << 9},
-		{xdma.FaultDataWrite, xdma.ErrCodeCompleterAbort << 14},
+		{xdmamodel.FaultBadMagic, xdma.StatMagicStopped},
+		{xdmamodel.FaultDescRead, xdma.ErrCodeUnsupportedRequest << 19},
+		{xdmamodel.FaultDataRead, xdma.ErrCodeCompleterAbort << 9},
+		{xdmamodel.FaultDataWrite, xdma.ErrCodeCompleterAbort << 14},
 	} {
 		if err := ctl.InjectFault(xdma.C2H, 0, tc.fault); err != nil {
 			t.Fatal(err)
@@ -277,7 +278,7 @@ func TestInjectedFaults(t *testing.T) {
 		}
 	}
 	// A stall keeps the channel busy until software halts it.
-	if err := ctl.InjectFault(xdma.H2C, 0, xdma.FaultStall); err != nil {
+	if err := ctl.InjectFault(xdma.H2C, 0, xdmamodel.FaultStall); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := xdma.BuildChain(e.descs.Mem, e.descs.Phys[0], segs, xdma.ChainSpec{Dir: xdma.H2C})
