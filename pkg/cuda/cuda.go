@@ -166,10 +166,15 @@ func OpenDevice(ordinal int) (*Device, error) {
 }
 
 // Lock binds the device's context to the calling goroutine's OS thread;
-// call it before using the device from a goroutine, and Unlock after.
+// call it before using the device from a goroutine, and Unlock after
+// (only when Lock succeeded: on an error the thread is not locked).
 func (g *Device) Lock() error {
 	runtime.LockOSThread()
-	return g.drv.call("cuCtxSetCurrent", g.ctx)
+	if err := g.drv.call("cuCtxSetCurrent", g.ctx); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
 }
 
 // Unlock releases the goroutine's OS thread.

@@ -35,7 +35,10 @@ func NewCUDA(g *cuda.Device, copyStreams int) (*CUDA, error) {
 	for range max(copyStreams, 1) {
 		s, err := g.NewStream()
 		if err != nil {
-			c.Close()
+			// The context is current already: no Close, which would lock again.
+			for _, s := range c.streams {
+				s.Close()
+			}
 			return nil, err
 		}
 		c.streams = append(c.streams, s)
