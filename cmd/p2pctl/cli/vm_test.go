@@ -282,3 +282,37 @@ func TestCLIErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestCLISilentCorruption: a DMA that reports success but changed a bit
+// fails verification with exit 4, in transfers and in checked streams.
+func TestCLISilentCorruption(t *testing.T) {
+	guestrig.Load(t, "card_mem_size=67108864")
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil { // one frame a slot
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir  xdma.Direction
+		ch   int
+		args []string
+		msg  string
+	}{
+		{xdma.C2H, 0, []string{"transfer", "--channel", "c2h0", "--mem", "sim", "--size", "256KiB", "--verify"}, "differs after the round trip"},
+		{xdma.H2C, 0, []string{"transfer", "--channel", "h2c0", "--mem", "host", "--size", "256KiB", "--verify"}, "differs after the round trip"},
+		{xdma.C2H, 1, []string{"stream", "--mem", "sim", "--slots", "16", "--slot-size", "64KiB", "--bytes", "2MiB", "--check", "cpu"}, "frames lost or damaged"},
+	} {
+		// Clean first, so the failure below is the fault's.
+		if r := p2pctl(t, nil, tc.args...); r.code != ExitOK {
+			t.Fatalf("p2pctl %v without a fault: exit %d: %s", tc.args, r.code, r.stderr)
+		}
+		if err := ctl.InjectFault(tc.dir, tc.ch, xdmamodel.FaultCorrupt); err != nil {
+			t.Fatal(err)
+		}
+		if r := p2pctl(t, nil, tc.args...); r.code != ExitVerify || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("p2pctl %v with a bit flipped: exit %d, stderr %q; want %d with %q", tc.args, r.code, r.stderr, ExitVerify, tc.msg)
+		}
+	}
+}

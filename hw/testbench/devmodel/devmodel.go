@@ -359,7 +359,7 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	einval := uint32(unix.EINVAL)
 	switch op {
 	case rl.CtlFault:
-		if a0 > 1 || a2 > uint32(xdmamodel.FaultStall) {
+		if a0 > 1 || !xdmamodel.Fault(a2).Valid() {
 			return einval, 0, 0
 		}
 		if err := r.engine.InjectFault(xdma.Direction(a0), int(a1), xdmamodel.Fault(a2)); err != nil {

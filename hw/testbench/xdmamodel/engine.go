@@ -56,6 +56,10 @@ const (
 	FaultDataRead        // the next data read fails
 	FaultDataWrite       // the next data write fails
 	FaultStall           // the channel stops making progress
+	// FaultCorrupt flips a bit in the middle of the next data write and
+	// reports success: silent corruption, which only checking the data
+	// finds.
+	FaultCorrupt
 )
 
 func (f Fault) String() string {
@@ -72,13 +76,18 @@ func (f Fault) String() string {
 		return "data-write"
 	case FaultStall:
 		return "stall"
+	case FaultCorrupt:
+		return "corrupt"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
 
+// Valid reports whether f is a fault the engine knows.
+func (f Fault) Valid() bool { return f >= FaultNone && f <= FaultCorrupt }
+
 // ParseFault parses the String form of a fault.
 func ParseFault(s string) (Fault, error) {
-	for f := FaultNone; f <= FaultStall; f++ {
+	for f := FaultNone; f.Valid(); f++ {
 		if f.String() == s {
 			return f, nil
 		}
@@ -779,6 +788,12 @@ func (e *Engine) dataWrite(c *channel, m xdma.Memory, addr uint64, p []byte) err
 	if c.fault == FaultDataWrite {
 		c.fault = FaultNone
 		return &xdma.BusError{Addr: addr, Len: len(p), Code: xdma.ErrCodeCompleterAbort}
+	}
+	if c.fault == FaultCorrupt && len(p) > 0 {
+		c.fault = FaultNone
+		bad := append([]byte(nil), p...)
+		bad[len(bad)/2] ^= 0x01
+		return m.Write(addr, bad)
 	}
 	return m.Write(addr, p)
 }

@@ -314,6 +314,40 @@ func TestEngineFaults(t *testing.T) {
 	}
 }
 
+// TestEngineSilentCorruption: the corrupt fault changes one bit of what
+// is written and the status says all is well, so only the data shows it.
+func TestEngineSilentCorruption(t *testing.T) {
+	r := newRig(t, 4)
+	fill(r.cardMem, 2)
+	const n = 4 * sgl.PageSize64K
+	segs := r.segments(t, 0, n, sgl.Limits{})
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultCorrupt))
+	if st := r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault); st != xdma.StatDescStopped|xdma.StatDescCompleted {
+		t.Fatalf("status %s, want a clean completion", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+	got, want := r.vramWindow(0, n), r.cardMem[:n]
+	var diffs []int
+	for i := range got {
+		if got[i] != want[i] {
+			diffs = append(diffs, i)
+		}
+	}
+	if len(diffs) != 1 || got[diffs[0]]^want[diffs[0]] != 1 {
+		t.Fatalf("bytes differing: %v, want one with one bit flipped", diffs)
+	}
+	// One-shot: the next run is clean.
+	r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault)
+	if !bytes.Equal(r.vramWindow(0, n), want) {
+		t.Fatal("corruption after the fault fired")
+	}
+	if f, err := xdmamodel.ParseFault("corrupt"); err != nil || f != xdmamodel.FaultCorrupt {
+		t.Fatalf("ParseFault(corrupt) = %v, %v", f, err)
+	}
+	if xdmamodel.Fault(7).Valid() || xdmamodel.Fault(-1).Valid() {
+		t.Fatal("faults out of range are valid")
+	}
+}
+
 func TestEngineStallAndHalt(t *testing.T) {
 	r := newRig(t, 2)
 	must(t, r.e.InjectFault(xdma.H2C, 0, xdmamodel.FaultStall))
