@@ -119,7 +119,8 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 	var err error
 	switch kind {
 	case memHost:
-		mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+		var mem []byte
+		mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
 			return nil, fmt.Errorf("allocate %s of host memory: %w", fmtBytes(size), err)
 		}
@@ -127,8 +128,8 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 		b.free = func() error { return unix.Munmap(mem) }
 		b.pin, err = d.PinHost(mem)
 	case memCUDA:
-		g, err := cuda.OpenDevice(0)
-		if err != nil {
+		var g *cuda.Device
+		if g, err = cuda.OpenDevice(0); err != nil {
 			return nil, &exitError{ExitDevice, err}
 		}
 		b.dev = g
