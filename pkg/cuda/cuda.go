@@ -55,8 +55,11 @@ type Driver struct {
 }
 
 // Open loads libcuda.so.1 and initialises it.
-func Open() (*Driver, error) {
-	lib, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+func Open() (*Driver, error) { return openLib("libcuda.so.1") }
+
+// openLib loads the driver from the named library.
+func openLib(name string) (*Driver, error) {
+	lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDriver, err)
 	}

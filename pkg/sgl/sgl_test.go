@@ -7,22 +7,28 @@ import (
 	"testing"
 )
 
-// reference builds the list one byte at a time: a byte joins the current
-// segment when it is the bus successor of the segment's last byte and the
-// segment still has room under the limits. It is slow and obviously right.
+// reference builds the list one byte at a time from the limits' own
+// definitions, sharing no code with the package: a byte starts a new
+// segment unless it is the bus successor of the previous byte (without
+// wrapping through 2^64), the segment is below MaxSegment, the byte is not
+// on a BusBoundary, and it does not start a Stride. Slow and obviously
+// right.
 func reference(l Limits, windows []window) []Segment {
 	var segs []Segment
-	var logical, segLogical uint64
+	var logical uint64
 	for _, w := range windows {
 		ps := w.t.PageSize
 		for i := w.off; i < w.off+w.len; i++ {
 			addr := w.t.Pages[i/ps] + i%ps
 			n := len(segs)
-			if n > 0 && segs[n-1].End() == addr && segs[n-1].Len < l.room(segs[n-1].Addr, segLogical) {
+			join := n > 0 && addr != 0 && segs[n-1].Addr+segs[n-1].Len == addr &&
+				(l.MaxSegment == 0 || segs[n-1].Len < l.MaxSegment) &&
+				(l.BusBoundary == 0 || addr%l.BusBoundary != 0) &&
+				(l.Stride == 0 || logical%l.Stride != 0)
+			if join {
 				segs[n-1].Len++
 			} else {
 				segs = append(segs, Segment{Addr: addr, Len: 1})
-				segLogical = logical
 			}
 			logical++
 		}

@@ -59,8 +59,8 @@ func TestIoctlArraysUnderGCPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srcMem, _ := src.Bytes()
-	dstMem, _ := dst.Bytes()
+	srcMem := must[[]byte](t)(src.Bytes())
+	dstMem := must[[]byte](t)(dst.Bytes())
 	for i := range srcMem {
 		srcMem[i] = byte(i/page*37 + i*7)
 	}
@@ -72,7 +72,7 @@ func TestIoctlArraysUnderGCPressure(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantTable, _ := dst.Table()
+	wantTable := must[[]uint64](t)(dst.Table())
 	gcPressure(t)
 	ctx := context.Background()
 	// Pages to the card in order, back in reverse, one segment per page:
