@@ -61,3 +61,15 @@ func TestGroupSize(t *testing.T) {
 		}
 	}
 }
+
+// The tables fill exactly the multipliers*1024 words the checker
+// allocates for them on the GPU.
+func TestCombineTablesFitTheirAllocation(t *testing.T) {
+	for _, size := range []int{64, 4096, 65536} {
+		for g := range uint(6) {
+			if tab, _ := combineTables(size, g); len(tab) != multipliers*1024 {
+				t.Fatalf("frame %d, group 2^%d: %d words of tables, %d allocated", size, g, len(tab), multipliers*1024)
+			}
+		}
+	}
+}

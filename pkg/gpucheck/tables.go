@@ -5,10 +5,10 @@ import "github.com/gpufpga/gpufpga/pkg/frame"
 // Multipliers in the kernel's table, in this order (enum multiplier in
 // framecheck.cu).
 const (
-	mulLevels  = 5 // chunk * 2^k bytes, k = 0..4: the shuffle tree
-	mulWarp    = 5 // 32 chunks: warp to warp
-	mulPayload = 6 // the payload: shifts the header's CRC
-	multipliers
+	mulLevels   = 5              // chunk * 2^k bytes, k = 0..4: the shuffle tree
+	mulWarp     = 5              // 32 chunks: warp to warp
+	mulPayload  = 6              // the payload: shifts the header's CRC
+	multipliers = mulPayload + 1 // tables in all: the allocation holds this many
 )
 
 // combineTables returns the kernel's multiplier tables for frames of
