@@ -182,6 +182,72 @@ func TestCompatCopyFailure(t *testing.T) {
 	}
 }
 
+// waitFailGPU's copy number fail reports an error from Wait, once the
+// copy after it has been started: so a later slot is queued behind the
+// failure.
+type waitFailGPU struct {
+	simgpu.Local
+	fail  int
+	n     int
+	later chan struct{}
+}
+
+func (g *waitFailGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
+	b, err := g.Local.Alloc(size)
+	return &waitFailBuffer{b, g}, err
+}
+
+type waitFailBuffer struct {
+	stream.GPUBuffer
+	g *waitFailGPU
+}
+
+func (b *waitFailBuffer) Bytes() []byte { return b.GPUBuffer.(stream.CPUVisible).Bytes() }
+
+type failedCopy struct{ later chan struct{} }
+
+func (c failedCopy) Wait() error {
+	<-c.later
+	return errCopyEngine
+}
+
+// CopyIn runs on collect's goroutine only, so n needs no lock.
+func (b *waitFailBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	b.g.n++
+	switch {
+	case b.g.n == b.g.fail:
+		return failedCopy{b.g.later}, nil
+	case b.g.n == b.g.fail+2: // the one after fail+1, which is queued now
+		close(b.g.later)
+	}
+	return b.GPUBuffer.CopyIn(off, src)
+}
+
+// After a copy fails, the slots queued behind it are not delivered.
+func TestCompatNothingAfterAFailedCopy(t *testing.T) {
+	s, _ := attach(t, context.Background(), &waitFailGPU{fail: 6, later: make(chan struct{})}, stream.CheckCPU)
+	n := 0
+	for f := range s.Filled() {
+		checkSlot(t, f)
+		s.Release(f.Slot)
+		n++
+	}
+	if !errors.Is(s.Err(), errCopyEngine) || n != 5 {
+		t.Fatalf("%d slots, then %v; want 5, then the copy error", n, s.Err())
+	}
+}
+
+func TestModeAndCheckStrings(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{stream.Direct.String(), "direct"}, {stream.Mode(7).String(), "Mode(7)"}, {stream.Mode(-1).String(), "Mode(-1)"},
+		{stream.CheckGPU.String(), "gpu"}, {stream.Check(3).String(), "Check(3)"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
 // Configurations that cannot run are refused with ErrConfig.
 func TestConfigErrors(t *testing.T) {
 	host := make([]byte, slots*slotSize)

@@ -34,7 +34,15 @@ const (
 )
 
 func (m Mode) String() string {
-	return [...]string{"auto", "direct", "compat"}[m]
+	switch m {
+	case Auto:
+		return "auto"
+	case Direct:
+		return "direct"
+	case Compat:
+		return "compat"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
 // Check says where frames are verified.
@@ -48,7 +56,15 @@ const (
 )
 
 func (c Check) String() string {
-	return [...]string{"none", "cpu", "gpu"}[c]
+	switch c {
+	case CheckNone:
+		return "none"
+	case CheckCPU:
+		return "cpu"
+	case CheckGPU:
+		return "gpu"
+	}
+	return fmt.Sprintf("Check(%d)", int(c))
 }
 
 // Config describes a session.
@@ -129,11 +145,13 @@ type Session struct {
 	err     error
 	done    chan struct{}
 	once    sync.Once
+	freeErr error
 }
 
 type inflight struct {
 	slot p2p.Slot
-	copy Copy // compat mode
+	copy Copy  // compat mode
+	err  error // the copy could not start
 }
 
 // ErrConfig reports a configuration that cannot run.
@@ -257,19 +275,22 @@ func newSession(cfg Config, mode Mode) (*Session, error) {
 
 func (s *Session) size() uint64 { return s.cfg.SlotSize * uint64(s.cfg.Slots) }
 
-func (s *Session) free() {
+// free releases what the session holds and reports every failure.
+func (s *Session) free() error {
+	var errs []error
 	if s.checker != nil {
-		s.checker.Close()
+		errs = append(errs, s.checker.Close())
 	}
 	if s.gpuPin != nil {
-		s.gpuPin.Unpin()
+		errs = append(errs, s.gpuPin.Unpin())
 	}
 	if s.host != nil {
-		s.host.free()
+		errs = append(errs, s.host.free())
 	}
 	if s.gpu != nil {
-		s.gpu.Free()
+		errs = append(errs, s.gpu.Free())
 	}
+	return errors.Join(errs...)
 }
 
 func (s *Session) run(ctx context.Context, src Source) {
@@ -295,9 +316,9 @@ func (s *Session) collect(ctx context.Context) {
 			off := uint64(sl.Index) * size
 			cp, err := s.gpu.CopyIn(off, s.ring[off:off+sl.Bytes])
 			if err != nil {
-				s.fail(fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err))
+				// In order: the slots queued before it are delivered.
+				in.err = fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err)
 				s.src.Stop()
-				continue
 			}
 			in.copy = cp
 		}
@@ -330,19 +351,33 @@ func (s *Session) deliver() {
 		s.mu.Unlock()
 	}()
 	size := s.cfg.SlotSize
+	failed := false
 	for in := range s.inQueue {
 		sl := in.slot
 		off := uint64(sl.Index) * size
-		if in.copy != nil {
-			if err := in.copy.Wait(); err != nil {
-				s.fail(fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err))
-				s.src.Stop()
-				continue
+		if failed {
+			// Once a copy or check failed, later slots are not
+			// delivered: the session's data has a hole. Their copies
+			// are waited for, so nothing writes the GPU buffer after
+			// Close.
+			if in.copy != nil {
+				in.copy.Wait()
+			}
+			continue
+		}
+		err := in.err
+		if err == nil && in.copy != nil {
+			if err = in.copy.Wait(); err != nil {
+				err = fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err)
 			}
 		}
-		if err := s.check(off, sl.Bytes); err != nil {
+		if err == nil {
+			err = s.check(off, sl.Bytes)
+		}
+		if err != nil {
 			s.fail(err)
 			s.src.Stop()
+			failed = true
 			continue
 		}
 		f := Filled{Slot: sl.Index, Seq: sl.Seq, Addr: s.gpu.Addr() + off, Len: sl.Bytes, EOP: sl.EOP}
@@ -417,7 +452,8 @@ func (s *Session) Stop() error {
 	return err
 }
 
-// Close stops the session if it runs and frees its memory. Call it once no
+// Close stops the session if it runs and frees its memory, returning
+// what failed in unpinning, unregistering and freeing it. Call it once no
 // Filled.Data is in use any more.
 func (s *Session) Close() error {
 	select {
@@ -425,8 +461,8 @@ func (s *Session) Close() error {
 	default:
 		s.Stop()
 	}
-	s.once.Do(s.free)
-	return nil
+	s.once.Do(func() { s.freeErr = s.free() })
+	return s.freeErr
 }
 
 // Err is why the session ended: nil after Stop, the context's error after
