@@ -2,6 +2,7 @@ package cuda
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 )
 
@@ -26,5 +27,25 @@ func TestOpen(t *testing.T) {
 	v, err := d.Version()
 	if err != nil || v < 1000 {
 		t.Fatalf("driver version %d, %v", v, err)
+	}
+}
+
+func TestErrorMatchesResult(t *testing.T) {
+	err := fmt.Errorf("allocating: %w", &Error{Op: "cuMemAlloc_v2", Code: 2, Msg: "out of memory"})
+	if !errors.Is(err, ErrorOutOfMemory) {
+		t.Fatalf("%v does not match ErrorOutOfMemory", err)
+	}
+	if errors.Is(err, ErrorInvalidValue) {
+		t.Fatalf("%v matches ErrorInvalidValue", err)
+	}
+}
+
+// A function the loaded driver lacks fails when called, with its name.
+func TestMissingFunction(t *testing.T) {
+	d := &Driver{}
+	err := d.call(cuMemGetHandleForAddressRange)
+	var e *Error
+	if !errors.As(err, &e) || e.Op != "cuMemGetHandleForAddressRange" || !errors.Is(err, ErrorNotFound) {
+		t.Fatalf("calling a missing function: %v", err)
 	}
 }
