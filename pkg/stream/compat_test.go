@@ -7,12 +7,15 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
@@ -267,5 +270,82 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := stream.Start(context.Background(), stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}}); !errors.Is(err, stream.ErrConfig) {
 		t.Errorf("Start without a device: %v, want ErrConfig", err)
+	}
+}
+
+// orderSource is a Source whose one slot the test fills; Release records
+// whether the work on the slot had finished when it came.
+type orderSource struct {
+	slots    chan p2p.Slot
+	stop     sync.Once
+	workDone atomic.Bool
+	released chan bool // workDone at each release
+}
+
+func (o *orderSource) Slots() <-chan p2p.Slot { return o.slots }
+func (o *orderSource) Err() error             { return nil }
+func (o *orderSource) Stop() error {
+	o.stop.Do(func() { close(o.slots) })
+	return nil
+}
+func (o *orderSource) Release(...int) error {
+	o.released <- o.workDone.Load()
+	return nil
+}
+
+// work finishes when open is closed, with err.
+type work struct {
+	src  *orderSource
+	open chan struct{}
+	err  error
+}
+
+func (w work) Wait() error {
+	<-w.open
+	w.src.workDone.Store(true)
+	return w.err
+}
+
+func attachOrder(t *testing.T) (*stream.Session, *orderSource) {
+	src := &orderSource{slots: make(chan p2p.Slot, 1), released: make(chan bool, 1)}
+	s, err := stream.Attach(context.Background(), stream.Config{SlotSize: 4096, Slots: 1, GPU: &simgpu.Local{}}, make([]byte, 4096), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	src.slots <- p2p.Slot{Index: 0, Bytes: 4096}
+	<-s.Filled()
+	return s, src
+}
+
+// ReleaseAfter hands the slot back only after the work reading it is done.
+func TestReleaseAfterWaitsForTheWork(t *testing.T) {
+	s, src := attachOrder(t)
+	w := work{src: src, open: make(chan struct{})}
+	s.ReleaseAfter(0, w)
+	close(w.open)
+	if done := <-src.released; !done {
+		t.Fatal("slot released while the work on it still ran")
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+// Work that fails ends the session with its error; the slot stays held.
+func TestReleaseAfterFailure(t *testing.T) {
+	s, src := attachOrder(t)
+	w := work{src: src, open: make(chan struct{}), err: errCopyEngine}
+	close(w.open)
+	s.ReleaseAfter(0, w)
+	for range s.Filled() {
+	}
+	if !errors.Is(s.Err(), errCopyEngine) {
+		t.Fatalf("session ended with %v, want the work's error", s.Err())
+	}
+	select {
+	case <-src.released:
+		t.Fatal("slot released after its work failed")
+	default:
 	}
 }

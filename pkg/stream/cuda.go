@@ -137,6 +137,32 @@ func (c *CUDA) recycle(e *cuda.Event) {
 	c.mu.Unlock()
 }
 
+// Done records an event on s, after the work queued there so far (the
+// kernels that read a slot), for Session.ReleaseAfter.
+func (c *CUDA) Done(s *cuda.Stream) (Copy, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	c.mu.Lock()
+	var e *cuda.Event
+	if n := len(c.events); n > 0 {
+		e, c.events = c.events[n-1], c.events[:n-1]
+	}
+	c.mu.Unlock()
+	if e == nil {
+		var err error
+		if e, err = c.dev.NewSyncEvent(); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.Record(s); err != nil {
+		c.recycle(e)
+		return nil, err
+	}
+	return &cudaCopy{c: c, e: e}, nil
+}
+
 type cudaBuffer struct {
 	c *CUDA
 	b *cuda.Buffer

@@ -146,6 +146,8 @@ type Session struct {
 	done    chan struct{}
 	once    sync.Once
 	freeErr error
+	// releasing counts ReleaseAfter calls still waiting.
+	releasing sync.WaitGroup
 }
 
 type inflight struct {
@@ -430,7 +432,11 @@ func (s *Session) check(off, n uint64) error {
 // Close.
 func (s *Session) Filled() <-chan Filled { return s.filled }
 
-// Release hands a slot back to the engine.
+// Release hands a slot back to the engine, which may refill it at once:
+// call it only when nothing reads the slot any more. GPU work is
+// asynchronous: a kernel launched on the slot is still reading it when
+// the launch returns, so either synchronise with that work first or use
+// ReleaseAfter.
 func (s *Session) Release(slot int) error {
 	// Counted first: the engine may refill the slot before the call returns.
 	s.mu.Lock()
@@ -443,6 +449,27 @@ func (s *Session) Release(slot int) error {
 		return err
 	}
 	return nil
+}
+
+// ReleaseAfter hands a slot back once done reports that the work reading
+// it has finished: a CUDA event recorded after the kernels that read the
+// slot (CUDA.Done). It returns at once. If done or the release fails, the
+// session ends with that error.
+func (s *Session) ReleaseAfter(slot int, done Copy) {
+	s.releasing.Add(1)
+	go func() {
+		defer s.releasing.Done()
+		err := done.Wait()
+		if err == nil {
+			err = s.Release(slot)
+		} else {
+			err = fmt.Errorf("stream: waiting to release slot %d: %w", slot, err)
+		}
+		if err != nil {
+			s.fail(err)
+			s.src.Stop()
+		}
+	}()
 }
 
 // Stop ends the session and waits until its slots are delivered.
@@ -461,6 +488,7 @@ func (s *Session) Close() error {
 	default:
 		s.Stop()
 	}
+	s.releasing.Wait() // no release may follow the free
 	s.once.Do(func() { s.freeErr = s.free() })
 	return s.freeErr
 }
