@@ -349,3 +349,54 @@ func TestReleaseAfterFailure(t *testing.T) {
 	default:
 	}
 }
+
+// hiddenGPU's memory is not CPU-visible, as CUDA's is not; it can be
+// copied back, and its first copy in flips a bit on the way, silently.
+type hiddenGPU struct{ simgpu.Local }
+
+func (g *hiddenGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
+	b, err := g.Local.Alloc(size)
+	return &hiddenBuffer{b: b}, err
+}
+
+type hiddenBuffer struct {
+	b         stream.GPUBuffer
+	corrupted bool
+}
+
+func (h *hiddenBuffer) Addr() uint64 { return h.b.Addr() }
+func (h *hiddenBuffer) Size() uint64 { return h.b.Size() }
+func (h *hiddenBuffer) Free() error  { return h.b.Free() }
+
+// CopyIn runs on collect's goroutine only.
+func (h *hiddenBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	if !h.corrupted {
+		h.corrupted = true
+		src = append([]byte(nil), src...)
+		src[len(src)/2+100] ^= 0x10 // a payload byte
+	}
+	return h.b.CopyIn(off, src)
+}
+
+func (h *hiddenBuffer) CopyOut(dst []byte, off uint64) error {
+	copy(dst, h.b.(stream.CPUVisible).Bytes()[off:])
+	return nil
+}
+
+// In compat mode CheckCPU checks what reached the GPU: a bit flipped in
+// the copy is a CRC failure although the host slot is intact.
+func TestCompatCheckCPUReadsTheGPU(t *testing.T) {
+	s, _ := attach(t, context.Background(), &hiddenGPU{}, stream.CheckCPU)
+	for f := range s.Filled() {
+		if f.Data != nil {
+			t.Fatal("hidden GPU memory handed to the CPU")
+		}
+		s.Release(f.Slot)
+		if f.Seq == 2*slots {
+			s.Stop()
+		}
+	}
+	if st := s.Stats(); st.Frames.CRCFailures != 1 || st.Frames.Frames < 2*slots*slotSize/frameSize {
+		t.Fatalf("frames %+v: want one CRC failure", st.Frames)
+	}
+}

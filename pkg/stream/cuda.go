@@ -203,6 +203,21 @@ func (b *cudaBuffer) CopyIn(off uint64, src []byte) (Copy, error) {
 	return &cudaCopy{c: b.c, e: e}, nil
 }
 
+// CopyOut implements ReadBack with a synchronous device-to-host copy.
+func (b *cudaBuffer) CopyOut(dst []byte, off uint64) error {
+	if off > b.b.Size || uint64(len(dst)) > b.b.Size-off {
+		return fmt.Errorf("%w: copy of %d bytes from offset %d of a %d-byte buffer", ErrConfig, len(dst), off, b.b.Size)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := b.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer b.c.dev.Unlock()
+	return b.c.dev.CopyDtoH(dst, b.b.Ptr+off)
+}
+
 type cudaCopy struct {
 	c *CUDA
 	e *cuda.Event

@@ -132,20 +132,24 @@ type Session struct {
 	host    *hostRing // compat mode, allocated by Start
 	ring    []byte    // compat mode: the host ring the source fills
 	cpuView []byte    // the GPU buffer as the CPU sees it, if it can
-	checker FrameChecker
-	cpuChk  frame.Checker
-	src     Source
-	inQueue chan inflight
-	filled  chan Filled
-	mu      sync.Mutex
-	stats   Stats
-	started time.Time
-	ended   time.Time // when the last slot was delivered, once the session ended
-	latency time.Duration
-	err     error
-	done    chan struct{}
-	once    sync.Once
-	freeErr error
+	// readBack copies compat mode's slots back from a GPU the CPU cannot
+	// see, into scratch, for CheckCPU.
+	readBack ReadBack
+	scratch  []byte
+	checker  FrameChecker
+	cpuChk   frame.Checker
+	src      Source
+	inQueue  chan inflight
+	filled   chan Filled
+	mu       sync.Mutex
+	stats    Stats
+	started  time.Time
+	ended    time.Time // when the last slot was delivered, once the session ended
+	latency  time.Duration
+	err      error
+	done     chan struct{}
+	once     sync.Once
+	freeErr  error
 	// releasing counts ReleaseAfter calls still waiting.
 	releasing sync.WaitGroup
 }
@@ -256,9 +260,15 @@ func newSession(cfg Config, mode Mode) (*Session, error) {
 	if v, ok := s.gpu.(CPUVisible); ok {
 		s.cpuView = v.Bytes()
 	}
-	if cfg.Check == CheckCPU && s.cpuView == nil && mode == Direct {
-		s.free()
-		return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+	if cfg.Check == CheckCPU && s.cpuView == nil {
+		rb, ok := s.gpu.(ReadBack)
+		if !ok || mode == Direct {
+			// Direct mode: copying every slot back would halve the
+			// bandwidth the checker is there to prove.
+			s.free()
+			return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+		}
+		s.readBack, s.scratch = rb, make([]byte, cfg.SlotSize)
 	}
 	if cfg.Check == CheckGPU {
 		if s.checker, err = cfg.GPU.(GPUChecking).NewFrameChecker(cfg.FrameSize, int(cfg.SlotSize)/cfg.FrameSize); err != nil {
@@ -412,11 +422,17 @@ func (s *Session) check(off, n uint64) error {
 			return fmt.Errorf("stream: checking frames on the GPU: %w", err)
 		}
 	case CheckCPU:
-		data := s.ring // compat: the host slot, which is what was copied
+		// What reached the GPU, not the host slot it came from.
+		var b []byte
 		if s.cpuView != nil {
-			data = s.cpuView
+			b = s.cpuView[off : off+n]
+		} else {
+			b = s.scratch[:n]
+			if err := s.readBack.CopyOut(b, off); err != nil {
+				return fmt.Errorf("stream: reading slot back from the GPU to check it: %w", err)
+			}
 		}
-		for b := data[off : off+n]; len(b) > 0; {
+		for len(b) > 0 {
 			k, err := s.cpuChk.Check(b)
 			if err != nil {
 				break // counted as a CRC failure
