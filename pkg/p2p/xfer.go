@@ -55,21 +55,30 @@ type Result struct {
 	Duration time.Duration
 }
 
-func (d *Device) submit(t *Transfer, userData uint64) (uint64, error) {
+// xferArgs builds the XFER ioctl's argument for t; the segment array it
+// points at lives as long as the argument does.
+func xferArgs(t *Transfer, userData uint64) (xferPtrArg, error) {
 	if len(t.Segments) == 0 {
-		return 0, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no segments"}
+		return xferPtrArg{}, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no segments"}
 	}
 	segs := make([]segArg, len(t.Segments))
 	for i, s := range t.Segments {
 		if s.Pin == nil {
-			return 0, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("segment %d has no pin", i)}
+			return xferPtrArg{}, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("segment %d has no pin", i)}
 		}
 		segs[i] = segArg{Handle: s.Pin.Handle, Offset: s.Offset, Len: s.Len}
 	}
-	a := xferPtrArg{
+	return xferPtrArg{
 		Dir: uint32(t.Dir), Channel: uint32(t.Channel), Flags: xferFlagAsync, Nsegs: uint32(len(segs)),
 		Segs: slicePointer(segs), Card_addr: t.CardAddr,
 		Timeout_ms: uint32(t.Timeout.Milliseconds()), Eventfd: -1, User_data: userData,
+	}, nil
+}
+
+func (d *Device) submit(t *Transfer, userData uint64) (uint64, error) {
+	a, err := xferArgs(t, userData)
+	if err != nil {
+		return 0, err
 	}
 	if err := d.ioctl(iocXfer, unsafe.Pointer(&a)); err != nil {
 		return 0, newError("transfer", err, t.describe())
