@@ -176,10 +176,18 @@ bpf: $(VMLINUX)
 godefs:
 	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -godefs types_linux.go) | gofmt > ztypes_linux.go
 
+# amd64 and arm64 (GH200/GB200 hosts), and the guest tests' build tag.
 lint:
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
-	$(GO) vet ./...
-	$(GO) tool staticcheck ./...
+	@sc=$$($(GO) tool -n staticcheck) || exit 1; \
+	for arch in amd64 arm64; do \
+		echo "lint: GOARCH=$$arch"; \
+		GOARCH=$$arch $(GO) vet ./... || exit 1; \
+		GOARCH=$$arch $(GO) vet -tags vmguest ./... || exit 1; \
+		GOARCH=$$arch $$sc ./... || exit 1; \
+		GOARCH=$$arch CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/p2pctl || exit 1; \
+	done
+	@deps=$$($(GO) list -deps ./cmd/p2pctl ./pkg/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: production code imports the rig:"; echo "$$deps"; exit 1; fi
 
 unit:
 	$(GO) test -count=1 ./...

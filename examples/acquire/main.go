@@ -53,6 +53,83 @@ func openGPU() (stream.GPU, stream.Check, func(), error) {
 	return simgpu.StreamGPU{GPU: sim, Pattern: simgpu.Fragmented}, stream.CheckCPU, func() { sim.Close() }, nil
 }
 
+// consumer is the application's work on each slot.
+type consumer interface {
+	// consume starts the work on f and releases the slot when the work
+	// no longer reads it.
+	consume(s *stream.Session, f stream.Filled) error
+	close() error
+}
+
+// gpuConsumer works on slots in CUDA memory on its own CUDA stream. The
+// work is asynchronous: the slot goes back to the FPGA only after an event
+// recorded behind it has completed, never right after the launch.
+type gpuConsumer struct {
+	c    *stream.CUDA
+	s    *cuda.Stream
+	work *cuda.Buffer // stands in for the application's output
+}
+
+func newGPUConsumer(c *stream.CUDA, slotSize uint64) (*gpuConsumer, error) {
+	g := c.Device()
+	if err := g.Lock(); err != nil {
+		return nil, err
+	}
+	defer g.Unlock()
+	s, err := g.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	work, err := g.Alloc(slotSize)
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return &gpuConsumer{c: c, s: s, work: work}, nil
+}
+
+func (k *gpuConsumer) consume(s *stream.Session, f stream.Filled) error {
+	g := k.c.Device()
+	if err := g.Lock(); err != nil {
+		return err
+	}
+	// The application's kernels go here, reading f.Len bytes at f.Addr;
+	// a copy out of the slot stands in for them.
+	err := k.s.CopyDtoD(k.work.Ptr, f.Addr, f.Len)
+	g.Unlock()
+	if err != nil {
+		return err
+	}
+	done, err := k.c.Done(k.s)
+	if err != nil {
+		return err
+	}
+	s.ReleaseAfter(f.Slot, done)
+	return nil
+}
+
+func (k *gpuConsumer) close() error {
+	g := k.c.Device()
+	if err := g.Lock(); err != nil {
+		return err
+	}
+	defer g.Unlock()
+	return errors.Join(k.s.Sync(), k.work.Free(), k.s.Close())
+}
+
+// cpuConsumer works on slots the CPU can read (the simulated GPU's), to
+// completion before releasing them.
+type cpuConsumer struct{ sum uint64 }
+
+func (k *cpuConsumer) consume(s *stream.Session, f stream.Filled) error {
+	for _, b := range f.Data {
+		k.sum += uint64(b)
+	}
+	return s.Release(f.Slot)
+}
+
+func (k *cpuConsumer) close() error { return nil }
+
 func run(device string, channel, slots int, slotSize uint64, frameSize int, total uint64) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -81,10 +158,18 @@ func run(device string, channel, slots int, slotSize uint64, frameSize int, tota
 		return err
 	}
 	defer s.Close()
+	var work consumer = &cpuConsumer{}
+	if c, ok := gpu.(*stream.CUDA); ok {
+		k, err := newGPUConsumer(c, slotSize)
+		if err != nil {
+			return err
+		}
+		work = k
+	}
+	// Before Close frees the ring: the work on the last slots ends first.
+	defer work.close()
 	for f := range s.Filled() {
-		// Consume the slot here: launch the GPU kernels that read
-		// f.Len bytes at f.Addr, then release it.
-		if err := s.Release(f.Slot); err != nil {
+		if err := work.consume(s, f); err != nil {
 			return err
 		}
 		if s.Stats().Bytes >= total {

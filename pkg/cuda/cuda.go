@@ -12,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
-	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -21,14 +20,45 @@ import (
 // ErrNoDriver reports that libcuda.so.1 could not be loaded.
 var ErrNoDriver = errors.New("cuda: no CUDA driver (libcuda.so.1 not found): GPU features are off")
 
-// Error is a failed driver call.
+// Error is a failed driver call. It matches its Result with errors.Is:
+// errors.Is(err, cuda.ErrorOutOfMemory).
 type Error struct {
 	Op   string
-	Code int
+	Code int // the CUresult
 	Msg  string
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("cuda: %s: %s (%d)", e.Op, e.Msg, e.Code) }
+
+// Is reports whether target is e's Result.
+func (e *Error) Is(target error) bool {
+	r, ok := target.(Result)
+	return ok && int(r) == e.Code
+}
+
+// Result is a CUresult, usable as an errors.Is target.
+type Result int
+
+func (r Result) Error() string { return fmt.Sprintf("cuda: CUresult %d", int(r)) }
+
+// Results a caller may want to tell apart (cuda.h, CUresult).
+const (
+	ErrorInvalidValue                Result = 1
+	ErrorOutOfMemory                 Result = 2
+	ErrorNotInitialized              Result = 3
+	ErrorDeinitialized               Result = 4
+	ErrorNoDevice                    Result = 100
+	ErrorInvalidDevice               Result = 101
+	ErrorInvalidImage                Result = 200
+	ErrorInvalidContext              Result = 201
+	ErrorNotSupported                Result = 801
+	ErrorIllegalAddress              Result = 700
+	ErrorLaunchFailed                Result = 719
+	ErrorNotFound                    Result = 500
+	ErrorHostMemoryAlreadyRegistered Result = 712
+	ErrorHostMemoryNotRegistered     Result = 713
+	ErrorPeerAccessUnsupported       Result = 217
+)
 
 // Device attributes the project reads (CUdevice_attribute).
 const (
@@ -47,38 +77,121 @@ const (
 	gpuPage               = 64 << 10
 )
 
-// Driver is the loaded libcuda.
+// sym is a driver function, resolved once by Open.
+type sym int
+
+// The driver functions the package calls, named as libcuda exports them.
+const (
+	cuCtxSetCurrent sym = iota
+	cuDeviceGet
+	cuDeviceGetAttribute
+	cuDeviceGetCount
+	cuDeviceGetName
+	cuDeviceGetPCIBusId
+	cuDevicePrimaryCtxRelease_v2
+	cuDevicePrimaryCtxRetain
+	cuDeviceTotalMem_v2
+	cuDriverGetVersion
+	cuEventCreate
+	cuEventDestroy_v2
+	cuEventElapsedTime
+	cuEventRecord
+	cuEventSynchronize
+	cuFuncSetAttribute
+	cuGetErrorString
+	cuInit
+	cuLaunchKernel
+	cuMemAlloc_v2
+	cuMemFreeHost
+	cuMemFree_v2
+	cuMemGetHandleForAddressRange
+	cuMemHostAlloc
+	cuMemHostRegister_v2
+	cuMemHostUnregister
+	cuMemcpyDtoDAsync_v2
+	cuMemcpyDtoHAsync_v2
+	cuMemcpyDtoH_v2
+	cuMemcpyHtoDAsync_v2
+	cuMemcpyHtoD_v2
+	cuMemsetD8Async
+	cuModuleGetFunction
+	cuModuleLoadData
+	cuModuleUnload
+	cuPointerSetAttribute
+	cuStreamCreate
+	cuStreamDestroy_v2
+	cuStreamSynchronize
+	numSyms
+)
+
+var symNames = [numSyms]string{
+	cuCtxSetCurrent:               "cuCtxSetCurrent",
+	cuDeviceGet:                   "cuDeviceGet",
+	cuDeviceGetAttribute:          "cuDeviceGetAttribute",
+	cuDeviceGetCount:              "cuDeviceGetCount",
+	cuDeviceGetName:               "cuDeviceGetName",
+	cuDeviceGetPCIBusId:           "cuDeviceGetPCIBusId",
+	cuDevicePrimaryCtxRelease_v2:  "cuDevicePrimaryCtxRelease_v2",
+	cuDevicePrimaryCtxRetain:      "cuDevicePrimaryCtxRetain",
+	cuDeviceTotalMem_v2:           "cuDeviceTotalMem_v2",
+	cuDriverGetVersion:            "cuDriverGetVersion",
+	cuEventCreate:                 "cuEventCreate",
+	cuEventDestroy_v2:             "cuEventDestroy_v2",
+	cuEventElapsedTime:            "cuEventElapsedTime",
+	cuEventRecord:                 "cuEventRecord",
+	cuEventSynchronize:            "cuEventSynchronize",
+	cuFuncSetAttribute:            "cuFuncSetAttribute",
+	cuGetErrorString:              "cuGetErrorString",
+	cuInit:                        "cuInit",
+	cuLaunchKernel:                "cuLaunchKernel",
+	cuMemAlloc_v2:                 "cuMemAlloc_v2",
+	cuMemFreeHost:                 "cuMemFreeHost",
+	cuMemFree_v2:                  "cuMemFree_v2",
+	cuMemGetHandleForAddressRange: "cuMemGetHandleForAddressRange",
+	cuMemHostAlloc:                "cuMemHostAlloc",
+	cuMemHostRegister_v2:          "cuMemHostRegister_v2",
+	cuMemHostUnregister:           "cuMemHostUnregister",
+	cuMemcpyDtoDAsync_v2:          "cuMemcpyDtoDAsync_v2",
+	cuMemcpyDtoHAsync_v2:          "cuMemcpyDtoHAsync_v2",
+	cuMemcpyDtoH_v2:               "cuMemcpyDtoH_v2",
+	cuMemcpyHtoDAsync_v2:          "cuMemcpyHtoDAsync_v2",
+	cuMemcpyHtoD_v2:               "cuMemcpyHtoD_v2",
+	cuMemsetD8Async:               "cuMemsetD8Async",
+	cuModuleGetFunction:           "cuModuleGetFunction",
+	cuModuleLoadData:              "cuModuleLoadData",
+	cuModuleUnload:                "cuModuleUnload",
+	cuPointerSetAttribute:         "cuPointerSetAttribute",
+	cuStreamCreate:                "cuStreamCreate",
+	cuStreamDestroy_v2:            "cuStreamDestroy_v2",
+	cuStreamSynchronize:           "cuStreamSynchronize",
+}
+
+// Driver is the loaded libcuda, its functions bound at Open. It holds no
+// lock: the table is read-only afterwards.
 type Driver struct {
-	lib  uintptr
-	mu   sync.Mutex
-	syms map[string]uintptr
+	lib uintptr
+	fns [numSyms]uintptr // 0 for a function this driver lacks
 }
 
 // Open loads libcuda.so.1 and initialises it.
-func Open() (*Driver, error) {
-	lib, err := purego.Dlopen("libcuda.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
+func Open() (*Driver, error) { return openLib("libcuda.so.1") }
+
+// openLib loads the driver from the named library.
+func openLib(name string) (*Driver, error) {
+	lib, err := purego.Dlopen(name, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrNoDriver, err)
 	}
-	d := &Driver{lib: lib, syms: map[string]uintptr{}}
-	if err := d.call("cuInit", 0); err != nil {
+	d := &Driver{lib: lib}
+	for i, name := range symNames {
+		// Newer functions (cuMemGetHandleForAddressRange) may be
+		// missing from an older driver: calling one fails then.
+		d.fns[i], _ = purego.Dlsym(lib, name)
+	}
+	if err := d.call(cuInit, 0); err != nil {
 		return nil, err
 	}
 	return d, nil
-}
-
-func (d *Driver) sym(name string) (uintptr, error) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if p, ok := d.syms[name]; ok {
-		return p, nil
-	}
-	p, err := purego.Dlsym(d.lib, name)
-	if err != nil {
-		return 0, fmt.Errorf("cuda: %s: %w", name, err)
-	}
-	d.syms[name] = p
-	return p, nil
 }
 
 // call invokes a driver function returning CUresult. Callers pass
@@ -88,21 +201,21 @@ func (d *Driver) sym(name string) (uintptr, error) {
 // the old copy.
 //
 //go:uintptrescapes
-func (d *Driver) call(name string, args ...uintptr) error {
-	fn, err := d.sym(name)
-	if err != nil {
-		return err
+func (d *Driver) call(f sym, args ...uintptr) error {
+	fn := d.fns[f]
+	if fn == 0 {
+		return &Error{Op: symNames[f], Code: int(ErrorNotFound), Msg: "not in this driver (too old?)"}
 	}
 	r, _, _ := purego.SyscallN(fn, args...)
 	if code := int(int32(r)); code != 0 {
-		return &Error{Op: name, Code: code, Msg: d.errorString(code)}
+		return &Error{Op: symNames[f], Code: code, Msg: d.errorString(code)}
 	}
 	return nil
 }
 
 func (d *Driver) errorString(code int) string {
-	fn, err := d.sym("cuGetErrorString")
-	if err != nil {
+	fn := d.fns[cuGetErrorString]
+	if fn == 0 {
 		return "unknown error"
 	}
 	var s *byte
@@ -121,14 +234,14 @@ func (d *Driver) errorString(code int) string {
 // 10*minor (13000 is CUDA 13.0).
 func (d *Driver) Version() (int, error) {
 	var v int32
-	err := d.call("cuDriverGetVersion", uintptr(unsafe.Pointer(&v)))
+	err := d.call(cuDriverGetVersion, uintptr(unsafe.Pointer(&v)))
 	return int(v), err
 }
 
 // DeviceCount returns the number of CUDA devices.
 func (d *Driver) DeviceCount() (int, error) {
 	var n int32
-	err := d.call("cuDeviceGetCount", uintptr(unsafe.Pointer(&n)))
+	err := d.call(cuDeviceGetCount, uintptr(unsafe.Pointer(&n)))
 	return int(n), err
 }
 
@@ -146,10 +259,10 @@ type Device struct {
 // Device retains device n's primary context.
 func (d *Driver) Device(n int) (*Device, error) {
 	g := &Device{drv: d, ordinal: int32(n)}
-	if err := d.call("cuDeviceGet", uintptr(unsafe.Pointer(&g.dev)), uintptr(n)); err != nil {
+	if err := d.call(cuDeviceGet, uintptr(unsafe.Pointer(&g.dev)), uintptr(n)); err != nil {
 		return nil, err
 	}
-	if err := d.call("cuDevicePrimaryCtxRetain", uintptr(unsafe.Pointer(&g.ctx)), uintptr(g.dev)); err != nil {
+	if err := d.call(cuDevicePrimaryCtxRetain, uintptr(unsafe.Pointer(&g.ctx)), uintptr(g.dev)); err != nil {
 		return nil, err
 	}
 	return g, nil
@@ -166,10 +279,15 @@ func OpenDevice(ordinal int) (*Device, error) {
 }
 
 // Lock binds the device's context to the calling goroutine's OS thread;
-// call it before using the device from a goroutine, and Unlock after.
+// call it before using the device from a goroutine, and Unlock after
+// (only when Lock succeeded: on an error the thread is not locked).
 func (g *Device) Lock() error {
 	runtime.LockOSThread()
-	return g.drv.call("cuCtxSetCurrent", g.ctx)
+	if err := g.drv.call(cuCtxSetCurrent, g.ctx); err != nil {
+		runtime.UnlockOSThread()
+		return err
+	}
+	return nil
 }
 
 // Unlock releases the goroutine's OS thread.
@@ -177,13 +295,13 @@ func (g *Device) Unlock() { runtime.UnlockOSThread() }
 
 // Close releases the primary context.
 func (g *Device) Close() error {
-	return g.drv.call("cuDevicePrimaryCtxRelease_v2", uintptr(g.dev))
+	return g.drv.call(cuDevicePrimaryCtxRelease_v2, uintptr(g.dev))
 }
 
 // Name returns the device's name.
 func (g *Device) Name() (string, error) {
 	b := make([]byte, 256)
-	if err := g.drv.call("cuDeviceGetName", uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(g.dev)); err != nil {
+	if err := g.drv.call(cuDeviceGetName, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), uintptr(g.dev)); err != nil {
 		return "", err
 	}
 	for i, c := range b {
@@ -197,14 +315,14 @@ func (g *Device) Name() (string, error) {
 // Attribute reads a device attribute.
 func (g *Device) Attribute(attr int) (int, error) {
 	var v int32
-	err := g.drv.call("cuDeviceGetAttribute", uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(g.dev))
+	err := g.drv.call(cuDeviceGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(g.dev))
 	return int(v), err
 }
 
 // TotalMem returns the device memory in bytes.
 func (g *Device) TotalMem() (uint64, error) {
 	var n uint64
-	err := g.drv.call("cuDeviceTotalMem_v2", uintptr(unsafe.Pointer(&n)), uintptr(g.dev))
+	err := g.drv.call(cuDeviceTotalMem_v2, uintptr(unsafe.Pointer(&n)), uintptr(g.dev))
 	return n, err
 }
 
@@ -221,7 +339,7 @@ type Buffer struct {
 func (g *Device) Alloc(size uint64) (*Buffer, error) {
 	size = (size + gpuPage - 1) &^ (gpuPage - 1)
 	b := &Buffer{Size: size, dev: g}
-	if err := g.drv.call("cuMemAlloc_v2", uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size)); err != nil {
+	if err := g.drv.call(cuMemAlloc_v2, uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size)); err != nil {
 		return nil, err
 	}
 	if b.Ptr%gpuPage != 0 {
@@ -229,7 +347,7 @@ func (g *Device) Alloc(size uint64) (*Buffer, error) {
 		return nil, fmt.Errorf("cuda: allocation at %#x is not 64 KiB aligned", b.Ptr)
 	}
 	one := uint32(1)
-	if err := g.drv.call("cuPointerSetAttribute", uintptr(unsafe.Pointer(&one)), pointerAttrSyncMemops, uintptr(b.Ptr)); err != nil {
+	if err := g.drv.call(cuPointerSetAttribute, uintptr(unsafe.Pointer(&one)), pointerAttrSyncMemops, uintptr(b.Ptr)); err != nil {
 		b.Free()
 		return nil, err
 	}
@@ -237,12 +355,12 @@ func (g *Device) Alloc(size uint64) (*Buffer, error) {
 }
 
 // Free frees the buffer.
-func (b *Buffer) Free() error { return b.dev.drv.call("cuMemFree_v2", uintptr(b.Ptr)) }
+func (b *Buffer) Free() error { return b.dev.drv.call(cuMemFree_v2, uintptr(b.Ptr)) }
 
 // ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
 func (b *Buffer) ExportDmabuf(off, size uint64) (int, error) {
 	var fd int32
-	err := b.dev.drv.call("cuMemGetHandleForAddressRange", uintptr(unsafe.Pointer(&fd)), uintptr(b.Ptr+off),
+	err := b.dev.drv.call(cuMemGetHandleForAddressRange, uintptr(unsafe.Pointer(&fd)), uintptr(b.Ptr+off),
 		uintptr(size), memRangeHandleDmaBuf, 0)
 	return int(fd), err
 }
@@ -256,7 +374,7 @@ type HostBuffer struct {
 // HostAlloc allocates page-locked host memory.
 func (g *Device) HostAlloc(size uint64) (*HostBuffer, error) {
 	var p unsafe.Pointer
-	if err := g.drv.call("cuMemHostAlloc", uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable); err != nil {
+	if err := g.drv.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable); err != nil {
 		return nil, err
 	}
 	return &HostBuffer{Bytes: unsafe.Slice((*byte)(p), size), dev: g}, nil
@@ -264,7 +382,7 @@ func (g *Device) HostAlloc(size uint64) (*HostBuffer, error) {
 
 // Free frees the host buffer.
 func (h *HostBuffer) Free() error {
-	return h.dev.drv.call("cuMemFreeHost", uintptr(unsafe.Pointer(&h.Bytes[0])))
+	return h.dev.drv.call(cuMemFreeHost, uintptr(unsafe.Pointer(&h.Bytes[0])))
 }
 
 const hostRegisterPortable = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
@@ -272,12 +390,12 @@ const hostRegisterPortable = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
 // HostRegister page-locks existing host memory (page aligned) for
 // asynchronous copies.
 func (g *Device) HostRegister(b []byte) error {
-	return g.drv.call("cuMemHostRegister_v2", uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable)
+	return g.drv.call(cuMemHostRegister_v2, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable)
 }
 
 // HostUnregister undoes HostRegister.
 func (g *Device) HostUnregister(b []byte) error {
-	return g.drv.call("cuMemHostUnregister", uintptr(unsafe.Pointer(&b[0])))
+	return g.drv.call(cuMemHostUnregister, uintptr(unsafe.Pointer(&b[0])))
 }
 
 // Stream is a CUDA stream.
@@ -289,34 +407,34 @@ type Stream struct {
 // NewStream creates a stream.
 func (g *Device) NewStream() (*Stream, error) {
 	s := &Stream{dev: g}
-	err := g.drv.call("cuStreamCreate", uintptr(unsafe.Pointer(&s.s)), 0)
+	err := g.drv.call(cuStreamCreate, uintptr(unsafe.Pointer(&s.s)), 0)
 	return s, err
 }
 
 // Close destroys the stream.
-func (s *Stream) Close() error { return s.dev.drv.call("cuStreamDestroy_v2", s.s) }
+func (s *Stream) Close() error { return s.dev.drv.call(cuStreamDestroy_v2, s.s) }
 
 // Sync waits for the stream's work.
-func (s *Stream) Sync() error { return s.dev.drv.call("cuStreamSynchronize", s.s) }
+func (s *Stream) Sync() error { return s.dev.drv.call(cuStreamSynchronize, s.s) }
 
 // CopyHtoD queues a copy of src to device address dst.
 func (s *Stream) CopyHtoD(dst uint64, src []byte) error {
-	return s.dev.drv.call("cuMemcpyHtoDAsync_v2", uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.s)
+	return s.dev.drv.call(cuMemcpyHtoDAsync_v2, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.s)
 }
 
 // CopyDtoD queues a device-to-device copy.
 func (s *Stream) CopyDtoD(dst, src, n uint64) error {
-	return s.dev.drv.call("cuMemcpyDtoDAsync_v2", uintptr(dst), uintptr(src), uintptr(n), s.s)
+	return s.dev.drv.call(cuMemcpyDtoDAsync_v2, uintptr(dst), uintptr(src), uintptr(n), s.s)
 }
 
 // CopyHtoD copies src to device address dst, synchronously.
 func (g *Device) CopyHtoD(dst uint64, src []byte) error {
-	return g.drv.call("cuMemcpyHtoD_v2", uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)))
+	return g.drv.call(cuMemcpyHtoD_v2, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)))
 }
 
 // CopyDtoH copies device memory to dst, synchronously.
 func (g *Device) CopyDtoH(dst []byte, src uint64) error {
-	return g.drv.call("cuMemcpyDtoH_v2", uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)))
+	return g.drv.call(cuMemcpyDtoH_v2, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)))
 }
 
 // Event is a CUDA event for timing.
@@ -338,40 +456,40 @@ const eventDisableTiming = 0x2 // CU_EVENT_DISABLE_TIMING
 
 func (g *Device) newEvent(flags uintptr) (*Event, error) {
 	e := &Event{dev: g}
-	if err := g.drv.call("cuEventCreate", uintptr(unsafe.Pointer(&e.e)), flags); err != nil {
+	if err := g.drv.call(cuEventCreate, uintptr(unsafe.Pointer(&e.e)), flags); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
 // Record records the event on s.
-func (e *Event) Record(s *Stream) error { return e.dev.drv.call("cuEventRecord", e.e, s.s) }
+func (e *Event) Record(s *Stream) error { return e.dev.drv.call(cuEventRecord, e.e, s.s) }
 
 // Since waits for e and returns the milliseconds from start to e.
 func (e *Event) Since(start *Event) (float32, error) {
-	if err := e.dev.drv.call("cuEventSynchronize", e.e); err != nil {
+	if err := e.dev.drv.call(cuEventSynchronize, e.e); err != nil {
 		return 0, err
 	}
 	var ms float32
-	err := e.dev.drv.call("cuEventElapsedTime", uintptr(unsafe.Pointer(&ms)), start.e, e.e)
+	err := e.dev.drv.call(cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.e, e.e)
 	return ms, err
 }
 
 // Close destroys the event.
-func (e *Event) Close() error { return e.dev.drv.call("cuEventDestroy_v2", e.e) }
+func (e *Event) Close() error { return e.dev.drv.call(cuEventDestroy_v2, e.e) }
 
 // Sync waits until the work before the event's last Record is done.
-func (e *Event) Sync() error { return e.dev.drv.call("cuEventSynchronize", e.e) }
+func (e *Event) Sync() error { return e.dev.drv.call(cuEventSynchronize, e.e) }
 
 // CopyDtoH queues a copy of device memory to dst, which must be page-locked
 // (HostAlloc) for the copy to be asynchronous.
 func (s *Stream) CopyDtoH(dst []byte, src uint64) error {
-	return s.dev.drv.call("cuMemcpyDtoHAsync_v2", uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.s)
+	return s.dev.drv.call(cuMemcpyDtoHAsync_v2, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.s)
 }
 
 // MemsetD8 queues setting n bytes at dst to v.
 func (s *Stream) MemsetD8(dst uint64, v byte, n uint64) error {
-	return s.dev.drv.call("cuMemsetD8Async", uintptr(dst), uintptr(v), uintptr(n), s.s)
+	return s.dev.drv.call(cuMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), s.s)
 }
 
 // Module is loaded GPU code.
@@ -385,14 +503,14 @@ func (g *Device) LoadPTX(ptx []byte) (*Module, error) {
 	text := make([]byte, len(ptx)+1) // the driver reads up to a NUL
 	copy(text, ptx)
 	m := &Module{dev: g}
-	if err := g.drv.call("cuModuleLoadData", uintptr(unsafe.Pointer(&m.m)), uintptr(unsafe.Pointer(&text[0]))); err != nil {
+	if err := g.drv.call(cuModuleLoadData, uintptr(unsafe.Pointer(&m.m)), uintptr(unsafe.Pointer(&text[0]))); err != nil {
 		return nil, err
 	}
 	return m, nil
 }
 
 // Close unloads the module.
-func (m *Module) Close() error { return m.dev.drv.call("cuModuleUnload", m.m) }
+func (m *Module) Close() error { return m.dev.drv.call(cuModuleUnload, m.m) }
 
 // Function is a kernel of a loaded module.
 type Function struct {
@@ -405,7 +523,7 @@ type Function struct {
 func (m *Module) Function(name string) (*Function, error) {
 	cname := append([]byte(name), 0)
 	f := &Function{name: name, dev: m.dev}
-	if err := m.dev.drv.call("cuModuleGetFunction", uintptr(unsafe.Pointer(&f.f)), m.m, uintptr(unsafe.Pointer(&cname[0]))); err != nil {
+	if err := m.dev.drv.call(cuModuleGetFunction, uintptr(unsafe.Pointer(&f.f)), m.m, uintptr(unsafe.Pointer(&cname[0]))); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -416,7 +534,7 @@ const funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_
 // SetMaxDynamicShared allows launches with up to n bytes of dynamic shared
 // memory, above the default 48 KiB where the device allows it.
 func (f *Function) SetMaxDynamicShared(n int) error {
-	return f.dev.drv.call("cuFuncSetAttribute", f.f, funcAttrMaxDynamicShared, uintptr(n))
+	return f.dev.drv.call(cuFuncSetAttribute, f.f, funcAttrMaxDynamicShared, uintptr(n))
 }
 
 // Launch queues the kernel on s with a one-dimensional grid and block.
@@ -435,7 +553,7 @@ func (f *Function) Launch(s *Stream, grid, block, shared int, args ...uint64) er
 	for i := range args {
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	err := f.dev.drv.call("cuLaunchKernel", f.f, uintptr(grid), 1, 1, uintptr(block), 1, 1, uintptr(shared), s.s,
+	err := f.dev.drv.call(cuLaunchKernel, f.f, uintptr(grid), 1, 1, uintptr(block), 1, 1, uintptr(shared), s.s,
 		uintptr(unsafe.Pointer(&ptrs[0])), 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.name, err)

@@ -27,7 +27,7 @@ type BAR1 struct {
 // its PCI address (NVML and CUDA may number devices differently).
 func (g *Device) BAR1() (BAR1, error) {
 	bus := make([]byte, 32)
-	if err := g.drv.call("cuDeviceGetPCIBusId", uintptr(unsafe.Pointer(&bus[0])), uintptr(len(bus)), uintptr(g.dev)); err != nil {
+	if err := g.drv.call(cuDeviceGetPCIBusId, uintptr(unsafe.Pointer(&bus[0])), uintptr(len(bus)), uintptr(g.dev)); err != nil {
 		return BAR1{}, err
 	}
 	lib, err := purego.Dlopen("libnvidia-ml.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)

@@ -228,3 +228,16 @@ func TestPTXAssembles(t *testing.T) {
 		}
 	}
 }
+
+// The host's combine tables fill exactly the kernel's allocation for them.
+func TestCombineTablesFitTheirAllocation(t *testing.T) {
+	for _, size := range []int{64, 4096, 65536, 1 << 20} {
+		for g := range uint(9) {
+			for _, run := range []int{0, 1, 2, 4} {
+				if tab, _ := combineTables(size, newLayout(size, g, run)); len(tab) != multipliers*1024 {
+					t.Fatalf("frame %d, group 2^%d, run %d: %d words of tables, %d allocated", size, g, run, len(tab), multipliers*1024)
+				}
+			}
+		}
+	}
+}

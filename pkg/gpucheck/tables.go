@@ -9,7 +9,9 @@ const (
 	mulWarp    = 5 // 32 runs: warp to warp
 	mulPayload = 6 // the payload: shifts the header's CRC
 	mulGap     = 7 // the other threads' runs between two of a thread's
-	multipliers
+	// multipliers is how many tables the allocation holds; a bare name
+	// here would repeat mulGap's value.
+	multipliers = mulGap + 1
 )
 
 // layout is how a frame's payload is shared among its group of threads:

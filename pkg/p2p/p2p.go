@@ -55,15 +55,25 @@ type Device struct {
 	f    *os.File
 	path string
 
-	mu        sync.Mutex
-	waiters   map[uint64]chan Completion // sync transfers waiting for their id
-	streams   map[int]*Stream            // running streams by C2H channel
-	early     map[uint64]Completion      // completions that beat their waiter
-	async     chan Completion            // completions of Submit
-	readerErr error
-	reading   bool
-	closed    bool
+	mu      sync.Mutex
+	waiters map[uint64]chan Completion // sync transfers waiting for their id
+	streams map[int]*Stream            // running streams by C2H channel
+	// submitted holds the user data of Submit's transfers in flight. Each
+	// has a place reserved in async, so the reader never blocks on it.
+	submitted   map[uint64]uint64
+	async       chan Completion // completions of Submit
+	asyncClosed bool
+	readerErr   error
+	reading     bool
+	readerDone  chan struct{} // closed when the running reader returns
+	closed      bool
 }
+
+// MaxUnread is how many of Submit's transfers a Device holds, in flight or
+// completed and not yet received from Completions. Submit fails with
+// ErrLimit beyond it, so that an unread Completions channel never stalls
+// the reader that synchronous transfers and streams depend on.
+const MaxUnread = 256
 
 // Open opens a device node, e.g. /dev/gpufpga0.
 func Open(path string) (*Device, error) {
@@ -78,24 +88,48 @@ func Open(path string) (*Device, error) {
 		return nil, fmt.Errorf("gpufpga open: %w", err)
 	}
 	return &Device{
-		f:       f,
-		path:    path,
-		waiters: make(map[uint64]chan Completion),
-		streams: make(map[int]*Stream),
-		early:   make(map[uint64]Completion),
-		async:   make(chan Completion, 256),
+		f:         f,
+		path:      path,
+		waiters:   make(map[uint64]chan Completion),
+		streams:   make(map[int]*Stream),
+		submitted: make(map[uint64]uint64),
+		async:     make(chan Completion, MaxUnread),
 	}, nil
 }
 
 // Path returns the device node the Device was opened from.
 func (d *Device) Path() string { return d.path }
 
-// Close stops the device's transfers and unpins all its memory.
+// Close stops the device's transfers and unpins all its memory. It waits
+// for the completion reader to end: transfers still in flight complete
+// with ErrDeviceGone, running streams end, and Completions is closed once
+// what it holds has been received.
 func (d *Device) Close() error {
 	d.mu.Lock()
+	if d.closed {
+		d.mu.Unlock()
+		return &Error{Op: "close", Err: unix.EBADF, Kind: ErrDeviceGone, Detail: "device closed"}
+	}
 	d.closed = true
+	reading, done := d.reading, d.readerDone
 	d.mu.Unlock()
-	return d.f.Close()
+	// Closing the file wakes the reader's read (the driver polls).
+	err := d.f.Close()
+	if reading {
+		<-done
+	}
+	d.mu.Lock()
+	d.closeAsync()
+	d.mu.Unlock()
+	return err
+}
+
+// closeAsync closes Completions once. Called with d.mu held.
+func (d *Device) closeAsync() {
+	if !d.asyncClosed {
+		d.asyncClosed = true
+		close(d.async)
+	}
 }
 
 func (d *Device) ioctl(req uintptr, arg unsafe.Pointer) error {

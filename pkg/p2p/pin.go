@@ -92,11 +92,11 @@ type PinState struct {
 
 // Query returns the pin's state; withTable asks for its bus addresses too.
 func (p *Pin) Query(withTable bool) (PinState, error) {
-	a := queryArg{Handle: p.Handle}
+	a := queryPtrArg{Handle: p.Handle}
 	var pages []uint64
 	if withTable {
 		pages = make([]uint64, p.Pages)
-		a.Pages = uint64(uintptr(unsafe.Pointer(&pages[0])))
+		a.Pages = slicePointer(pages)
 		a.Max_pages = uint32(len(pages))
 	}
 	if err := p.dev.ioctl(iocQuery, unsafe.Pointer(&a)); err != nil {

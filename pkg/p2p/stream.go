@@ -41,12 +41,9 @@ func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
 	if len(slots) == 0 {
 		return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no slots"}
 	}
-	segs := make([]segArg, len(slots))
-	for i, s := range slots {
-		if s.Pin == nil {
-			return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("slot %d has no pin", i)}
-		}
-		segs[i] = segArg{Handle: s.Pin.Handle, Offset: s.Offset, Len: s.Len}
+	a, err := streamArgs(channel, slots)
+	if err != nil {
+		return nil, err
 	}
 	st := &Stream{d: d, channel: channel, nslots: len(slots), slots: make(chan Slot, len(slots)+1), ended: make(chan struct{})}
 	d.mu.Lock()
@@ -57,12 +54,33 @@ func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
 	if _, busy := d.streams[channel]; busy {
 		return nil, &Error{Op: "stream", Err: unix.EBUSY, Kind: ErrBusy, Detail: fmt.Sprintf("c2h%d already streams", channel)}
 	}
-	a := streamArg{Channel: uint32(channel), Nslots: uint32(len(segs)), Slots: uint64(uintptr(unsafe.Pointer(&segs[0])))}
 	if err := d.ioctl(iocStreamStart, unsafe.Pointer(&a)); err != nil {
 		return nil, newError("stream", err, fmt.Sprintf("c2h%d, %d slots", channel, len(slots)))
 	}
 	d.streams[channel] = st
 	return st, nil
+}
+
+// streamArgs builds the STREAM_START ioctl's argument; the slot array it
+// points at lives as long as the argument does.
+func streamArgs(channel int, slots []Segment) (streamPtrArg, error) {
+	segs := make([]segArg, len(slots))
+	for i, s := range slots {
+		if s.Pin == nil {
+			return streamPtrArg{}, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("slot %d has no pin", i)}
+		}
+		segs[i] = segArg{Handle: s.Pin.Handle, Offset: s.Offset, Len: s.Len}
+	}
+	return streamPtrArg{Channel: uint32(channel), Nslots: uint32(len(segs)), Slots: slicePointer(segs)}, nil
+}
+
+// releaseArgs builds the STREAM_RELEASE ioctl's argument.
+func releaseArgs(channel int, idx []int) releasePtrArg {
+	v := make([]uint32, len(idx))
+	for i, x := range idx {
+		v[i] = uint32(x)
+	}
+	return releasePtrArg{Channel: uint32(channel), Nslots: uint32(len(v)), Slots: slicePointer(v)}
 }
 
 // streamEvent hands a slot or end-of-stream record to its stream.
@@ -113,11 +131,7 @@ func (s *Stream) Release(idx ...int) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	v := make([]uint32, len(idx))
-	for i, x := range idx {
-		v[i] = uint32(x)
-	}
-	a := releaseArg{Channel: uint32(s.channel), Nslots: uint32(len(v)), Slots: uint64(uintptr(unsafe.Pointer(&v[0])))}
+	a := releaseArgs(s.channel, idx)
 	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {
 		e := newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
 		if errors.Is(e, ErrNotFound) {

@@ -55,25 +55,33 @@ type Result struct {
 	Duration time.Duration
 }
 
-func (d *Device) submit(t *Transfer, userData uint64) (uint64, error) {
+// xferArgs builds the XFER ioctl's argument for t; the segment array it
+// points at lives as long as the argument does.
+func xferArgs(t *Transfer, userData uint64) (xferPtrArg, error) {
 	if len(t.Segments) == 0 {
-		return 0, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no segments"}
+		return xferPtrArg{}, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no segments"}
 	}
 	segs := make([]segArg, len(t.Segments))
 	for i, s := range t.Segments {
 		if s.Pin == nil {
-			return 0, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("segment %d has no pin", i)}
+			return xferPtrArg{}, &Error{Op: "transfer", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("segment %d has no pin", i)}
 		}
 		segs[i] = segArg{Handle: s.Pin.Handle, Offset: s.Offset, Len: s.Len}
 	}
-	a := xferArg{
+	return xferPtrArg{
 		Dir: uint32(t.Dir), Channel: uint32(t.Channel), Flags: xferFlagAsync, Nsegs: uint32(len(segs)),
-		Segs: uint64(uintptr(unsafe.Pointer(&segs[0]))), Card_addr: t.CardAddr,
+		Segs: slicePointer(segs), Card_addr: t.CardAddr,
 		Timeout_ms: uint32(t.Timeout.Milliseconds()), Eventfd: -1, User_data: userData,
+	}, nil
+}
+
+func (d *Device) submit(t *Transfer, userData uint64) (uint64, error) {
+	a, err := xferArgs(t, userData)
+	if err != nil {
+		return 0, err
 	}
 	if err := d.ioctl(iocXfer, unsafe.Pointer(&a)); err != nil {
-		e := newError("transfer", err, t.describe())
-		return 0, e
+		return 0, newError("transfer", err, t.describe())
 	}
 	return a.Id, nil
 }
@@ -122,18 +130,32 @@ func (d *Device) Transfer(ctx context.Context, t Transfer) (Result, error) {
 }
 
 // Submit starts t and returns its id at once; its Completion arrives on
-// Completions, carrying userData. Drain Completions: while it is full,
-// synchronous transfers on the same Device wait too.
+// Completions, carrying userData. At most MaxUnread of them are in flight
+// or unread at once: beyond that Submit fails with ErrLimit until
+// completions are received. An unread Completions channel delays nothing
+// else.
 func (d *Device) Submit(t Transfer, userData uint64) (uint64, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.startReader(); err != nil {
 		return 0, err
 	}
-	return d.submit(&t, userData)
+	// Completions only shrinks concurrently, so the reservation holds.
+	if unread := len(d.submitted) + len(d.async); unread >= cap(d.async) {
+		return 0, &Error{Op: "transfer", Err: unix.EAGAIN, Kind: ErrLimit,
+			Detail: fmt.Sprintf("%d submitted transfers in flight or unread on Completions", unread)}
+	}
+	id, err := d.submit(&t, userData)
+	if err != nil {
+		return 0, err
+	}
+	d.submitted[id] = userData
+	return id, nil
 }
 
-// Completions delivers the completions of Submit.
+// Completions delivers the completions of Submit, one for each. It is
+// closed by Close, or when the device fails (the completions of
+// transfers then in flight carry ErrDeviceGone).
 func (d *Device) Completions() <-chan Completion { return d.async }
 
 // Cancel stops a submitted transfer; it completes with ErrCanceled.
@@ -156,7 +178,8 @@ func (d *Device) startReader() error {
 	}
 	if !d.reading {
 		d.reading = true
-		go d.readCompletions()
+		d.readerDone = make(chan struct{})
+		go d.readCompletions(d.readerDone)
 	}
 	return nil
 }
@@ -194,7 +217,12 @@ func decodeCompletion(b []byte) Completion {
 	return c
 }
 
-func (d *Device) readCompletions() {
+// readCompletions reads the driver's records until the file fails or is
+// closed. It never blocks on a consumer: a sync waiter's channel has room
+// for its one completion, Submit reserved room in async for each of its
+// transfers, and a stream's channel has room for every slot.
+func (d *Device) readCompletions(done chan struct{}) {
+	defer close(done)
 	buf := make([]byte, 64*completionSize)
 	for {
 		n, err := d.f.Read(buf)
@@ -208,6 +236,11 @@ func (d *Device) readCompletions() {
 				w <- Completion{ID: id, Err: d.readerErr}
 				delete(d.waiters, id)
 			}
+			for id, ud := range d.submitted {
+				d.async <- Completion{ID: id, UserData: ud, Err: d.readerErr}
+				delete(d.submitted, id)
+			}
+			d.closeAsync()
 			for ch, s := range d.streams {
 				s.end(d.readerErr)
 				delete(d.streams, ch)
@@ -222,16 +255,24 @@ func (d *Device) readCompletions() {
 				d.streamEvent(r)
 				continue
 			}
-			c := r.c
-			d.mu.Lock()
-			w, ok := d.waiters[c.ID]
-			delete(d.waiters, c.ID)
-			d.mu.Unlock()
-			if ok {
-				w <- c
-			} else {
-				d.async <- c
-			}
+			d.deliver(r.c)
 		}
 	}
+}
+
+// deliver hands a transfer's completion to its waiter or to Completions.
+func (d *Device) deliver(c Completion) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if w, ok := d.waiters[c.ID]; ok {
+		delete(d.waiters, c.ID)
+		w <- c
+		return
+	}
+	if _, ok := d.submitted[c.ID]; ok {
+		delete(d.submitted, c.ID)
+		d.async <- c
+	}
+	// Anything else is no transfer of ours: both maps are filled under
+	// d.mu before the reader can see the id.
 }

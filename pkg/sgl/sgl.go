@@ -13,6 +13,7 @@ package sgl
 import (
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Page sizes a page table may use, in bytes.
@@ -30,6 +31,7 @@ var (
 	ErrZeroLength = errors.New("sgl: zero-length window")
 	ErrRange      = errors.New("sgl: window outside the pinned region")
 	ErrLimits     = errors.New("sgl: invalid limits")
+	ErrAddress    = errors.New("sgl: page reaches the top of the bus address space")
 )
 
 // Segment is one physically contiguous piece of a transfer.
@@ -51,9 +53,17 @@ type PageTable struct {
 // Size returns the number of bytes the table covers.
 func (t *PageTable) Size() uint64 { return t.PageSize * uint64(len(t.Pages)) }
 
-// Validate reports whether the table has a supported page size and at least
-// one page.
+// Validate reports whether the table has a supported page size, at least
+// one page, and no page whose end wraps through 2^64 (the last page of the
+// address space would otherwise look contiguous with page 0).
 func (t *PageTable) Validate() error {
+	if err := t.validateShape(); err != nil {
+		return err
+	}
+	return t.validatePages(0, len(t.Pages))
+}
+
+func (t *PageTable) validateShape() error {
 	switch t.PageSize {
 	case PageSize4K, PageSize64K, PageSize128K:
 	default:
@@ -61,6 +71,17 @@ func (t *PageTable) Validate() error {
 	}
 	if len(t.Pages) == 0 {
 		return ErrEmptyTable
+	}
+	return nil
+}
+
+// validatePages checks pages [from, to) against the top of the address
+// space: a page's one-past-the-end address must not wrap to 0.
+func (t *PageTable) validatePages(from, to int) error {
+	for i, p := range t.Pages[from:to] {
+		if p > math.MaxUint64-t.PageSize {
+			return fmt.Errorf("%w: page %d at %#x", ErrAddress, from+i, p)
+		}
 	}
 	return nil
 }
@@ -102,9 +123,10 @@ func (l Limits) room(addr, logical uint64) uint64 {
 	return n
 }
 
-// checkWindow validates a window of t.
+// checkWindow validates a window of t: only the window's pages, so that
+// small windows of large tables stay cheap.
 func checkWindow(t *PageTable, off, length uint64) error {
-	if err := t.Validate(); err != nil {
+	if err := t.validateShape(); err != nil {
 		return err
 	}
 	if length == 0 {
@@ -114,7 +136,7 @@ func checkWindow(t *PageTable, off, length uint64) error {
 	if off >= size || length > size-off {
 		return fmt.Errorf("%w: offset %d + length %d exceeds %d bytes", ErrRange, off, length, size)
 	}
-	return nil
+	return t.validatePages(int(off/t.PageSize), int((off+length-1)/t.PageSize)+1)
 }
 
 // Iter walks the segments of one window of a page table. The zero Iter is

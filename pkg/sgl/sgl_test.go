@@ -7,22 +7,28 @@ import (
 	"testing"
 )
 
-// reference builds the list one byte at a time: a byte joins the current
-// segment when it is the bus successor of the segment's last byte and the
-// segment still has room under the limits. It is slow and obviously right.
+// reference builds the list one byte at a time from the limits' own
+// definitions, sharing no code with the package: a byte starts a new
+// segment unless it is the bus successor of the previous byte (without
+// wrapping through 2^64), the segment is below MaxSegment, the byte is not
+// on a BusBoundary, and it does not start a Stride. Slow and obviously
+// right.
 func reference(l Limits, windows []window) []Segment {
 	var segs []Segment
-	var logical, segLogical uint64
+	var logical uint64
 	for _, w := range windows {
 		ps := w.t.PageSize
 		for i := w.off; i < w.off+w.len; i++ {
 			addr := w.t.Pages[i/ps] + i%ps
 			n := len(segs)
-			if n > 0 && segs[n-1].End() == addr && segs[n-1].Len < l.room(segs[n-1].Addr, segLogical) {
+			join := n > 0 && addr != 0 && segs[n-1].Addr+segs[n-1].Len == addr &&
+				(l.MaxSegment == 0 || segs[n-1].Len < l.MaxSegment) &&
+				(l.BusBoundary == 0 || addr%l.BusBoundary != 0) &&
+				(l.Stride == 0 || logical%l.Stride != 0)
+			if join {
 				segs[n-1].Len++
 			} else {
 				segs = append(segs, Segment{Addr: addr, Len: 1})
-				segLogical = logical
 			}
 			logical++
 		}
@@ -121,6 +127,7 @@ func TestIterMatchesBuilder(t *testing.T) {
 func TestEdgeCases(t *testing.T) {
 	frag := &PageTable{PageSize: PageSize64K, Pages: []uint64{0x30000, 0x10000, 0x20000, 0x50000}}
 	contig := &PageTable{PageSize: PageSize64K, Pages: []uint64{0x100000, 0x110000, 0x120000, 0x130000}}
+	top := &PageTable{PageSize: PageSize64K, Pages: []uint64{^uint64(0) - PageSize64K + 1, 0}}
 	tests := []struct {
 		name     string
 		table    *PageTable
@@ -145,6 +152,11 @@ func TestEdgeCases(t *testing.T) {
 		{"unknown page size", &PageTable{PageSize: 8192, Pages: []uint64{0}}, 0, 1, Limits{}, nil, ErrPageSize},
 		{"no pages", &PageTable{PageSize: PageSize64K}, 0, 1, Limits{}, nil, ErrEmptyTable},
 		{"boundary not a power of two", contig, 0, 1, Limits{BusBoundary: 3 << 20}, nil, ErrLimits},
+		// The top page would end at 2^64, which is 0: it must not join page 0.
+		{"top page then page 0", top, 0, 2 << 16, Limits{}, nil, ErrAddress},
+		{"window on page 0 of a table with a top page", top, 1 << 16, 10, Limits{}, []Segment{{0, 10}}, nil},
+		{"page past the top", &PageTable{PageSize: PageSize4K, Pages: []uint64{^uint64(0) - 100}}, 0, 1, Limits{}, nil, ErrAddress},
+		{"highest page that fits", &PageTable{PageSize: PageSize4K, Pages: []uint64{^uint64(0) - 2*PageSize4K + 1}}, 0, PageSize4K, Limits{}, []Segment{{^uint64(0) - 2*PageSize4K + 1, PageSize4K}}, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,12 +7,15 @@ package stream_test
 import (
 	"context"
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
@@ -182,6 +185,72 @@ func TestCompatCopyFailure(t *testing.T) {
 	}
 }
 
+// waitFailGPU's copy number fail reports an error from Wait, once the
+// copy after it has been started: so a later slot is queued behind the
+// failure.
+type waitFailGPU struct {
+	simgpu.Local
+	fail  int
+	n     int
+	later chan struct{}
+}
+
+func (g *waitFailGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
+	b, err := g.Local.Alloc(size)
+	return &waitFailBuffer{b, g}, err
+}
+
+type waitFailBuffer struct {
+	stream.GPUBuffer
+	g *waitFailGPU
+}
+
+func (b *waitFailBuffer) Bytes() []byte { return b.GPUBuffer.(stream.CPUVisible).Bytes() }
+
+type failedCopy struct{ later chan struct{} }
+
+func (c failedCopy) Wait() error {
+	<-c.later
+	return errCopyEngine
+}
+
+// CopyIn runs on collect's goroutine only, so n needs no lock.
+func (b *waitFailBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	b.g.n++
+	switch {
+	case b.g.n == b.g.fail:
+		return failedCopy{b.g.later}, nil
+	case b.g.n == b.g.fail+2: // the one after fail+1, which is queued now
+		close(b.g.later)
+	}
+	return b.GPUBuffer.CopyIn(off, src)
+}
+
+// After a copy fails, the slots queued behind it are not delivered.
+func TestCompatNothingAfterAFailedCopy(t *testing.T) {
+	s, _ := attach(t, context.Background(), &waitFailGPU{fail: 6, later: make(chan struct{})}, stream.CheckCPU)
+	n := 0
+	for f := range s.Filled() {
+		checkSlot(t, f)
+		s.Release(f.Slot)
+		n++
+	}
+	if !errors.Is(s.Err(), errCopyEngine) || n != 5 {
+		t.Fatalf("%d slots, then %v; want 5, then the copy error", n, s.Err())
+	}
+}
+
+func TestModeAndCheckStrings(t *testing.T) {
+	for _, tc := range []struct{ got, want string }{
+		{stream.Direct.String(), "direct"}, {stream.Mode(7).String(), "Mode(7)"}, {stream.Mode(-1).String(), "Mode(-1)"},
+		{stream.CheckGPU.String(), "gpu"}, {stream.Check(3).String(), "Check(3)"},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
 // Configurations that cannot run are refused with ErrConfig.
 func TestConfigErrors(t *testing.T) {
 	host := make([]byte, slots*slotSize)
@@ -201,5 +270,133 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := stream.Start(context.Background(), stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}}); !errors.Is(err, stream.ErrConfig) {
 		t.Errorf("Start without a device: %v, want ErrConfig", err)
+	}
+}
+
+// orderSource is a Source whose one slot the test fills; Release records
+// whether the work on the slot had finished when it came.
+type orderSource struct {
+	slots    chan p2p.Slot
+	stop     sync.Once
+	workDone atomic.Bool
+	released chan bool // workDone at each release
+}
+
+func (o *orderSource) Slots() <-chan p2p.Slot { return o.slots }
+func (o *orderSource) Err() error             { return nil }
+func (o *orderSource) Stop() error {
+	o.stop.Do(func() { close(o.slots) })
+	return nil
+}
+func (o *orderSource) Release(...int) error {
+	o.released <- o.workDone.Load()
+	return nil
+}
+
+// work finishes when open is closed, with err.
+type work struct {
+	src  *orderSource
+	open chan struct{}
+	err  error
+}
+
+func (w work) Wait() error {
+	<-w.open
+	w.src.workDone.Store(true)
+	return w.err
+}
+
+func attachOrder(t *testing.T) (*stream.Session, *orderSource) {
+	src := &orderSource{slots: make(chan p2p.Slot, 1), released: make(chan bool, 1)}
+	s, err := stream.Attach(context.Background(), stream.Config{SlotSize: 4096, Slots: 1, GPU: &simgpu.Local{}}, make([]byte, 4096), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	src.slots <- p2p.Slot{Index: 0, Bytes: 4096}
+	<-s.Filled()
+	return s, src
+}
+
+// ReleaseAfter hands the slot back only after the work reading it is done.
+func TestReleaseAfterWaitsForTheWork(t *testing.T) {
+	s, src := attachOrder(t)
+	w := work{src: src, open: make(chan struct{})}
+	s.ReleaseAfter(0, w)
+	close(w.open)
+	if done := <-src.released; !done {
+		t.Fatal("slot released while the work on it still ran")
+	}
+	if s.Err() != nil {
+		t.Fatal(s.Err())
+	}
+}
+
+// Work that fails ends the session with its error; the slot stays held.
+func TestReleaseAfterFailure(t *testing.T) {
+	s, src := attachOrder(t)
+	w := work{src: src, open: make(chan struct{}), err: errCopyEngine}
+	close(w.open)
+	s.ReleaseAfter(0, w)
+	for range s.Filled() {
+	}
+	if !errors.Is(s.Err(), errCopyEngine) {
+		t.Fatalf("session ended with %v, want the work's error", s.Err())
+	}
+	select {
+	case <-src.released:
+		t.Fatal("slot released after its work failed")
+	default:
+	}
+}
+
+// hiddenGPU's memory is not CPU-visible, as CUDA's is not; it can be
+// copied back, and its first copy in flips a bit on the way, silently.
+type hiddenGPU struct{ simgpu.Local }
+
+func (g *hiddenGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
+	b, err := g.Local.Alloc(size)
+	return &hiddenBuffer{b: b}, err
+}
+
+type hiddenBuffer struct {
+	b         stream.GPUBuffer
+	corrupted bool
+}
+
+func (h *hiddenBuffer) Addr() uint64 { return h.b.Addr() }
+func (h *hiddenBuffer) Size() uint64 { return h.b.Size() }
+func (h *hiddenBuffer) Free() error  { return h.b.Free() }
+
+// CopyIn runs on collect's goroutine only.
+func (h *hiddenBuffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	if !h.corrupted {
+		h.corrupted = true
+		src = append([]byte(nil), src...)
+		src[len(src)/2+100] ^= 0x10 // a payload byte
+	}
+	return h.b.CopyIn(off, src)
+}
+
+func (h *hiddenBuffer) CopyOut(dst []byte, off uint64) error {
+	copy(dst, h.b.(stream.CPUVisible).Bytes()[off:])
+	return nil
+}
+
+// In compat mode CheckCPU checks what reached the GPU: a bit flipped in
+// the copy is a CRC failure although the host slot is intact.
+func TestCompatCheckCPUReadsTheGPU(t *testing.T) {
+	s, _ := attach(t, context.Background(), &hiddenGPU{}, stream.CheckCPU)
+	for f := range s.Filled() {
+		if f.Data != nil {
+			t.Fatal("hidden GPU memory handed to the CPU")
+		}
+		s.Release(f.Slot)
+		if f.Seq == 2*slots {
+			s.Stop()
+		}
+	}
+	if st := s.Stats(); st.Frames.CRCFailures != 1 || st.Frames.Frames < 2*slots*slotSize/frameSize {
+		t.Fatalf("frames %+v: want one CRC failure", st.Frames)
 	}
 }

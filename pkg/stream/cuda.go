@@ -35,7 +35,10 @@ func NewCUDA(g *cuda.Device, copyStreams int) (*CUDA, error) {
 	for range max(copyStreams, 1) {
 		s, err := g.NewStream()
 		if err != nil {
-			c.Close()
+			// The context is current already: no Close, which would lock again.
+			for _, s := range c.streams {
+				s.Close()
+			}
 			return nil, err
 		}
 		c.streams = append(c.streams, s)
@@ -134,6 +137,32 @@ func (c *CUDA) recycle(e *cuda.Event) {
 	c.mu.Unlock()
 }
 
+// Done records an event on s, after the work queued there so far (the
+// kernels that read a slot), for Session.ReleaseAfter.
+func (c *CUDA) Done(s *cuda.Stream) (Copy, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	c.mu.Lock()
+	var e *cuda.Event
+	if n := len(c.events); n > 0 {
+		e, c.events = c.events[n-1], c.events[:n-1]
+	}
+	c.mu.Unlock()
+	if e == nil {
+		var err error
+		if e, err = c.dev.NewSyncEvent(); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.Record(s); err != nil {
+		c.recycle(e)
+		return nil, err
+	}
+	return &cudaCopy{c: c, e: e}, nil
+}
+
 type cudaBuffer struct {
 	c *CUDA
 	b *cuda.Buffer
@@ -172,6 +201,21 @@ func (b *cudaBuffer) CopyIn(off uint64, src []byte) (Copy, error) {
 		return nil, err
 	}
 	return &cudaCopy{c: b.c, e: e}, nil
+}
+
+// CopyOut implements ReadBack with a synchronous device-to-host copy.
+func (b *cudaBuffer) CopyOut(dst []byte, off uint64) error {
+	if off > b.b.Size || uint64(len(dst)) > b.b.Size-off {
+		return fmt.Errorf("%w: copy of %d bytes from offset %d of a %d-byte buffer", ErrConfig, len(dst), off, b.b.Size)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := b.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer b.c.dev.Unlock()
+	return b.c.dev.CopyDtoH(dst, b.b.Ptr+off)
 }
 
 type cudaCopy struct {

@@ -48,6 +48,15 @@ type CPUVisible interface {
 	Bytes() []byte
 }
 
+// ReadBack is a GPUBuffer whose bytes the CPU can copy out (CUDA's): in
+// compat mode, CheckCPU checks what reached the GPU through it, not the
+// host slot it was copied from.
+type ReadBack interface {
+	// CopyOut copies len(dst) bytes at offset off of the buffer to dst,
+	// and returns when they are there.
+	CopyOut(dst []byte, off uint64) error
+}
+
 // FrameChecker checks frames where they landed in GPU memory.
 type FrameChecker interface {
 	// Check verifies the frames in [off, off+n) of b, in order, and

@@ -34,7 +34,15 @@ const (
 )
 
 func (m Mode) String() string {
-	return [...]string{"auto", "direct", "compat"}[m]
+	switch m {
+	case Auto:
+		return "auto"
+	case Direct:
+		return "direct"
+	case Compat:
+		return "compat"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
 }
 
 // Check says where frames are verified.
@@ -48,7 +56,15 @@ const (
 )
 
 func (c Check) String() string {
-	return [...]string{"none", "cpu", "gpu"}[c]
+	switch c {
+	case CheckNone:
+		return "none"
+	case CheckCPU:
+		return "cpu"
+	case CheckGPU:
+		return "gpu"
+	}
+	return fmt.Sprintf("Check(%d)", int(c))
 }
 
 // Config describes a session.
@@ -116,24 +132,32 @@ type Session struct {
 	host    *hostRing // compat mode, allocated by Start
 	ring    []byte    // compat mode: the host ring the source fills
 	cpuView []byte    // the GPU buffer as the CPU sees it, if it can
-	checker FrameChecker
-	cpuChk  frame.Checker
-	src     Source
-	inQueue chan inflight
-	filled  chan Filled
-	mu      sync.Mutex
-	stats   Stats
-	started time.Time
-	ended   time.Time // when the last slot was delivered, once the session ended
-	latency time.Duration
-	err     error
-	done    chan struct{}
-	once    sync.Once
+	// readBack copies compat mode's slots back from a GPU the CPU cannot
+	// see, into scratch, for CheckCPU.
+	readBack ReadBack
+	scratch  []byte
+	checker  FrameChecker
+	cpuChk   frame.Checker
+	src      Source
+	inQueue  chan inflight
+	filled   chan Filled
+	mu       sync.Mutex
+	stats    Stats
+	started  time.Time
+	ended    time.Time // when the last slot was delivered, once the session ended
+	latency  time.Duration
+	err      error
+	done     chan struct{}
+	once     sync.Once
+	freeErr  error
+	// releasing counts ReleaseAfter calls still waiting.
+	releasing sync.WaitGroup
 }
 
 type inflight struct {
 	slot p2p.Slot
-	copy Copy // compat mode
+	copy Copy  // compat mode
+	err  error // the copy could not start
 }
 
 // ErrConfig reports a configuration that cannot run.
@@ -236,9 +260,15 @@ func newSession(cfg Config, mode Mode) (*Session, error) {
 	if v, ok := s.gpu.(CPUVisible); ok {
 		s.cpuView = v.Bytes()
 	}
-	if cfg.Check == CheckCPU && s.cpuView == nil && mode == Direct {
-		s.free()
-		return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+	if cfg.Check == CheckCPU && s.cpuView == nil {
+		rb, ok := s.gpu.(ReadBack)
+		if !ok || mode == Direct {
+			// Direct mode: copying every slot back would halve the
+			// bandwidth the checker is there to prove.
+			s.free()
+			return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+		}
+		s.readBack, s.scratch = rb, make([]byte, cfg.SlotSize)
 	}
 	if cfg.Check == CheckGPU {
 		if s.checker, err = cfg.GPU.(GPUChecking).NewFrameChecker(cfg.FrameSize, int(cfg.SlotSize)/cfg.FrameSize); err != nil {
@@ -257,19 +287,22 @@ func newSession(cfg Config, mode Mode) (*Session, error) {
 
 func (s *Session) size() uint64 { return s.cfg.SlotSize * uint64(s.cfg.Slots) }
 
-func (s *Session) free() {
+// free releases what the session holds and reports every failure.
+func (s *Session) free() error {
+	var errs []error
 	if s.checker != nil {
-		s.checker.Close()
+		errs = append(errs, s.checker.Close())
 	}
 	if s.gpuPin != nil {
-		s.gpuPin.Unpin()
+		errs = append(errs, s.gpuPin.Unpin())
 	}
 	if s.host != nil {
-		s.host.free()
+		errs = append(errs, s.host.free())
 	}
 	if s.gpu != nil {
-		s.gpu.Free()
+		errs = append(errs, s.gpu.Free())
 	}
+	return errors.Join(errs...)
 }
 
 func (s *Session) run(ctx context.Context, src Source) {
@@ -295,9 +328,9 @@ func (s *Session) collect(ctx context.Context) {
 			off := uint64(sl.Index) * size
 			cp, err := s.gpu.CopyIn(off, s.ring[off:off+sl.Bytes])
 			if err != nil {
-				s.fail(fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err))
+				// In order: the slots queued before it are delivered.
+				in.err = fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err)
 				s.src.Stop()
-				continue
 			}
 			in.copy = cp
 		}
@@ -330,19 +363,33 @@ func (s *Session) deliver() {
 		s.mu.Unlock()
 	}()
 	size := s.cfg.SlotSize
+	failed := false
 	for in := range s.inQueue {
 		sl := in.slot
 		off := uint64(sl.Index) * size
-		if in.copy != nil {
-			if err := in.copy.Wait(); err != nil {
-				s.fail(fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err))
-				s.src.Stop()
-				continue
+		if failed {
+			// Once a copy or check failed, later slots are not
+			// delivered: the session's data has a hole. Their copies
+			// are waited for, so nothing writes the GPU buffer after
+			// Close.
+			if in.copy != nil {
+				in.copy.Wait()
+			}
+			continue
+		}
+		err := in.err
+		if err == nil && in.copy != nil {
+			if err = in.copy.Wait(); err != nil {
+				err = fmt.Errorf("stream: copying slot %d to the GPU: %w", sl.Index, err)
 			}
 		}
-		if err := s.check(off, sl.Bytes); err != nil {
+		if err == nil {
+			err = s.check(off, sl.Bytes)
+		}
+		if err != nil {
 			s.fail(err)
 			s.src.Stop()
+			failed = true
 			continue
 		}
 		f := Filled{Slot: sl.Index, Seq: sl.Seq, Addr: s.gpu.Addr() + off, Len: sl.Bytes, EOP: sl.EOP}
@@ -375,11 +422,17 @@ func (s *Session) check(off, n uint64) error {
 			return fmt.Errorf("stream: checking frames on the GPU: %w", err)
 		}
 	case CheckCPU:
-		data := s.ring // compat: the host slot, which is what was copied
+		// What reached the GPU, not the host slot it came from.
+		var b []byte
 		if s.cpuView != nil {
-			data = s.cpuView
+			b = s.cpuView[off : off+n]
+		} else {
+			b = s.scratch[:n]
+			if err := s.readBack.CopyOut(b, off); err != nil {
+				return fmt.Errorf("stream: reading slot back from the GPU to check it: %w", err)
+			}
 		}
-		for b := data[off : off+n]; len(b) > 0; {
+		for len(b) > 0 {
 			k, err := s.cpuChk.Check(b)
 			if err != nil {
 				break // counted as a CRC failure
@@ -395,7 +448,11 @@ func (s *Session) check(off, n uint64) error {
 // Close.
 func (s *Session) Filled() <-chan Filled { return s.filled }
 
-// Release hands a slot back to the engine.
+// Release hands a slot back to the engine, which may refill it at once:
+// call it only when nothing reads the slot any more. GPU work is
+// asynchronous: a kernel launched on the slot is still reading it when
+// the launch returns, so either synchronise with that work first or use
+// ReleaseAfter.
 func (s *Session) Release(slot int) error {
 	// Counted first: the engine may refill the slot before the call returns.
 	s.mu.Lock()
@@ -410,6 +467,27 @@ func (s *Session) Release(slot int) error {
 	return nil
 }
 
+// ReleaseAfter hands a slot back once done reports that the work reading
+// it has finished: a CUDA event recorded after the kernels that read the
+// slot (CUDA.Done). It returns at once. If done or the release fails, the
+// session ends with that error.
+func (s *Session) ReleaseAfter(slot int, done Copy) {
+	s.releasing.Add(1)
+	go func() {
+		defer s.releasing.Done()
+		err := done.Wait()
+		if err == nil {
+			err = s.Release(slot)
+		} else {
+			err = fmt.Errorf("stream: waiting to release slot %d: %w", slot, err)
+		}
+		if err != nil {
+			s.fail(err)
+			s.src.Stop()
+		}
+	}()
+}
+
 // Stop ends the session and waits until its slots are delivered.
 func (s *Session) Stop() error {
 	err := s.src.Stop()
@@ -417,7 +495,8 @@ func (s *Session) Stop() error {
 	return err
 }
 
-// Close stops the session if it runs and frees its memory. Call it once no
+// Close stops the session if it runs and frees its memory, returning
+// what failed in unpinning, unregistering and freeing it. Call it once no
 // Filled.Data is in use any more.
 func (s *Session) Close() error {
 	select {
@@ -425,8 +504,9 @@ func (s *Session) Close() error {
 	default:
 		s.Stop()
 	}
-	s.once.Do(s.free)
-	return nil
+	s.releasing.Wait() // no release may follow the free
+	s.once.Do(func() { s.freeErr = s.free() })
+	return s.freeErr
 }
 
 // Err is why the session ended: nil after Stop, the context's error after

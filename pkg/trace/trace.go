@@ -15,6 +15,7 @@ import (
 	"math"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -96,7 +97,10 @@ func (c Channel) Sub(earlier Channel) Channel {
 type Snapshot struct {
 	Time     time.Time
 	Channels []Channel // the 8 possible channels, H2C first
-	Lost     uint64    // events the ring buffer had no room for
+	// Lost counts events that never reached Events: those the kernel's
+	// ring buffer had no room for, and those that arrived while Events
+	// was full.
+	Lost uint64
 }
 
 // EventType says what an Event reports.
@@ -156,8 +160,11 @@ type Session struct {
 	links  []link.Link
 	rd     *ringbuf.Reader
 	events chan Event
-	done   chan struct{}
-	once   sync.Once
+	// dropped counts events the reader found Events full for; the
+	// kernel's lost map counts only its own, so the two never race.
+	dropped atomic.Uint64
+	done    chan struct{}
+	once    sync.Once
 }
 
 // Start loads the BPF programs and attaches them to gpufpga's trace events.
@@ -242,19 +249,41 @@ func (s *Session) read() {
 		select {
 		case s.events <- e:
 		default:
-			s.dropped()
+			s.dropped.Add(1)
 		}
 	}
 }
 
-// dropped counts an event the reader could not hand on.
-func (s *Session) dropped() {
-	var zero uint32
-	per := make([]uint64, ebpf.MustPossibleCPU())
-	if s.objs.Lost.Lookup(zero, &per) == nil {
-		per[0]++
-		_ = s.objs.Lost.Update(zero, per, ebpf.UpdateExist)
+// perCPUArray reads entries [0, n) of a per-CPU array map in batches and
+// returns each entry's values for every possible CPU, entry by entry.
+func perCPUArray[T any](m *ebpf.Map, n int) ([]T, int, error) {
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, 0, err
 	}
+	keys := make([]uint32, n)
+	vals := make([]T, n*ncpu)
+	var cursor ebpf.MapBatchCursor
+	got := 0
+	for got < n {
+		k, err := m.BatchLookup(&cursor, keys[got:], vals[got*ncpu:], nil)
+		got += k
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			break
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	if got != n {
+		return nil, 0, fmt.Errorf("%d of %d entries", got, n)
+	}
+	for i, k := range keys {
+		if k != uint32(i) {
+			return nil, 0, fmt.Errorf("entry %d came back as key %d", i, k)
+		}
+	}
+	return vals, ncpu, nil
 }
 
 // Snapshot reads the in-kernel aggregates.
@@ -265,14 +294,19 @@ func (s *Session) Snapshot() (Snapshot, error) {
 	default:
 	}
 	snap := Snapshot{Time: time.Now(), Channels: make([]Channel, numChannels)}
-	var per []gpufpgaChanStats
+	// One batch per map, not a lookup per entry.
+	stats, ncpu, err := perCPUArray[gpufpgaChanStats](s.objs.Stats, numChannels)
+	if err != nil {
+		return snap, fmt.Errorf("trace: read stats: %w", err)
+	}
+	latency, _, err := perCPUArray[uint64](s.objs.Latency, numChannels*numBuckets)
+	if err != nil {
+		return snap, fmt.Errorf("trace: read latency: %w", err)
+	}
 	for i := range numChannels {
 		c := &snap.Channels[i]
 		c.Name = channelNames[i]
-		if err := s.objs.Stats.Lookup(uint32(i), &per); err != nil {
-			return snap, fmt.Errorf("trace: read stats: %w", err)
-		}
-		for _, p := range per {
+		for _, p := range stats[i*ncpu : (i+1)*ncpu] {
 			c.Bytes += p.Bytes
 			c.Transfers += p.Transfers
 			c.Errors += p.Errors
@@ -280,22 +314,21 @@ func (s *Session) Snapshot() (Snapshot, error) {
 			c.Busy += time.Duration(p.BusyNs)
 			c.Slots += p.Slots
 		}
-		var counts []uint64
 		for b := range numBuckets {
-			if err := s.objs.Latency.Lookup(uint32(i*numBuckets+b), &counts); err != nil {
-				return snap, fmt.Errorf("trace: read latency: %w", err)
-			}
-			for _, n := range counts {
+			k := i*numBuckets + b
+			for _, n := range latency[k*ncpu : (k+1)*ncpu] {
 				c.Latency[b] += n
 			}
 		}
 	}
 	var lost []uint64
-	if err := s.objs.Lost.Lookup(uint32(0), &lost); err == nil {
-		for _, n := range lost {
-			snap.Lost += n
-		}
+	if err := s.objs.Lost.Lookup(uint32(0), &lost); err != nil {
+		return snap, fmt.Errorf("trace: read lost events: %w", err)
 	}
+	for _, n := range lost {
+		snap.Lost += n
+	}
+	snap.Lost += s.dropped.Load()
 	return snap, nil
 }
 

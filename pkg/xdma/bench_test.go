@@ -48,22 +48,6 @@ func BenchmarkTableToChain(b *testing.B) {
 	}
 }
 
-// BenchmarkEngine measures the model moving 64 MiB C2H into fragmented
-// memory, for sizing simulated transfers.
-func BenchmarkEngine(b *testing.B) {
-	r := newRig(&testing.T{}, 1024)
-	segs := r.segments(&testing.T{}, 0, r.table.Size(), sgl.Limits{})
-	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H})
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.SetBytes(int64(r.table.Size()))
-	for b.Loop() {
-		xdma.Start(r.e, xdma.C2H, 0, c, xdma.ControlDefault)
-		r.e.RunUntilIdle()
-	}
-}
-
 // BenchmarkBaselineMarshal writes one descriptor per page with no SG logic:
 // the floor that BenchmarkTableToChain is compared against.
 func BenchmarkBaselineMarshal(b *testing.B) {

@@ -63,12 +63,22 @@ func BuildChain(buf []byte, addr uint64, segs []sgl.Segment, spec ChainSpec) (Ch
 		return Chain{}, fmt.Errorf("%w: %#x", ErrMisaligned, addr)
 	case len(buf) < n*DescSize:
 		return Chain{}, fmt.Errorf("%w: %d descriptors need %d bytes, have %d", ErrShortBuffer, n, n*DescSize, len(buf))
+	case wraps(addr, uint64(n)*DescSize):
+		return Chain{}, fmt.Errorf("%w: %d descriptors at %#x", ErrWrap, n, addr)
+	case spec.Stream && spec.Dir == C2H && spec.Results != 0 && wraps(spec.Results, uint64(n)*ResultSize):
+		return Chain{}, fmt.Errorf("%w: %d writeback records at %#x", ErrWrap, n, spec.Results)
 	}
 	card := spec.CardAddr
 	var total uint64
 	for i, s := range segs {
 		if s.Len == 0 || s.Len > MaxDescLen {
 			return Chain{}, fmt.Errorf("%w: segment %d is %d bytes", ErrBadLength, i, s.Len)
+		}
+		if wraps(s.Addr, s.Len) {
+			return Chain{}, fmt.Errorf("%w: segment %d, %d bytes at %#x", ErrWrap, i, s.Len, s.Addr)
+		}
+		if !spec.Stream && wraps(card, s.Len) {
+			return Chain{}, fmt.Errorf("%w: segment %d, %d bytes at card address %#x", ErrWrap, i, s.Len, card)
 		}
 		d := Descriptor{Magic: DescMagic, Len: uint32(s.Len)}
 		host := s.Addr

@@ -2,6 +2,7 @@ package xdma_test
 
 import (
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 
@@ -124,11 +125,33 @@ func TestBuildChainErrors(t *testing.T) {
 		{"short buffer", buf[:31], 0, seg, xdma.ErrShortBuffer},
 		{"zero-length segment", buf, 0, []sgl.Segment{{Addr: 1, Len: 0}}, xdma.ErrBadLength},
 		{"too long segment", buf, 0, []sgl.Segment{{Addr: 1, Len: xdma.MaxDescLen + 1}}, xdma.ErrBadLength},
+		{"descriptors wrap", buf, math.MaxUint64 - 63, []sgl.Segment{seg[0], seg[0]}, xdma.ErrWrap},
+		{"descriptors end at 2^64", buf, math.MaxUint64 - 31, seg, xdma.ErrWrap},
+		{"segment wraps", buf, 0, []sgl.Segment{{Addr: math.MaxUint64 - 7, Len: 16}}, xdma.ErrWrap},
+		{"segment ends at 2^64", buf, 0, []sgl.Segment{{Addr: math.MaxUint64 - 15, Len: 16}}, xdma.ErrWrap},
 	}
 	for _, tc := range tests {
 		if _, err := xdma.BuildChain(tc.buf, tc.addr, tc.segs, xdma.ChainSpec{}); !errors.Is(err, tc.err) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.err)
 		}
+	}
+	for _, tc := range []struct {
+		name string
+		spec xdma.ChainSpec
+		err  error
+	}{
+		{"card range wraps", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 7}, xdma.ErrWrap},
+		{"card range fits", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 16}, nil},
+		{"stream ignores the card address", xdma.ChainSpec{Dir: xdma.H2C, Stream: true, CardAddr: math.MaxUint64}, nil},
+		{"writeback records wrap", xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: math.MaxUint64 - 31}, xdma.ErrWrap},
+	} {
+		if _, err := xdma.BuildChain(buf, 0, seg, tc.spec); !errors.Is(err, tc.err) {
+			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.err)
+		}
+	}
+	d := xdma.Descriptor{Magic: xdma.DescMagic, Len: 64, Src: math.MaxUint64 - 31, Flags: xdma.FlagStop}
+	if err := d.Validate(); !errors.Is(err, xdma.ErrWrap) {
+		t.Errorf("descriptor with a wrapping source: %v, want ErrWrap", err)
 	}
 }
 
@@ -167,6 +190,9 @@ func TestWalkFindsProblems(t *testing.T) {
 		{"adjacency past stop", map[uint64]xdma.Descriptor{0: stop}, 0, 1, xdma.WalkLimits{}, xdma.ErrBadAdjacent, 0},
 		{"too long", map[uint64]xdma.Descriptor{0: ok(0x20), 0x20: ok(0x40), 0x40: stop}, 0, 0, xdma.WalkLimits{MaxDescriptors: 2}, xdma.ErrChainTooLong, 2},
 		{"unmapped", map[uint64]xdma.Descriptor{0: ok(0x100000)}, 0, 0, xdma.WalkLimits{}, nil, 1},
+		// addr+32 wraps to a small number, inside the limits if unchecked.
+		{"next at the top", map[uint64]xdma.Descriptor{0: ok(math.MaxUint64 - 31)}, 0, 0, xdma.WalkLimits{Hi: 0x1000}, xdma.ErrWrap, 1},
+		{"limits below one descriptor", map[uint64]xdma.Descriptor{0: stop}, 0, 0, xdma.WalkLimits{Hi: 16}, xdma.ErrOutOfRange, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 )
 
 // Descriptor format constants (PG195, "Descriptors").
@@ -77,6 +78,7 @@ var (
 	ErrChainTooLong = errors.New("xdma: descriptor chain too long")
 	ErrShortBuffer  = errors.New("xdma: buffer too small for the chain")
 	ErrNoSegments   = errors.New("xdma: no segments")
+	ErrWrap         = errors.New("xdma: address range wraps through 2^64")
 )
 
 // Marshal writes d in the 32-byte little-endian wire format to b.
@@ -118,6 +120,9 @@ func (d *Descriptor) Validate() error {
 	if d.NextAdjacent > MaxNextAdjacent {
 		return fmt.Errorf("%w: %d", ErrBadAdjacent, d.NextAdjacent)
 	}
+	if wraps(d.Src, uint64(d.Len)) || wraps(d.Dst, uint64(d.Len)) {
+		return fmt.Errorf("%w: %d bytes from %#x to %#x", ErrWrap, d.Len, d.Src, d.Dst)
+	}
 	if d.Flags&FlagStop == 0 && d.NextAdjacent > 0 && !adjacentFits(d.Next, int(d.NextAdjacent)) {
 		return fmt.Errorf("%w: %d after %#x crosses a 4 KiB block", ErrBadAdjacent, d.NextAdjacent, d.Next)
 	}
@@ -127,6 +132,10 @@ func (d *Descriptor) Validate() error {
 func (d Descriptor) String() string {
 	return fmt.Sprintf("len %d src %#x dst %#x next %#x adj %d %v", d.Len, d.Src, d.Dst, d.Next, d.NextAdjacent, d.Flags)
 }
+
+// wraps reports whether n bytes from addr run past 2^64 (ending exactly
+// there counts: the address one past the range would be 0).
+func wraps(addr, n uint64) bool { return n != 0 && addr > math.MaxUint64-n }
 
 // adjacentFits reports whether extra descriptors after the one at addr stay
 // inside addr's 4 KiB block.

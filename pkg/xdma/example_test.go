@@ -9,19 +9,11 @@ import (
 )
 
 // Build a C2H chain that writes 128 KiB from card address 0 into two
-// scattered 64 KiB GPU pages, run it on the engine model, and decode the
-// channel status.
+// scattered 64 KiB GPU pages and walk it as the engine would.
 func ExampleBuildChain() {
-	var bus, card busmem.Map
+	var bus busmem.Map
 	descs := make([]byte, 4096)
-	vram := make([]byte, 4*sgl.PageSize64K)
-	ddr := make([]byte, 2*sgl.PageSize64K)
-	for i := range ddr {
-		ddr[i] = byte(i)
-	}
 	_ = bus.Add("descriptors", 0x1000, descs)
-	_ = bus.Add("vram", 0x4000_0000, vram)
-	_ = card.Add("ddr", 0, ddr)
 
 	table := &sgl.PageTable{PageSize: sgl.PageSize64K, Pages: []uint64{0x4003_0000, 0x4001_0000}}
 	var b sgl.Builder
@@ -35,16 +27,7 @@ func ExampleBuildChain() {
 	for _, w := range walked {
 		fmt.Printf("%#x: %v\n", w.Addr, w.Descriptor)
 	}
-
-	engine, _ := xdma.NewEngine(xdma.Config{C2H: []xdma.ChannelConfig{{}}, Bus: &bus, Card: &card})
-	xdma.Start(engine, xdma.C2H, 0, chain, xdma.ControlDefault)
-	engine.RunUntilIdle()
-	status := engine.ReadReg(xdma.Base(xdma.TargetC2H, 0) + xdma.RegStatusRC)
-	fmt.Println(xdma.DecodeStatus(xdma.C2H, 0, status))
-	fmt.Println(vram[0x30000+5] == ddr[5], vram[0x10000+5] == ddr[0x10000+5])
 	// Output:
 	// 0x1000: len 65536 src 0x0 dst 0x40030000 next 0x1020 adj 0 -
 	// 0x1020: len 65536 src 0x10000 dst 0x40010000 next 0x0 adj 0 STOP|COMPLETED
-	// C2H channel 0: descriptor_stopped, descriptor_completed
-	// true true
 }

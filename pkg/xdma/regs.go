@@ -305,7 +305,8 @@ func DecodePollWriteback(v uint32) PollWriteback {
 	return PollWriteback{Completed: v & pollWBCountMask, Error: v&pollWBErrorBit != 0}
 }
 
-func (w PollWriteback) encode() uint32 {
+// Encode returns the word the engine writes for w.
+func (w PollWriteback) Encode() uint32 {
 	v := w.Completed & pollWBCountMask
 	if w.Error {
 		v |= pollWBErrorBit

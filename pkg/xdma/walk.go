@@ -80,7 +80,9 @@ func Walk(mem Memory, addr uint64, firstAdjacent uint8, lim WalkLimits) ([]Walke
 			return fail(fmt.Errorf("%w: more than %d descriptors", ErrChainTooLong, maxN))
 		case addr%DescAlign != 0:
 			return fail(fmt.Errorf("%w: %#x", ErrMisaligned, addr))
-		case lim.Hi != 0 && (addr < lim.Lo || addr+DescSize > lim.Hi):
+		case wraps(addr, DescSize):
+			return fail(fmt.Errorf("%w: descriptor at %#x", ErrWrap, addr))
+		case lim.Hi != 0 && (addr < lim.Lo || lim.Hi < DescSize || addr > lim.Hi-DescSize):
 			return fail(fmt.Errorf("%w: %#x not in [%#x, %#x)", ErrOutOfRange, addr, lim.Lo, lim.Hi))
 		case seen[addr]:
 			return fail(ErrCycle)

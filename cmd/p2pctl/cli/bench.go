@@ -16,12 +16,15 @@ import (
 )
 
 type benchRow struct {
-	Size     uint64  `json:"size"`
-	Count    int     `json:"count"`
-	GBps     float64 `json:"gb_per_s"`
-	P50us    float64 `json:"p50_us"`
-	P99us    float64 `json:"p99_us"`
-	EngineUs float64 `json:"engine_us"`
+	Size  uint64  `json:"size"`
+	Count int     `json:"count"`
+	GBps  float64 `json:"gb_per_s"`
+	P50us float64 `json:"p50_us"`
+	// P99us is left out below p99Samples samples, where it would only be
+	// the maximum again.
+	P99us    *float64 `json:"p99_us,omitempty"`
+	MaxUs    float64  `json:"max_us"`
+	EngineUs float64  `json:"engine_us"`
 }
 
 type benchJSON struct {
@@ -29,6 +32,10 @@ type benchJSON struct {
 	Memory  string     `json:"memory"`
 	Rows    []benchRow `json:"results"`
 }
+
+// p99Samples is the fewest samples whose 99th percentile is not their
+// maximum.
+const p99Samples = 100
 
 func percentile(sorted []time.Duration, p float64) time.Duration {
 	if len(sorted) == 0 {
@@ -45,8 +52,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Short: "Measure throughput and latency over transfer sizes",
 		Long: `bench runs --count transfers of each size in --sizes on --channel and reports
 throughput (bytes over the engine's time, start of the chain to its
-completion) and the latency a caller sees (submit to completion: p50, p99).`,
-		Args: cobra.NoArgs,
+completion) and the latency a caller sees (submit to completion: p50, p99
+from 100 transfers a size on, and the maximum).`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
 			if err != nil {
@@ -55,20 +63,20 @@ completion) and the latency a caller sees (submit to completion: p50, p99).`,
 			if count < 1 {
 				return usageErr("--count must be at least 1")
 			}
-			var list []uint64
-			for _, s := range strings.Split(sizes, ",") {
-				n, err := parseSize(s)
-				if err != nil || n == 0 {
-					return usageErr("--sizes: %v", err)
-				}
-				list = append(list, n)
+			list, err := parseSizes(sizes)
+			if err != nil {
+				return err
+			}
+			mem, err := g.opts.checkMem(mem)
+			if err != nil {
+				return err
 			}
 			d, err := g.open()
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			buf, err := allocPinned(d, mem, slices.Max(list), 1)
+			buf, err := g.opts.allocPinned(d, mem, slices.Max(list), 1)
 			if err != nil {
 				return err
 			}
@@ -94,8 +102,12 @@ completion) and the latency a caller sees (submit to completion: p50, p99).`,
 					prog.step(si*count + i + 1)
 				}
 				slices.Sort(lat)
-				row := benchRow{Size: n, Count: count, P50us: us(percentile(lat, 0.5)), P99us: us(percentile(lat, 0.99)),
+				row := benchRow{Size: n, Count: count, P50us: us(percentile(lat, 0.5)), MaxUs: us(lat[len(lat)-1]),
 					EngineUs: us(engine / time.Duration(count))}
+				if count >= p99Samples {
+					p99 := us(percentile(lat, 0.99))
+					row.P99us = &p99
+				}
 				if engine > 0 {
 					row.GBps = float64(bytes) / engine.Seconds() / 1e9
 				}
@@ -105,10 +117,26 @@ completion) and the latency a caller sees (submit to completion: p50, p99).`,
 		},
 	}
 	cmd.Flags().StringVar(&channel, "channel", "c2h0", "channel: h2c<N> or c2h<N>")
-	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, sim (the rig's simulated GPU) or sim-dmabuf (the same through a dma-buf)")
+	cmd.Flags().StringVar(&mem, "mem", "", memHelp(g.opts))
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,1MiB,16MiB", "comma-separated transfer sizes")
-	cmd.Flags().IntVar(&count, "count", 20, "transfers per size")
+	cmd.Flags().IntVar(&count, "count", p99Samples, "transfers per size (p99 needs 100)")
 	return cmd
+}
+
+// parseSizes parses --sizes: a comma-separated list of sizes above 0.
+func parseSizes(s string) ([]uint64, error) {
+	var list []uint64
+	for _, f := range strings.Split(s, ",") {
+		n, err := parseSize(f)
+		if err != nil {
+			return nil, usageErr("--sizes: %v", err)
+		}
+		if n == 0 {
+			return nil, usageErr("--sizes: %q: sizes must be more than 0", f)
+		}
+		list = append(list, n)
+	}
+	return list, nil
 }
 
 func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
@@ -116,9 +144,13 @@ func us(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1000 }
 func writeBench(w io.Writer, b benchJSON) {
 	fmt.Fprintf(w, "%s, %s memory\n", b.Channel, b.Memory)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "size\tcount\tthroughput\tengine\tp50 latency\tp99 latency\t")
+	fmt.Fprintln(tw, "size\tcount\tthroughput\tengine\tp50 latency\tp99 latency\tmax latency\t")
 	for _, r := range b.Rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.3f GB/s\t%.0f µs\t%.0f µs\t%.0f µs\t\n", fmtBytes(r.Size), r.Count, r.GBps, r.EngineUs, r.P50us, r.P99us)
+		p99 := "-" // too few samples
+		if r.P99us != nil {
+			p99 = fmt.Sprintf("%.0f µs", *r.P99us)
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.3f GB/s\t%.0f µs\t%.0f µs\t%s\t%.0f µs\t\n", fmtBytes(r.Size), r.Count, r.GBps, r.EngineUs, r.P50us, p99, r.MaxUs)
 	}
 	tw.Flush()
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 
@@ -26,8 +27,40 @@ const (
 	ExitVerify = 4 // data did not verify
 )
 
-// Version is set at build time with -ldflags "-X .../cli.Version=...".
-var Version = "dev"
+// Version overrides the version p2pctl reports, which is otherwise the
+// module version and VCS revision the binary was built from; set it with
+// -ldflags "-X github.com/gpufpga/gpufpga/cmd/p2pctl/cli.Version=...".
+var Version string
+
+// version returns Version, or what the build recorded.
+func version() string {
+	if Version != "" {
+		return Version
+	}
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	var rev, modified string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				modified = "+dirty"
+			}
+		}
+	}
+	if rev != "" && (v == "" || v == "(devel)") {
+		return rev[:min(len(rev), 12)] + modified
+	}
+	if v == "" {
+		return "(devel)"
+	}
+	return v
+}
 
 type exitError struct {
 	code int
@@ -45,11 +78,12 @@ func verifyErr(format string, a ...any) error {
 	return &exitError{ExitVerify, fmt.Errorf(format, a...)}
 }
 
-// globals are the flags every command shares.
+// globals are the flags every command shares, and the options.
 type globals struct {
 	device string
 	json   bool
 	out    io.Writer
+	opts   *Options
 }
 
 // Main runs p2pctl with args and returns its exit code.
@@ -60,12 +94,26 @@ func Main(args []string, stdout, stderr io.Writer) int {
 // Run is Main with a context: cancelling it ends long-running commands
 // (trace, hold) as an interrupt would.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	g := &globals{out: stdout}
+	return (&Options{}).Run(ctx, args, stdout, stderr)
+}
+
+// Run is the package's Run with the options' additions.
+func (o *Options) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{out: stdout, opts: o}
 	root := &cobra.Command{
 		Use:           "p2pctl",
 		Short:         "Operate gpufpga FPGA-GPU peer DMA devices",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Runnable, so that a stray argument reaches Args rather than
+		// cobra's help.
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usageErr("unknown command %q for %q", args[0], cmd.CommandPath())
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
 	}
 	root.PersistentFlags().StringVarP(&g.device, "device", "d", "/dev/gpufpga0", "device node")
 	root.PersistentFlags().BoolVar(&g.json, "json", false, "machine-readable output")
@@ -103,11 +151,18 @@ func exitCode(err error) int {
 		return ExitDevice
 	case errors.Is(err, stream.ErrConfig):
 		return ExitUsage
-	case strings.HasPrefix(err.Error(), "unknown command"), strings.HasPrefix(err.Error(), "accepts "),
-		strings.Contains(err.Error(), "unknown flag"), strings.Contains(err.Error(), "required flag"):
-		return ExitUsage
 	}
 	return ExitError
+}
+
+// usageArgs makes an argument check's error a usage error.
+func usageArgs(check cobra.PositionalArgs) cobra.PositionalArgs {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := check(cmd, args); err != nil {
+			return &exitError{ExitUsage, err}
+		}
+		return nil
+	}
 }
 
 // open opens the selected device.
@@ -117,6 +172,18 @@ func (g *globals) open() (*p2p.Device, error) {
 		return nil, err
 	}
 	return d, nil
+}
+
+// present checks that the selected device exists, for commands that read
+// its debugfs files rather than open it.
+func (g *globals) present() error {
+	if _, err := os.Stat(g.device); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w: %s does not exist (is the gpufpga module loaded?)", p2p.ErrNoDevice, g.device)
+		}
+		return &exitError{ExitDevice, err}
+	}
+	return nil
 }
 
 // emit writes v as JSON, or calls human to write text.
@@ -139,12 +206,12 @@ func newVersionCmd(g *globals) *cobra.Command {
 	return &cobra.Command{
 		Use:   "version",
 		Short: "Print p2pctl's version and the driver's ABI",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
 			v := struct {
 				Version string `json:"version"`
 				ABI     uint32 `json:"abi,omitempty"`
-			}{Version: Version}
+			}{Version: version()}
 			if d, err := p2p.Open(g.device); err == nil {
 				if info, err := d.Info(); err == nil {
 					v.ABI = info.ABIVersion

@@ -3,6 +3,7 @@ package cli
 import (
 	"bytes"
 	"encoding/binary"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
@@ -51,9 +52,10 @@ func TestHumanOutput(t *testing.T) {
 	golden(t, "pin", b.Bytes())
 
 	b.Reset()
+	p99 := 12500.0
 	writeBench(&b, benchJSON{Channel: "c2h0", Memory: "sim", Rows: []benchRow{
-		{Size: 4096, Count: 20, GBps: 0.0123, P50us: 410, P99us: 900, EngineUs: 333},
-		{Size: 16 << 20, Count: 20, GBps: 1.5, P50us: 11000, P99us: 12500, EngineUs: 11184},
+		{Size: 4096, Count: 20, GBps: 0.0123, P50us: 410, MaxUs: 900, EngineUs: 333},
+		{Size: 16 << 20, Count: 100, GBps: 1.5, P50us: 11000, P99us: &p99, MaxUs: 13000, EngineUs: 11184},
 	}})
 	golden(t, "bench", b.Bytes())
 }
@@ -77,6 +79,7 @@ func TestParseSize(t *testing.T) {
 
 func TestExitCodes(t *testing.T) {
 	_, badChain := writeChains(t)
+	none := filepath.Join(t.TempDir(), "gpufpga-none")
 	for _, tc := range []struct {
 		args []string
 		code int
@@ -89,6 +92,21 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"info", "-d", "/dev/gpufpga-none"}, ExitDevice, "/dev/gpufpga-none does not exist"},
 		{[]string{"desc"}, ExitUsage, "name a channel"},
 		{[]string{"desc", "--file", badChain}, ExitVerify, "bad descriptor magic"},
+		// Flags are checked before the device is opened: none exists here.
+		{[]string{"pin", "--size", "0", "-d", none}, ExitUsage, "--size must be more than 0"},
+		{[]string{"pin", "--mem", "sim", "-d", none}, ExitUsage, `--mem "sim": want cuda, host`},
+		{[]string{"transfer", "--size", "0", "-d", none}, ExitUsage, "--size must be more than 0"},
+		{[]string{"stream", "--mem", "cuda", "--frame-size", "100", "-d", none}, ExitUsage, "--frame-size 100: frames are at least 48 bytes, in multiples of 16"},
+		{[]string{"stream", "--mem", "cuda", "--frame-size", "96", "-d", none}, ExitUsage, "--frame-size 96: slots of 65536 bytes must hold whole frames"},
+		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "--check", "cpu", "-d", none}, ExitUsage, "--check cpu cannot read CUDA memory in direct mode"},
+		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "-d", none}, ExitUsage, "checking frames in CUDA memory needs --frame-size"},
+		{[]string{"stream", "--mem", "host", "-d", none}, ExitUsage, "a stream's slots end up in GPU memory"},
+		{[]string{"bench", "--sizes", "0,4K", "-d", none}, ExitUsage, `--sizes: "0": sizes must be more than 0`},
+		{[]string{"bench", "--sizes", "4K,,8K", "-d", none}, ExitUsage, `--sizes: "" is not a size`},
+		{[]string{"desc", "c2h0", "-d", none}, ExitDevice, none + " does not exist"},
+		{[]string{"regs", "-d", none}, ExitDevice, none + " does not exist"},
+		{[]string{"info", "extra"}, ExitUsage, `unknown command "extra" for "p2pctl info"`},
+		{[]string{"desc", "c2h0", "c2h1"}, ExitUsage, "accepts at most 1 arg(s), received 2"},
 	} {
 		var out, errOut bytes.Buffer
 		code := Main(tc.args, &out, &errOut)
@@ -125,6 +143,21 @@ func writeChains(t *testing.T) (good, bad string) {
 		t.Fatal(err)
 	}
 	return good, bad
+}
+
+func TestVersionFromBuild(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"version", "-d", filepath.Join(t.TempDir(), "none"), "--json"}, &out, &errOut); code != ExitOK {
+		t.Fatalf("version: exit %d: %s", code, errOut.String())
+	}
+	var v struct{ Version string }
+	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
+		t.Fatal(err)
+	}
+	// A test binary records no module version or revision.
+	if want := version(); v.Version != want || v.Version == "" || v.Version == "dev" {
+		t.Fatalf("version %q, want %q from the build info", v.Version, want)
+	}
 }
 
 func TestDescDecodesDump(t *testing.T) {

@@ -10,7 +10,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/busmem"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -54,10 +53,10 @@ func decodeChain(source string, b []byte) (chainJSON, error) {
 	if uint64(len(body)) < uint64(count)*xdma.DescSize {
 		return out, fmt.Errorf("%s: header says %d descriptors, %d bytes follow", source, count, len(body))
 	}
-	var m busmem.Map
-	if err := m.Add("chain", addr, body); err != nil {
-		return out, err
+	if addr+uint64(len(body)) < addr {
+		return out, fmt.Errorf("%s: a chain of %d bytes at %#x wraps the address space", source, len(body), addr)
 	}
+	m := dumpMemory{base: addr, data: body}
 	walked, err := xdma.Walk(&m, addr, adj, xdma.WalkLimits{Lo: addr, Hi: addr + uint64(len(body))})
 	for i, w := range walked {
 		out.Descriptors = append(out.Descriptors, descJSON{i, w.Addr, w.Len, w.Src, w.Dst, w.Next, w.NextAdjacent, w.Flags.String()})
@@ -69,6 +68,36 @@ func decodeChain(source string, b []byte) (chainJSON, error) {
 	return out, nil
 }
 
+// dumpMemory is a chain dump as the bus address space it came from;
+// addresses outside it fail as unsupported requests.
+type dumpMemory struct {
+	base uint64
+	data []byte
+}
+
+func (m *dumpMemory) at(addr uint64, n int) ([]byte, error) {
+	if addr < m.base || addr-m.base > uint64(len(m.data)) || uint64(n) > uint64(len(m.data))-(addr-m.base) {
+		return nil, &xdma.BusError{Addr: addr, Len: n, Code: xdma.ErrCodeUnsupportedRequest}
+	}
+	return m.data[addr-m.base:][:n], nil
+}
+
+func (m *dumpMemory) Read(addr uint64, p []byte) error {
+	b, err := m.at(addr, len(p))
+	if err == nil {
+		copy(p, b)
+	}
+	return err
+}
+
+func (m *dumpMemory) Write(addr uint64, p []byte) error {
+	b, err := m.at(addr, len(p))
+	if err == nil {
+		copy(b, p)
+	}
+	return err
+}
+
 func newDescCmd(g *globals) *cobra.Command {
 	var file string
 	cmd := &cobra.Command{
@@ -77,7 +106,7 @@ func newDescCmd(g *globals) *cobra.Command {
 		Long: `desc reads the last chain a channel ran from the driver's debugfs (as root),
 or a dump given with --file, decodes every descriptor and checks the chain as
 the engine would: magic, lengths, adjacency, pointers, termination.`,
-		Args: cobra.MaximumNArgs(1),
+		Args: usageArgs(cobra.MaximumNArgs(1)),
 		RunE: func(_ *cobra.Command, args []string) error {
 			source := file
 			if file == "" {
@@ -85,6 +114,9 @@ the engine would: magic, lengths, adjacency, pointers, termination.`,
 					return usageErr("name a channel (e.g. c2h0) or give --file")
 				}
 				if _, _, err := parseChannel(args[0]); err != nil {
+					return err
+				}
+				if err := g.present(); err != nil {
 					return err
 				}
 				source = filepath.Join("/sys/kernel/debug/gpufpga", filepath.Base(g.device), "chain-"+args[0])

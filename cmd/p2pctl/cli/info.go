@@ -88,7 +88,7 @@ func newInfoCmd(g *globals) *cobra.Command {
 		Use:   "info",
 		Short: "Show devices, channels, pin kinds and limits",
 		Long:  "info describes the device given with --device, or every gpufpga device when --device is not given.",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			paths := []string{g.device}
 			if !cmd.Flags().Changed("device") {

@@ -1,97 +1,194 @@
 package cli
 
 import (
+	"errors"
 	"fmt"
-	"os"
+	"sort"
+	"strings"
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
-// Memory kinds p2pctl can allocate and pin by itself.
+// Memory kinds p2pctl allocates and pins by itself.
 const (
 	memHost = "host" // host RAM: the compat path
-	memSim  = "sim"  // the test rig's simulated GPU (nvp2p_sim)
 	memCUDA = "cuda" // GPU memory from the CUDA driver
-	// memSimDmabuf is the simulated GPU's memory exported as a dma-buf and
-	// pinned through it, as NVIDIA's dma-buf route does.
-	memSimDmabuf = "sim-dmabuf"
 )
 
-// buffer is memory p2pctl allocated, pinned, and can read and write.
-type buffer struct {
-	kind string
-	mem  []byte
-	pin  *p2p.Pin
-	va   uint64
-	free func()
+// Memory is a kind of memory p2pctl can allocate and pin besides host and
+// CUDA memory, named on --mem. The test rig adds its simulated GPU this
+// way (hw/testbench/simgpu.Memory), so p2pctl itself links no rig code.
+type Memory interface {
+	// Pin allocates size bytes, pins them on d and returns the pin, the
+	// memory as the CPU sees it, and a function that frees the memory
+	// once the pin is gone. seed varies the allocation's layout.
+	Pin(d *p2p.Device, size uint64, seed uint32) (pin *p2p.Pin, mem []byte, free func() error, err error)
+	// StreamGPU opens the memory as the GPU of a stream's slots.
+	StreamGPU() (gpu stream.GPU, closeGPU func() error, err error)
 }
 
-func (b *buffer) close() {
+// Options extend p2pctl. The zero value is p2pctl as shipped.
+type Options struct {
+	// Memory adds --mem kinds by name.
+	Memory map[string]Memory
+}
+
+// memKinds lists the --mem kinds, for messages.
+func (o *Options) memKinds() string {
+	kinds := []string{memCUDA, memHost}
+	for k := range o.Memory {
+		kinds = append(kinds, k)
+	}
+	sort.Strings(kinds[2:])
+	return strings.Join(kinds, ", ")
+}
+
+// checkMem validates --mem before anything is opened; "" picks the default:
+// cuda where a CUDA driver loads, host otherwise.
+func (o *Options) checkMem(kind string) (string, error) {
+	switch kind {
+	case "":
+		if _, err := cuda.Open(); err == nil {
+			return memCUDA, nil
+		}
+		return memHost, nil
+	case memHost, memCUDA:
+		return kind, nil
+	}
+	if _, ok := o.Memory[kind]; ok {
+		return kind, nil
+	}
+	return "", usageErr("--mem %q: want %s", kind, o.memKinds())
+}
+
+// buffer is memory p2pctl allocated and pinned.
+type buffer struct {
+	kind string
+	mem  []byte       // as the CPU sees it; nil for CUDA memory
+	gpu  *cuda.Buffer // CUDA memory, of dev
+	dev  *cuda.Device
+	pin  *p2p.Pin
+	free func() error
+}
+
+func (b *buffer) close() error {
+	var errs []error
 	if b.pin != nil {
-		b.pin.Unpin()
+		errs = append(errs, b.pin.Unpin())
 	}
 	if b.free != nil {
-		b.free()
+		errs = append(errs, b.free())
 	}
+	return errors.Join(errs...)
+}
+
+// write copies p to the start of the buffer.
+func (b *buffer) write(p []byte) error {
+	if b.gpu != nil {
+		return withContext(b.dev, func() error { return b.dev.CopyHtoD(b.gpu.Ptr, p) })
+	}
+	copy(b.mem, p)
+	return nil
+}
+
+// read copies the start of the buffer to p.
+func (b *buffer) read(p []byte) error {
+	if b.gpu != nil {
+		return withContext(b.dev, func() error { return b.dev.CopyDtoH(p, b.gpu.Ptr) })
+	}
+	copy(p, b.mem)
+	return nil
+}
+
+// withContext runs f with g's context current on the calling thread.
+func withContext(g *cuda.Device, f func() error) error {
+	if err := g.Lock(); err != nil {
+		return err
+	}
+	defer g.Unlock()
+	return f()
 }
 
 // allocPinned allocates size bytes of the given kind and pins them.
-func allocPinned(d *p2p.Device, kind string, size uint64, seed uint32) (*buffer, error) {
-	if size == 0 {
-		return nil, usageErr("--size must be more than 0")
-	}
+func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint32) (*buffer, error) {
 	b := &buffer{kind: kind}
+	var err error
 	switch kind {
 	case memHost:
-		mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+		var mem []byte
+		mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
 			return nil, fmt.Errorf("allocate %s of host memory: %w", fmtBytes(size), err)
 		}
 		b.mem = mem
-		b.va = 0
-		b.free = func() { unix.Munmap(mem) }
-		if b.pin, err = d.PinHost(mem); err != nil {
-			b.close()
-			return nil, err
+		b.free = func() error { return unix.Munmap(mem) }
+		b.pin, err = d.PinHost(mem)
+	case memCUDA:
+		var g *cuda.Device
+		if g, err = cuda.OpenDevice(0); err != nil {
+			return nil, &exitError{ExitDevice, err}
 		}
-	case memSim, memSimDmabuf:
-		if _, err := os.Stat(simgpu.DevicePath); err != nil {
-			return nil, fmt.Errorf("--mem sim needs the rig's simulated GPU (%s): %w", simgpu.DevicePath, err)
-		}
-		g, err := simgpu.Open()
-		if err != nil {
-			return nil, err
-		}
-		a, err := g.Alloc(size, simgpu.RandomRuns, seed)
-		if err != nil {
+		b.dev = g
+		if err := withContext(g, func() error {
+			var err error
+			b.gpu, err = g.Alloc(size)
+			return err
+		}); err != nil {
 			g.Close()
-			return nil, &exitError{ExitDevice, fmt.Errorf("%w (the simulated GPU has 256 MiB less one page)", err)}
+			return nil, &exitError{ExitDevice, fmt.Errorf("allocate %s of CUDA memory: %w", fmtBytes(size), err)}
 		}
-		b.free = func() { g.Close() }
-		b.va = a.VA
-		if b.mem, err = a.Bytes(); err != nil {
-			b.close()
-			return nil, err
+		b.free = func() error {
+			return errors.Join(withContext(g, b.gpu.Free), g.Close())
 		}
-		b.mem = b.mem[:size]
-		if kind == memSim {
-			b.pin, err = d.PinGPU(a.VA, size, p2p.PinOptions{})
-		} else {
-			var f *os.File
-			if f, err = a.ExportDmabuf(a.VA, a.Size); err == nil {
-				b.pin, err = d.PinDmabuf(int(f.Fd()), 0, size)
-				f.Close() // the pin holds the dma-buf
-			}
-		}
-		if err != nil {
-			b.close()
-			return nil, err
-		}
+		b.pin, err = d.PinGPU(b.gpu.Ptr, size, p2p.PinOptions{})
 	default:
-		return nil, usageErr("--mem %q: want %s, %s or %s", kind, memHost, memSim, memSimDmabuf)
+		m, ok := o.Memory[kind]
+		if !ok {
+			return nil, usageErr("--mem %q: want %s", kind, o.memKinds())
+		}
+		pin, mem, free, err := m.Pin(d, size, seed)
+		if err != nil {
+			return nil, &exitError{ExitDevice, err}
+		}
+		b.pin, b.mem, b.free = pin, mem, free
+		return b, nil
+	}
+	if err != nil {
+		b.close()
+		return nil, err
 	}
 	return b, nil
+}
+
+// openStreamGPU opens the GPU memory a stream's slots end up in.
+func (o *Options) openStreamGPU(kind string) (stream.GPU, func() error, error) {
+	if kind == memCUDA {
+		c, err := stream.OpenCUDA(0)
+		if err != nil {
+			return nil, nil, &exitError{ExitDevice, err}
+		}
+		return c, c.Close, nil
+	}
+	m, ok := o.Memory[kind]
+	if !ok {
+		return nil, nil, usageErr("--mem %q: a stream needs GPU memory: want %s", kind, o.streamKinds())
+	}
+	g, closeGPU, err := m.StreamGPU()
+	if err != nil {
+		return nil, nil, &exitError{ExitDevice, err}
+	}
+	return g, closeGPU, nil
+}
+
+func (o *Options) streamKinds() string {
+	return strings.Replace(o.memKinds(), memHost+", ", "", 1)
+}
+
+// memHelp describes --mem.
+func memHelp(o *Options) string {
+	return "memory: " + o.memKinds() + " (default: cuda where a CUDA driver is present, else host)"
 }

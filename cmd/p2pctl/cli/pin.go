@@ -91,18 +91,26 @@ func newPinCmd(g *globals) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "pin",
 		Short: "Pin memory and show its geometry and scatter-gather list",
-		Long: `pin allocates --size bytes of --mem memory (host RAM, or the test rig's
-simulated GPU), pins it for DMA and prints the handle, the page geometry, the
-scatter-gather list and the number of XDMA descriptors a transfer of all of it
-takes. Bus addresses need root. With --hold it stays pinned until interrupted.`,
-		Args: cobra.NoArgs,
+		Long: `pin allocates --size bytes of --mem memory (CUDA device memory, host RAM,
+or a kind the build adds), pins it for DMA and prints the handle, the page
+geometry, the scatter-gather list and the number of XDMA descriptors a
+transfer of all of it takes. Bus addresses need root. With --hold it stays
+pinned until interrupted.`,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if size == 0 {
+				return usageErr("--size must be more than 0")
+			}
+			mem, err := g.opts.checkMem(mem)
+			if err != nil {
+				return err
+			}
 			d, err := g.open()
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			b, err := allocPinned(d, mem, uint64(size), 1)
+			b, err := g.opts.allocPinned(d, mem, uint64(size), 1)
 			if err != nil {
 				return err
 			}
@@ -119,7 +127,7 @@ takes. Bus addresses need root. With --hold it stays pinned until interrupted.`,
 			return nil
 		},
 	}
-	cmd.Flags().StringVar(&mem, "mem", memSim, "memory to pin: host, sim (the rig's simulated GPU) or sim-dmabuf (the same through a dma-buf)")
+	cmd.Flags().StringVar(&mem, "mem", "", memHelp(g.opts))
 	cmd.Flags().Var(&size, "size", "bytes to pin (e.g. 64KiB, 16MiB)")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the pin until interrupted")
 	return cmd

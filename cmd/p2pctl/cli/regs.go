@@ -91,8 +91,11 @@ func newRegsCmd(g *globals) *cobra.Command {
 		Use:   "regs",
 		Short: "Dump and decode the XDMA engine's registers",
 		Long:  "regs reads the engine's registers through the driver's debugfs (as root) and decodes identifiers and status words.",
-		Args:  cobra.NoArgs,
+		Args:  usageArgs(cobra.NoArgs),
 		RunE: func(*cobra.Command, []string) error {
+			if err := g.present(); err != nil {
+				return err
+			}
 			path := filepath.Join("/sys/kernel/debug/gpufpga", filepath.Base(g.device), "regs")
 			b, err := os.ReadFile(path)
 			if err != nil {

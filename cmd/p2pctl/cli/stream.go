@@ -12,33 +12,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
-	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
-
-// openStreamGPU opens the GPU memory a stream's slots end up in.
-func openStreamGPU(mem string) (stream.GPU, func(), error) {
-	switch mem {
-	case memCUDA:
-		c, err := stream.OpenCUDA(0)
-		if err != nil {
-			code := ExitDevice
-			if errors.Is(err, cuda.ErrNoDriver) {
-				err = fmt.Errorf("%w: use --mem sim on the test rig", err)
-			}
-			return nil, nil, &exitError{code, err}
-		}
-		return c, func() { c.Close() }, nil
-	case memSim:
-		gpu, err := simgpu.Open()
-		if err != nil {
-			return nil, nil, &exitError{ExitDevice, err}
-		}
-		return simgpu.StreamGPU{GPU: gpu, Pattern: simgpu.Fragmented}, func() { gpu.Close() }, nil
-	}
-	return nil, nil, usageErr("--mem %q: want %s or %s", mem, memCUDA, memSim)
-}
 
 type streamJSON struct {
 	Time        time.Time `json:"time"`
@@ -82,6 +59,39 @@ func writeStreamLine(w io.Writer, l streamJSON) {
 	}
 }
 
+// checkAuto is --check auto until the memory and mode are known.
+const checkAuto stream.Check = -1
+
+// streamCheck validates --check and --frame-size against each other and
+// the memory, before anything is opened.
+func streamCheck(check, mem string, mode stream.Mode, slotSize, frameSize uint64) (stream.Check, error) {
+	checks := map[string]stream.Check{"auto": checkAuto, "none": stream.CheckNone, "cpu": stream.CheckCPU, "gpu": stream.CheckGPU}
+	ck, ok := checks[check]
+	if !ok {
+		return 0, usageErr("--check %q: want auto, cpu, gpu or none", check)
+	}
+	if slotSize == 0 {
+		return 0, usageErr("--slot-size must be more than 0")
+	}
+	if frameSize != 0 {
+		if frameSize < frame.HeaderSize+16 || frameSize%16 != 0 {
+			return 0, usageErr("--frame-size %d: frames are at least %d bytes, in multiples of 16", frameSize, frame.HeaderSize+16)
+		}
+		if slotSize%frameSize != 0 {
+			return 0, usageErr("--frame-size %d: slots of %d bytes must hold whole frames", frameSize, slotSize)
+		}
+	}
+	switch {
+	case ck == stream.CheckGPU && mem != memCUDA:
+		return 0, usageErr("--check gpu runs the CUDA frame checker: needs --mem cuda")
+	case ck == stream.CheckGPU && frameSize == 0:
+		return 0, usageErr("--check gpu needs --frame-size")
+	case ck == stream.CheckCPU && mem == memCUDA && mode == stream.Direct:
+		return 0, usageErr("--check cpu cannot read CUDA memory in direct mode: use --check gpu or --mode compat")
+	}
+	return ck, nil
+}
+
 func newStreamCmd(g *globals) *cobra.Command {
 	var mode, mem, channel, out, check string
 	var slots int
@@ -100,7 +110,7 @@ with the CUDA frame checker, which needs --frame-size) and released; live
 statistics print every --interval and a summary at the end. --out records
 the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 (--mem cuda) or the rig's simulated GPU (--mem sim).`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
 			if err != nil {
@@ -114,23 +124,53 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 			if !ok {
 				return usageErr("--mode %q: want auto, direct or compat", mode)
 			}
-			checks := map[string]stream.Check{"none": stream.CheckNone, "cpu": stream.CheckCPU, "gpu": stream.CheckGPU}
-			ck, ok := checks[check]
-			if !ok {
-				return usageErr("--check %q: want cpu, gpu or none", check)
+			mem, err := g.opts.checkMem(mem)
+			if err != nil {
+				return err
+			}
+			ck, err := streamCheck(check, mem, sm, uint64(slotSize), uint64(frameSize))
+			if err != nil {
+				return err
 			}
 			if slots < 1 || interval <= 0 {
 				return usageErr("--slots and --interval must be positive")
 			}
+			if mem == memHost {
+				return usageErr("--mem %s: a stream's slots end up in GPU memory: want %s", mem, g.opts.streamKinds())
+			}
 			if out != "" && mem == memCUDA {
 				return usageErr("--out records CPU-visible memory: not with --mem %s", memCUDA)
+			}
+			if ck == checkAuto && mem == memCUDA && frameSize == 0 && sm == stream.Direct {
+				return usageErr("checking frames in CUDA memory needs --frame-size (or --check none)")
 			}
 			d, err := g.open()
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			gpu, closeGPU, err := openStreamGPU(mem)
+			if sm == stream.Auto {
+				info, err := d.Info()
+				if err != nil {
+					return err
+				}
+				sm = stream.Compat
+				if info.Supports(p2p.KindGPU) {
+					sm = stream.Direct
+				}
+			}
+			if ck == checkAuto {
+				// Where the frames can be read: on the GPU for CUDA
+				// memory written directly, else on the CPU.
+				ck = stream.CheckCPU
+				if mem == memCUDA && sm == stream.Direct {
+					if frameSize == 0 {
+						return usageErr("direct mode into CUDA memory checks frames on the GPU: give --frame-size, or --check none")
+					}
+					ck = stream.CheckGPU
+				}
+			}
+			gpu, closeGPU, err := g.opts.openStreamGPU(mem)
 			if err != nil {
 				return err
 			}
@@ -207,8 +247,8 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 	cmd.Flags().IntVar(&slots, "slots", 16, "slots in the ring")
 	cmd.Flags().Var(&slotSize, "slot-size", "bytes per slot (within one GPU page run, e.g. 64KiB)")
 	cmd.Flags().StringVar(&mode, "mode", "auto", "auto, direct (GPU memory) or compat (host memory, copied to the GPU)")
-	cmd.Flags().StringVar(&mem, "mem", memSim, "GPU memory: cuda, or sim (the rig's simulated GPU)")
-	cmd.Flags().StringVar(&check, "check", "cpu", "where frames are checked: cpu, gpu (CUDA) or none")
+	cmd.Flags().StringVar(&mem, "mem", "", "GPU memory: "+g.opts.streamKinds()+" (default: cuda where a CUDA driver is present)")
+	cmd.Flags().StringVar(&check, "check", "auto", "where frames are checked: cpu, gpu (CUDA), none, or auto: gpu for CUDA memory written directly, else cpu")
 	cmd.Flags().Var(&frameSize, "frame-size", "bytes per frame, for --check gpu")
 	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().Var(&limit, "bytes", "stop after this many bytes (0: no limit)")

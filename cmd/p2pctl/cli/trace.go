@@ -178,7 +178,7 @@ func newTraceCmd(g *globals) *cobra.Command {
 engine latency and errors, plus pins, revocations and failures as they
 happen; at the end, totals and latency histograms. Without --device it
 watches every gpufpga device. Needs root.`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if interval <= 0 {
 				return usageErr("--interval must be positive")

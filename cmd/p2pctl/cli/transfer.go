@@ -87,7 +87,7 @@ memory to card, c2h<N>: card to memory) using --mem memory.
 
 --verify (memory-mapped channels) writes a pattern and reads it back through
 card memory at --card-addr, comparing every byte.`,
-		Args: cobra.NoArgs,
+		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
 			if err != nil {
@@ -95,6 +95,13 @@ card memory at --card-addr, comparing every byte.`,
 			}
 			if count < 1 {
 				return usageErr("--count must be at least 1")
+			}
+			if size == 0 {
+				return usageErr("--size must be more than 0")
+			}
+			mem, err := g.opts.checkMem(mem)
+			if err != nil {
+				return err
 			}
 			d, err := g.open()
 			if err != nil {
@@ -117,7 +124,7 @@ card memory at --card-addr, comparing every byte.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			t := &transferRun{d: d, mem: mem, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
+			t := &transferRun{d: d, opts: g.opts, mem: mem, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
 			res, err := t.run(ctx, count, verify, &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count})
 			if err != nil {
 				return err
@@ -137,7 +144,7 @@ card memory at --card-addr, comparing every byte.`,
 		},
 	}
 	cmd.Flags().StringVar(&channel, "channel", "c2h0", "channel: h2c<N> or c2h<N>")
-	cmd.Flags().StringVar(&mem, "mem", memSim, "memory: host, sim (the rig's simulated GPU) or sim-dmabuf (the same through a dma-buf)")
+	cmd.Flags().StringVar(&mem, "mem", "", memHelp(g.opts))
 	cmd.Flags().Var(&size, "size", "bytes per transfer")
 	cmd.Flags().IntVar(&count, "count", 1, "transfers to run")
 	cmd.Flags().Uint64Var(&cardAddr, "card-addr", 0, "card address for memory-mapped channels")
@@ -148,6 +155,7 @@ card memory at --card-addr, comparing every byte.`,
 
 type transferRun struct {
 	d       *p2p.Device
+	opts    *Options
 	mem     string
 	size    uint64
 	card    uint64
@@ -162,7 +170,7 @@ func (t *transferRun) xfer(dir p2p.Direction, b *buffer) p2p.Transfer {
 
 func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *progress) (transferJSON, error) {
 	res := transferJSON{Size: t.size, Count: count}
-	buf, err := allocPinned(t.d, t.mem, t.size, 1)
+	buf, err := t.opts.allocPinned(t.d, t.mem, t.size, 1)
 	if err != nil {
 		return res, err
 	}
@@ -170,21 +178,31 @@ func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *pro
 	// Memory-mapped verification goes through a second buffer.
 	var other *buffer
 	if verify && !t.ch.Stream {
-		if other, err = allocPinned(t.d, t.mem, t.size, 2); err != nil {
+		if other, err = t.opts.allocPinned(t.d, t.mem, t.size, 2); err != nil {
 			return res, err
 		}
 		defer other.close()
 	}
 	defer prog.done()
 	var elapsed time.Duration
+	var want, got []byte
+	if verify && !t.ch.Stream {
+		want, got = make([]byte, t.size), make([]byte, t.size)
+	}
 	for i := range count {
 		if verify && !t.ch.Stream {
 			src, dst := buf, other
 			if t.dir == p2p.C2H {
 				src, dst = other, buf
 			}
-			fill(src.mem, i)
-			clear(dst.mem)
+			fill(want, i)
+			clear(got)
+			if err := src.write(want); err != nil {
+				return res, err
+			}
+			if err := dst.write(got); err != nil {
+				return res, err
+			}
 			if t.dir == p2p.C2H {
 				if _, err := t.d.Transfer(ctx, t.xfer(p2p.H2C, src)); err != nil {
 					return res, err
@@ -201,7 +219,10 @@ func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *pro
 					return res, err
 				}
 			}
-			if off := firstDiff(src.mem, dst.mem); off >= 0 {
+			if err := dst.read(got); err != nil {
+				return res, err
+			}
+			if off := firstDiff(want, got); off >= 0 {
 				return res, verifyErr("transfer %d: byte %d differs after the round trip through card memory", i, off)
 			}
 		} else {

@@ -4,6 +4,7 @@ package cli
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -14,6 +15,8 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -26,7 +29,9 @@ func TestMain(m *testing.M) {
 		if err := json.Unmarshal([]byte(args), &a); err != nil {
 			os.Exit(99)
 		}
-		os.Exit(Main(a, os.Stdout, os.Stderr))
+		// p2pctl as the rig builds it (hw/testbench/cmd/p2pctl-sim).
+		opts := &Options{Memory: map[string]Memory{"sim": simgpu.Memory{}, "sim-dmabuf": simgpu.Memory{Dmabuf: true}}}
+		os.Exit(opts.Run(context.Background(), a, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -137,7 +142,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil { // one frame a slot
 		t.Fatal(err)
 	}
-	r := p2pctl(t, nil, "stream", "--bytes", "8MiB", "--slots", "16", "--slot-size", "64KiB", "--json", "--out", "/tmp/stream.bin")
+	r := p2pctl(t, nil, "stream", "--mem", "sim", "--bytes", "8MiB", "--slots", "16", "--slot-size", "64KiB", "--json", "--out", "/tmp/stream.bin")
 	if r.code != 0 {
 		t.Fatalf("stream: exit %d: %s", r.code, r.stderr)
 	}
@@ -161,7 +166,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	}
 	var b benchJSON
 	jsonRun(t, &b, "bench", "--sizes", "4KiB,256KiB", "--count", "4")
-	if len(b.Rows) != 2 || b.Rows[1].GBps <= 0 || b.Rows[0].P99us < b.Rows[0].P50us {
+	if len(b.Rows) != 2 || b.Rows[1].GBps <= 0 || b.Rows[0].MaxUs < b.Rows[0].P50us || b.Rows[0].P99us != nil {
 		t.Fatalf("bench: %+v", b)
 	}
 	// Human output of the same commands works too.
@@ -259,14 +264,17 @@ func TestCLIErrors(t *testing.T) {
 		{nil, []string{"transfer", "--size", "64KiB", "--card-addr", "0x3fff000"}, ExitDevice, "invalid argument"},
 		{nil, []string{"transfer", "--size", "64KiB"}, ExitDevice, "DMA engine reported an error (C2H channel 0: magic_stopped)"},
 		{nobody, []string{"info", "-d", "/dev/gpufpga0"}, ExitDevice, "permission denied"},
-		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
-		{nil, []string{"stream", "--mem", "gpu"}, ExitUsage, `--mem "gpu": want cuda or sim`},
-		{nil, []string{"stream", "--check", "fast"}, ExitUsage, `--check "fast": want cpu, gpu or none`},
-		{nil, []string{"stream", "--check", "gpu", "--bytes", "1MiB"}, ExitUsage, "this GPU cannot check frames (CUDA can)"},
+		{nil, []string{"stream", "--mem", "cuda", "--check", "none", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
+		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitUsage, "direct mode into CUDA memory checks frames on the GPU: give --frame-size, or --check none"},
+		{nil, []string{"pin", "--mem", "cuda"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
+		{nil, []string{"stream", "--mem", "gpu"}, ExitUsage, `--mem "gpu": want cuda, host, sim, sim-dmabuf`},
+		{nil, []string{"stream"}, ExitUsage, "--mem host: a stream's slots end up in GPU memory: want cuda, sim, sim-dmabuf"},
+		{nil, []string{"stream", "--check", "fast"}, ExitUsage, `--check "fast": want auto, cpu, gpu or none`},
+		{nil, []string{"stream", "--mem", "sim", "--check", "gpu", "--bytes", "1MiB"}, ExitUsage, "--check gpu runs the CUDA frame checker: needs --mem cuda"},
 		{nil, []string{"stream", "--mem", "cuda", "--out", "/tmp/x"}, ExitUsage, "--out records CPU-visible memory: not with --mem cuda"},
 	} {
 		if strings.Contains(strings.Join(tc.args, " "), "--size 64KiB") && len(tc.args) == 3 {
-			if err := ctl.InjectFault(xdma.C2H, 0, xdma.FaultBadMagic); err != nil {
+			if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultBadMagic); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -276,6 +284,40 @@ func TestCLIErrors(t *testing.T) {
 		}
 		if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
 			t.Errorf("p2pctl %v: crashed:\n%s", tc.args, r.stderr)
+		}
+	}
+}
+
+// TestCLISilentCorruption: a DMA that reports success but changed a bit
+// fails verification with exit 4, in transfers and in checked streams.
+func TestCLISilentCorruption(t *testing.T) {
+	guestrig.Load(t, "card_mem_size=67108864")
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil { // one frame a slot
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		dir  xdma.Direction
+		ch   int
+		args []string
+		msg  string
+	}{
+		{xdma.C2H, 0, []string{"transfer", "--channel", "c2h0", "--mem", "sim", "--size", "256KiB", "--verify"}, "differs after the round trip"},
+		{xdma.H2C, 0, []string{"transfer", "--channel", "h2c0", "--mem", "host", "--size", "256KiB", "--verify"}, "differs after the round trip"},
+		{xdma.C2H, 1, []string{"stream", "--mem", "sim", "--slots", "16", "--slot-size", "64KiB", "--bytes", "2MiB", "--check", "cpu"}, "frames lost or damaged"},
+	} {
+		// Clean first, so the failure below is the fault's.
+		if r := p2pctl(t, nil, tc.args...); r.code != ExitOK {
+			t.Fatalf("p2pctl %v without a fault: exit %d: %s", tc.args, r.code, r.stderr)
+		}
+		if err := ctl.InjectFault(tc.dir, tc.ch, xdmamodel.FaultCorrupt); err != nil {
+			t.Fatal(err)
+		}
+		if r := p2pctl(t, nil, tc.args...); r.code != ExitVerify || !strings.Contains(r.stderr, tc.msg) {
+			t.Errorf("p2pctl %v with a bit flipped: exit %d, stderr %q; want %d with %q", tc.args, r.code, r.stderr, ExitVerify, tc.msg)
 		}
 	}
 }

@@ -33,7 +33,7 @@ type SourceStats struct {
 
 type pending struct{ seq, ts uint64 }
 
-// Source is an xdma.Source producing frames.
+// Source is an xdmamodel.Source producing frames.
 type Source struct {
 	mu       sync.Mutex
 	cfg      SourceConfig
@@ -93,7 +93,7 @@ func (s *Source) generate() {
 	}
 }
 
-// Read implements xdma.Source: it returns the next bytes of the current
+// Read implements xdmamodel.Source: it returns the next bytes of the current
 // frame, with eop at each frame's end, or nothing when no frame is due.
 func (s *Source) Read(p []byte) (int, bool, error) {
 	s.mu.Lock()
@@ -126,7 +126,7 @@ func (s *Source) Read(p []byte) (int, bool, error) {
 	return n, true, nil
 }
 
-// Sink is an xdma.Sink that checks frames: each packet must hold whole
+// Sink is an xdmamodel.Sink that checks frames: each packet must hold whole
 // frames.
 type Sink struct {
 	mu      sync.Mutex
@@ -135,7 +135,7 @@ type Sink struct {
 	packets uint64
 }
 
-// Write implements xdma.Sink.
+// Write implements xdmamodel.Sink.
 func (k *Sink) Write(p []byte, eop bool) error {
 	k.mu.Lock()
 	defer k.mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 )
 
 func say(format string, a ...any) {
@@ -38,6 +39,9 @@ func TestDemo(t *testing.T) {
 	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil {
 		t.Fatal(err)
 	}
+	// p2pctl as the rig builds it (hw/testbench/cmd/p2pctl-sim): the
+	// simulated GPU's memory as --mem sim.
+	p2pctl := &cli.Options{Memory: map[string]cli.Memory{"sim": simgpu.Memory{}, "sim-dmabuf": simgpu.Memory{Dmabuf: true}}}
 	// Trace the whole demo; its summary comes last.
 	traceCtx, stopTrace := context.WithCancel(context.Background())
 	defer stopTrace()
@@ -64,13 +68,13 @@ func TestDemo(t *testing.T) {
 		{"transfer", "--channel", "h2c0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
 		{"transfer", "--channel", "c2h0", "--mem", "sim", "--size", "4MiB", "--count", "4", "--verify"},
 		{"bench", "--channel", "c2h0", "--mem", "sim", "--sizes", "64KiB,1MiB,4MiB", "--count", "8"},
-		{"stream", "--channel", "c2h1", "--slots", "16", "--slot-size", "64KiB", "--bytes", "32MiB", "--interval", "1h"},
+		{"stream", "--mem", "sim", "--channel", "c2h1", "--slots", "16", "--slot-size", "64KiB", "--bytes", "32MiB", "--interval", "1h"},
 		{"regs"},
 	} {
 		var out, errOut bytes.Buffer
 		say("")
 		say("$ p2pctl %s", strings.Join(args, " "))
-		code := cli.Main(args, &out, &errOut)
+		code := p2pctl.Run(context.Background(), args, &out, &errOut)
 		say("%s%s", out.String(), errOut.String())
 		if code != cli.ExitOK {
 			t.Fatalf("p2pctl %v: exit %d", args, code)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/ivshmem"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -58,7 +59,7 @@ type Rig struct {
 	ram, vram         []byte
 	fpga, ctl         *port
 
-	engine *xdma.Engine
+	engine *xdmamodel.Engine
 	source switchableSource
 	// sourceSnap is the source's counters as of the last snapshot request,
 	// so the fields read one by one agree with each other.
@@ -121,7 +122,7 @@ func New(cfg Config) (*Rig, error) {
 	if r.ctl, err = newPort(filepath.Join(cfg.Dir, "ctl.sock"), rl.CtlMagic, 1); err != nil {
 		return nil, err
 	}
-	r.engine, err = xdma.NewEngine(xdma.Config{
+	r.engine, err = xdmamodel.NewEngine(xdmamodel.Config{
 		H2C:   channels(channelLayout.h2c, nil, r.sink),
 		C2H:   channels(channelLayout.c2h, &r.source, nil),
 		Bus:   &guestBus{r},
@@ -135,10 +136,10 @@ func New(cfg Config) (*Rig, error) {
 	return r, nil
 }
 
-func channels(stream []bool, src xdma.Source, sink xdma.Sink) []xdma.ChannelConfig {
-	var out []xdma.ChannelConfig
+func channels(stream []bool, src xdmamodel.Source, sink xdmamodel.Sink) []xdmamodel.ChannelConfig {
+	var out []xdmamodel.ChannelConfig
 	for _, s := range stream {
-		c := xdma.ChannelConfig{Stream: s}
+		c := xdmamodel.ChannelConfig{Stream: s}
 		if s {
 			c.Source, c.Sink = src, sink
 		}
@@ -358,10 +359,10 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	einval := uint32(unix.EINVAL)
 	switch op {
 	case rl.CtlFault:
-		if a0 > 1 || a2 > uint32(xdma.FaultStall) {
+		if a0 > 1 || !xdmamodel.Fault(a2).Valid() {
 			return einval, 0, 0
 		}
-		if err := r.engine.InjectFault(xdma.Direction(a0), int(a1), xdma.Fault(a2)); err != nil {
+		if err := r.engine.InjectFault(xdma.Direction(a0), int(a1), xdmamodel.Fault(a2)); err != nil {
 			return uint32(unix.ENODEV), 0, 0
 		}
 		return 0, 0, 0

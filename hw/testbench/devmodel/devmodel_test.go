@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -121,7 +122,7 @@ func TestMailboxes(t *testing.T) {
 	if _, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, ctl, 0, 0); v != 0xFFFFFFFF {
 		t.Fatalf("register reads %#x with the link down", v)
 	}
-	if st, _, _ := c.call(t, rl.CtlMbox, rl.CtlFault, 1, 7, uint32(xdma.FaultStall)); st != uint32(unix.ENODEV) {
+	if st, _, _ := c.call(t, rl.CtlMbox, rl.CtlFault, 1, 7, uint32(xdmamodel.FaultStall)); st != uint32(unix.ENODEV) {
 		t.Fatalf("fault on a missing channel: status %d", st)
 	}
 	if st, _, _ := q.call(t, rl.RegMbox, 99, 0, 0, 0); st != uint32(unix.EINVAL) {

@@ -17,6 +17,7 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -95,7 +96,7 @@ func OpenControl() (*Control, error) {
 }
 
 // InjectFault arms a fault on a channel of the simulated XDMA.
-func (c *Control) InjectFault(dir xdma.Direction, ch int, f xdma.Fault) error {
+func (c *Control) InjectFault(dir xdma.Direction, ch int, f xdmamodel.Fault) error {
 	_, _, err := c.mb.Call(rl.CtlFault, uint32(dir), uint32(ch), uint32(f))
 	if err != nil {
 		return fmt.Errorf("rigctl: inject %v on %v %d: %w", f, dir, ch, err)

@@ -13,10 +13,23 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
+
+// must fails the test on a call's error, so that no check passes on a
+// value that could not be read.
+func must[T any](t *testing.T) func(T, error) T {
+	return func(v T, err error) T {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+}
 
 func openGPU(t *testing.T) *simgpu.GPU {
 	t.Helper()
@@ -89,7 +102,7 @@ func TestSimulatedGPUPageTables(t *testing.T) {
 			t.Errorf("pattern %d: %d contiguous runs", tc.pattern, runs)
 		}
 	}
-	if c, _ := g.Counters(); c.LiveAllocs != 3 || c.FreePages != c.TotalPages-3*64 {
+	if c := must[simgpu.Counters](t)(g.Counters()); c.LiveAllocs != 3 || c.FreePages != c.TotalPages-3*64 {
 		t.Fatalf("after three allocations: %+v", c)
 	}
 }
@@ -125,12 +138,12 @@ func TestCPUAccessAndDmabuf(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The dma-buf keeps the pages; they return when it closes.
-	c, _ := g.Counters()
+	c := must[simgpu.Counters](t)(g.Counters())
 	if c.LiveDmabufs != 1 || c.LiveAllocs != 1 {
 		t.Fatalf("after free with an export: %+v", c)
 	}
 	buf.Close()
-	if c, _ := g.Counters(); c.LiveDmabufs != 0 || c.LiveAllocs != 0 || c.FreePages != c.TotalPages {
+	if c := must[simgpu.Counters](t)(g.Counters()); c.LiveDmabufs != 0 || c.LiveAllocs != 0 || c.FreePages != c.TotalPages {
 		t.Fatalf("after closing the export: %+v", c)
 	}
 	if _, err := a.ExportDmabuf(a.VA, simgpu.PageSize); err == nil {
@@ -197,8 +210,8 @@ func TestEngineMovesDataToVRAMAndRAM(t *testing.T) {
 		}
 	}
 	const n = 1 << 20
-	src, _ := g.Alloc(n, simgpu.Fragmented, 0)
-	dst, _ := g.Alloc(n, simgpu.RandomRuns, 3)
+	src := must[*simgpu.Alloc](t)(g.Alloc(n, simgpu.Fragmented, 0))
+	dst := must[*simgpu.Alloc](t)(g.Alloc(n, simgpu.RandomRuns, 3))
 	srcMem, err := src.Bytes()
 	if err != nil {
 		t.Fatal(err)
@@ -206,8 +219,8 @@ func TestEngineMovesDataToVRAMAndRAM(t *testing.T) {
 	for i := range srcMem {
 		srcMem[i] = byte(i*13 + i>>9)
 	}
-	srcTable, _ := src.Table()
-	dstTable, _ := dst.Table()
+	srcTable := must[[]uint64](t)(src.Table())
+	dstTable := must[[]uint64](t)(dst.Table())
 	done := uint32(xdma.StatDescStopped | xdma.StatDescCompleted)
 	if st := e.run(xdma.H2C, 0, segments(t, srcTable, n), xdma.ChainSpec{CardAddr: 0x100000}); st != done {
 		t.Fatalf("H2C VRAM -> card: %s", xdma.DecodeStatus(xdma.H2C, 0, st))
@@ -215,7 +228,7 @@ func TestEngineMovesDataToVRAMAndRAM(t *testing.T) {
 	if st := e.run(xdma.C2H, 0, segments(t, dstTable, n), xdma.ChainSpec{CardAddr: 0x100000}); st != done {
 		t.Fatalf("C2H card -> VRAM: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
 	}
-	dstMem, _ := dst.Bytes()
+	dstMem := must[[]byte](t)(dst.Bytes())
 	if !bytes.Equal(dstMem, srcMem) {
 		t.Fatal("VRAM -> card -> VRAM changed the data")
 	}
@@ -258,7 +271,7 @@ func TestEngineMovesDataToVRAMAndRAM(t *testing.T) {
 	if chk.Frames != 16 || chk.Gaps != 0 || st.Delivered != 16 || st.Dropped != 0 {
 		t.Fatalf("frames %+v, source %+v", chk.Stats, st)
 	}
-	if late, _ := ctl.LateWrites(); late != 0 {
+	if late := must[uint64](t)(ctl.LateWrites()); late != 0 {
 		t.Fatalf("%d late writes", late)
 	}
 }
@@ -270,17 +283,17 @@ func TestInjectedFaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, _ := g.Alloc(256<<10, simgpu.Fragmented, 0)
-	table, _ := a.Table()
+	a := must[*simgpu.Alloc](t)(g.Alloc(256<<10, simgpu.Fragmented, 0))
+	table := must[[]uint64](t)(a.Table())
 	segs := segments(t, table, 256<<10)
 	for _, tc := range []struct {
-		fault xdma.Fault
+		fault xdmamodel.Fault
 		want  uint32
 	}{
-		{xdma.FaultBadMagic, xdma.StatMagicStopped},
-		{xdma.FaultDescRead, xdma.ErrCodeUnsupportedRequest << 19},
-		{xdma.FaultDataRead, xdma.ErrCodeCompleterAbort << 9},
-		{xdma.FaultDataWrite, xdma.ErrCodeCompleterAbort << 14},
+		{xdmamodel.FaultBadMagic, xdma.StatMagicStopped},
+		{xdmamodel.FaultDescRead, xdma.ErrCodeUnsupportedRequest << 19},
+		{xdmamodel.FaultDataRead, xdma.ErrCodeCompleterAbort << 9},
+		{xdmamodel.FaultDataWrite, xdma.ErrCodeCompleterAbort << 14},
 	} {
 		if err := ctl.InjectFault(xdma.C2H, 0, tc.fault); err != nil {
 			t.Fatal(err)
@@ -290,10 +303,10 @@ func TestInjectedFaults(t *testing.T) {
 		}
 	}
 	// A stall keeps the channel busy until software halts it.
-	if err := ctl.InjectFault(xdma.H2C, 0, xdma.FaultStall); err != nil {
+	if err := ctl.InjectFault(xdma.H2C, 0, xdmamodel.FaultStall); err != nil {
 		t.Fatal(err)
 	}
-	c, _ := xdma.BuildChain(e.descs.Mem, e.descs.Phys[0], segs, xdma.ChainSpec{Dir: xdma.H2C})
+	c := must[xdma.Chain](t)(xdma.BuildChain(e.descs.Mem, e.descs.Phys[0], segs, xdma.ChainSpec{Dir: xdma.H2C}))
 	xdma.Start(e.regs, xdma.H2C, 0, c, xdma.ControlDefault)
 	for range 100 {
 		if st := e.regs.ReadReg(xdma.Base(xdma.TargetH2C, 0) + xdma.RegStatus); st != xdma.CtrlRun {

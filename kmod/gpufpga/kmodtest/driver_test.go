@@ -15,6 +15,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
@@ -375,14 +376,14 @@ func TestInjectedFaultsAndRecovery(t *testing.T) {
 	p := pinGPU(t, d, a.VA, a.Size)
 	xfer := p2p.Transfer{Dir: p2p.C2H, Channel: 0, Segments: []p2p.Segment{p.Whole()}}
 	for _, tc := range []struct {
-		fault  xdma.Fault
+		fault  xdmamodel.Fault
 		err    error
 		status uint32
 	}{
-		{xdma.FaultBadMagic, p2p.ErrHardware, xdma.StatMagicStopped},
-		{xdma.FaultDescRead, p2p.ErrHardware, xdma.ErrCodeUnsupportedRequest << 19},
-		{xdma.FaultDataRead, p2p.ErrHardware, xdma.ErrCodeCompleterAbort << 9},
-		{xdma.FaultDataWrite, p2p.ErrHardware, xdma.ErrCodeCompleterAbort << 14},
+		{xdmamodel.FaultBadMagic, p2p.ErrHardware, xdma.StatMagicStopped},
+		{xdmamodel.FaultDescRead, p2p.ErrHardware, xdma.ErrCodeUnsupportedRequest << 19},
+		{xdmamodel.FaultDataRead, p2p.ErrHardware, xdma.ErrCodeCompleterAbort << 9},
+		{xdmamodel.FaultDataWrite, p2p.ErrHardware, xdma.ErrCodeCompleterAbort << 14},
 	} {
 		if err := ctl.InjectFault(xdma.C2H, 0, tc.fault); err != nil {
 			t.Fatal(err)
@@ -396,7 +397,7 @@ func TestInjectedFaultsAndRecovery(t *testing.T) {
 			t.Errorf("after %v: %v", tc.fault, err)
 		}
 	}
-	if err := ctl.InjectFault(xdma.C2H, 0, xdma.FaultStall); err != nil {
+	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultStall); err != nil {
 		t.Fatal(err)
 	}
 	stalled := xfer

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/busmem"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
@@ -90,9 +91,9 @@ func (st *selftest) run() error {
 		ddr[i] = byte(rng.Uint32())
 	}
 	src := acq.NewSource(acq.SourceConfig{PayloadLen: sgl.PageSize64K - frame.HeaderSize})
-	engine, err := xdma.NewEngine(xdma.Config{
-		H2C:  []xdma.ChannelConfig{{}},
-		C2H:  []xdma.ChannelConfig{{}, {Stream: true, Source: src}},
+	engine, err := xdmamodel.NewEngine(xdmamodel.Config{
+		H2C:  []xdmamodel.ChannelConfig{{}},
+		C2H:  []xdmamodel.ChannelConfig{{}, {Stream: true, Source: src}},
 		Bus:  &bus,
 		Card: &card,
 	})

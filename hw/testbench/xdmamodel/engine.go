@@ -1,6 +1,8 @@
-package xdma
+package xdmamodel
 
 import (
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -24,15 +26,15 @@ type Sink interface {
 // ChannelConfig describes one channel of an engine.
 type ChannelConfig struct {
 	Stream bool   // AXI4-Stream rather than memory mapped
-	Source Source // C2H stream channels
-	Sink   Sink   // H2C stream channels
+	Source Source // xdma.C2H stream channels
+	Sink   Sink   // xdma.H2C stream channels
 }
 
 // Config describes an engine: its channels and what they connect to.
 type Config struct {
-	H2C, C2H []ChannelConfig // at most MaxChannels each
-	Bus      Memory          // host bus addresses (descriptors, data)
-	Card     Memory          // card AXI memory for memory-mapped channels
+	H2C, C2H []ChannelConfig // at most xdma.MaxChannels each
+	Bus      xdma.Memory     // host bus addresses (descriptors, data)
+	Card     xdma.Memory     // card AXI memory for memory-mapped channels
 	// Raise delivers an interrupt vector (MSI-X). It is called with the
 	// engine locked and must not call back into the engine.
 	Raise func(vector int)
@@ -54,6 +56,10 @@ const (
 	FaultDataRead        // the next data read fails
 	FaultDataWrite       // the next data write fails
 	FaultStall           // the channel stops making progress
+	// FaultCorrupt flips a bit in the middle of the next data write and
+	// reports success: silent corruption, which only checking the data
+	// finds.
+	FaultCorrupt
 )
 
 func (f Fault) String() string {
@@ -70,13 +76,18 @@ func (f Fault) String() string {
 		return "data-write"
 	case FaultStall:
 		return "stall"
+	case FaultCorrupt:
+		return "corrupt"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
 
+// Valid reports whether f is a fault the engine knows.
+func (f Fault) Valid() bool { return f >= FaultNone && f <= FaultCorrupt }
+
 // ParseFault parses the String form of a fault.
 func ParseFault(s string) (Fault, error) {
-	for f := FaultNone; f <= FaultStall; f++ {
+	for f := FaultNone; f.Valid(); f++ {
 		if f.String() == s {
 			return f, nil
 		}
@@ -100,22 +111,22 @@ type Engine struct {
 	userIntEnable uint32
 	userVectors   [4]uint32
 	chanVectors   [2]uint32
-	halt          uint32 // descriptor halt, RegDescHalt layout
+	halt          uint32 // descriptor halt, xdma.RegDescHalt layout
 	creditMode    uint32
 	pendingRaised uint32 // channel interrupts already delivered
 	linkDown      bool
 	pollWBScratch [4]byte
 	resultScratch [8]byte
-	descriptorBuf [(MaxNextAdjacent + 1) * DescSize]byte
+	descriptorBuf [(xdma.MaxNextAdjacent + 1) * xdma.DescSize]byte
 }
 
 type fetched struct {
 	addr uint64
-	d    Descriptor
+	d    xdma.Descriptor
 }
 
 type channel struct {
-	dir   Direction
+	dir   xdma.Direction
 	index int
 	cfg   ChannelConfig
 	irq   uint32 // bit in the interrupt block
@@ -138,8 +149,8 @@ type channel struct {
 
 // NewEngine returns an engine for cfg.
 func NewEngine(cfg Config) (*Engine, error) {
-	if len(cfg.H2C) > MaxChannels || len(cfg.C2H) > MaxChannels {
-		return nil, fmt.Errorf("xdma: at most %d channels per direction", MaxChannels)
+	if len(cfg.H2C) > xdma.MaxChannels || len(cfg.C2H) > xdma.MaxChannels {
+		return nil, fmt.Errorf("xdma: at most %d channels per direction", xdma.MaxChannels)
 	}
 	if cfg.Bus == nil {
 		return nil, errors.New("xdma: engine needs a bus")
@@ -153,26 +164,26 @@ func NewEngine(cfg Config) (*Engine, error) {
 	}
 	for i, cc := range cfg.H2C {
 		if cc.Stream && cc.Sink == nil || !cc.Stream && cfg.Card == nil {
-			return nil, fmt.Errorf("xdma: H2C channel %d has nothing to write to", i)
+			return nil, fmt.Errorf("xdma: xdma.H2C channel %d has nothing to write to", i)
 		}
-		e.h2c = append(e.h2c, e.newChannel(H2C, i, cc, uint32(i)))
+		e.h2c = append(e.h2c, e.newChannel(xdma.H2C, i, cc, uint32(i)))
 	}
 	for i, cc := range cfg.C2H {
 		if cc.Stream && cc.Source == nil || !cc.Stream && cfg.Card == nil {
-			return nil, fmt.Errorf("xdma: C2H channel %d has nothing to read from", i)
+			return nil, fmt.Errorf("xdma: xdma.C2H channel %d has nothing to read from", i)
 		}
-		e.c2h = append(e.c2h, e.newChannel(C2H, i, cc, uint32(len(cfg.H2C)+i)))
+		e.c2h = append(e.c2h, e.newChannel(xdma.C2H, i, cc, uint32(len(cfg.H2C)+i)))
 	}
 	return e, nil
 }
 
-func (e *Engine) newChannel(dir Direction, i int, cc ChannelConfig, irq uint32) *channel {
+func (e *Engine) newChannel(dir xdma.Direction, i int, cc ChannelConfig, irq uint32) *channel {
 	return &channel{dir: dir, index: i, cfg: cc, irq: irq, scratch: make([]byte, e.chunk)}
 }
 
-func (e *Engine) channel(dir Direction, i int) *channel {
+func (e *Engine) channel(dir xdma.Direction, i int) *channel {
 	list := e.h2c
-	if dir == C2H {
+	if dir == xdma.C2H {
 		list = e.c2h
 	}
 	if i < 0 || i >= len(list) {
@@ -182,7 +193,7 @@ func (e *Engine) channel(dir Direction, i int) *channel {
 }
 
 // InjectFault arms a fault on a channel.
-func (e *Engine) InjectFault(dir Direction, ch int, f Fault) error {
+func (e *Engine) InjectFault(dir xdma.Direction, ch int, f Fault) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	c := e.channel(dir, ch)
@@ -227,32 +238,32 @@ func (e *Engine) WriteReg(off, v uint32) {
 }
 
 func (e *Engine) readReg(off uint32) uint32 {
-	if off%4 != 0 || off >= RegSpaceSize {
+	if off%4 != 0 || off >= xdma.RegSpaceSize {
 		return 0
 	}
 	target, ch, reg := int(off>>12&0xF), int(off>>8&0xF), off&0xFF
 	switch target {
-	case TargetH2C, TargetC2H:
-		c := e.channel(Direction(target), ch)
+	case xdma.TargetH2C, xdma.TargetC2H:
+		c := e.channel(xdma.Direction(target), ch)
 		if c == nil {
 			return 0
 		}
 		return c.readChannel(reg, e.cfg.Version)
-	case TargetH2CSGDMA, TargetC2HSGDMA:
-		c := e.channel(Direction(target-TargetH2CSGDMA), ch)
+	case xdma.TargetH2CSGDMA, xdma.TargetC2HSGDMA:
+		c := e.channel(xdma.Direction(target-xdma.TargetH2CSGDMA), ch)
 		if c == nil {
 			return 0
 		}
 		return c.readSGDMA(reg, e.cfg.Version)
-	case TargetIRQ:
+	case xdma.TargetIRQ:
 		if ch == 0 {
 			return e.readIRQ(reg)
 		}
-	case TargetConfig:
+	case xdma.TargetConfig:
 		if ch == 0 {
 			return e.readConfig(reg)
 		}
-	case TargetSGDMACommon:
+	case xdma.TargetSGDMACommon:
 		if ch == 0 {
 			return e.readCommon(reg)
 		}
@@ -261,24 +272,24 @@ func (e *Engine) readReg(off uint32) uint32 {
 }
 
 func (e *Engine) writeReg(off, v uint32) {
-	if off%4 != 0 || off >= RegSpaceSize {
+	if off%4 != 0 || off >= xdma.RegSpaceSize {
 		return
 	}
 	target, ch, reg := int(off>>12&0xF), int(off>>8&0xF), off&0xFF
 	switch target {
-	case TargetH2C, TargetC2H:
-		if c := e.channel(Direction(target), ch); c != nil {
+	case xdma.TargetH2C, xdma.TargetC2H:
+		if c := e.channel(xdma.Direction(target), ch); c != nil {
 			c.writeChannel(reg, v)
 		}
-	case TargetH2CSGDMA, TargetC2HSGDMA:
-		if c := e.channel(Direction(target-TargetH2CSGDMA), ch); c != nil {
+	case xdma.TargetH2CSGDMA, xdma.TargetC2HSGDMA:
+		if c := e.channel(xdma.Direction(target-xdma.TargetH2CSGDMA), ch); c != nil {
 			c.writeSGDMA(reg, v)
 		}
-	case TargetIRQ:
+	case xdma.TargetIRQ:
 		if ch == 0 {
 			e.writeIRQ(reg, v)
 		}
-	case TargetSGDMACommon:
+	case xdma.TargetSGDMACommon:
 		if ch == 0 {
 			e.writeCommon(reg, v)
 		}
@@ -287,27 +298,27 @@ func (e *Engine) writeReg(off, v uint32) {
 
 func (c *channel) readChannel(reg uint32, version int) uint32 {
 	switch reg {
-	case RegIdentifier:
-		return Identifier{Target: c.dir.ChannelTarget(), Stream: c.cfg.Stream, Channel: c.index, Version: version}.Encode()
-	case RegControl:
+	case xdma.RegIdentifier:
+		return xdma.Identifier{Target: c.dir.ChannelTarget(), Stream: c.cfg.Stream, Channel: c.index, Version: version}.Encode()
+	case xdma.RegControl:
 		return c.control
-	case RegStatus:
+	case xdma.RegStatus:
 		return c.statusWord()
-	case RegStatusRC:
+	case xdma.RegStatusRC:
 		v := c.statusWord()
 		c.status = 0
 		return v
-	case RegCompletedCount:
+	case xdma.RegCompletedCount:
 		return c.completed
-	case RegAlignments:
+	case xdma.RegAlignments:
 		// Byte alignment, byte granularity, 64 address bits: the
 		// engine supports unaligned transfers.
 		return 1<<16 | 1<<8 | 64
-	case RegPollWBLo:
+	case xdma.RegPollWBLo:
 		return c.wbLo
-	case RegPollWBHi:
+	case xdma.RegPollWBHi:
 		return c.wbHi
-	case RegIntEnable:
+	case xdma.RegIntEnable:
 		return c.intMask
 	}
 	return 0
@@ -316,37 +327,37 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 func (c *channel) statusWord() uint32 {
 	v := c.status
 	if c.busy {
-		v |= CtrlRun
+		v |= xdma.CtrlRun
 	}
 	return v
 }
 
 func (c *channel) writeChannel(reg, v uint32) {
 	switch reg {
-	case RegControl:
+	case xdma.RegControl:
 		c.setControl(v)
-	case RegControlW1S:
+	case xdma.RegControlW1S:
 		c.setControl(c.control | v)
-	case RegControlW1C:
+	case xdma.RegControlW1C:
 		c.setControl(c.control &^ v)
-	case RegPollWBLo:
+	case xdma.RegPollWBLo:
 		c.wbLo = v
-	case RegPollWBHi:
+	case xdma.RegPollWBHi:
 		c.wbHi = v
-	case RegIntEnable:
+	case xdma.RegIntEnable:
 		c.intMask = v & statusBitsMask
-	case RegIntEnableW1S:
+	case xdma.RegIntEnableW1S:
 		c.intMask |= v & statusBitsMask
-	case RegIntEnableW1C:
+	case xdma.RegIntEnableW1C:
 		c.intMask &^= v
 	}
 }
 
 func (c *channel) setControl(v uint32) {
 	v &= controlWritableMask
-	was := c.control&CtrlRun != 0
+	was := c.control&xdma.CtrlRun != 0
 	c.control = v
-	switch run := v&CtrlRun != 0; {
+	switch run := v&xdma.CtrlRun != 0; {
 	case run && !was:
 		c.start()
 	case !run && was:
@@ -370,7 +381,7 @@ func (c *channel) start() {
 // chunk boundary it is at.
 func (c *channel) stop() {
 	if c.busy {
-		c.log(StatIdleStopped)
+		c.log(xdma.StatIdleStopped)
 	}
 	c.busy = false
 	c.active = false
@@ -388,15 +399,15 @@ func (c *channel) log(bits uint32) {
 
 func (c *channel) readSGDMA(reg uint32, version int) uint32 {
 	switch reg {
-	case RegIdentifier:
-		return Identifier{Target: c.dir.SGDMATarget(), Stream: c.cfg.Stream, Channel: c.index, Version: version}.Encode()
-	case RegDescLo:
+	case xdma.RegIdentifier:
+		return xdma.Identifier{Target: c.dir.SGDMATarget(), Stream: c.cfg.Stream, Channel: c.index, Version: version}.Encode()
+	case xdma.RegDescLo:
 		return c.descLo
-	case RegDescHi:
+	case xdma.RegDescHi:
 		return c.descHi
-	case RegDescAdjacent:
+	case xdma.RegDescAdjacent:
 		return c.descAdj
-	case RegDescCredits:
+	case xdma.RegDescCredits:
 		return c.credits
 	}
 	return 0
@@ -404,70 +415,70 @@ func (c *channel) readSGDMA(reg uint32, version int) uint32 {
 
 func (c *channel) writeSGDMA(reg, v uint32) {
 	switch reg {
-	case RegDescLo:
+	case xdma.RegDescLo:
 		c.descLo = v
-	case RegDescHi:
+	case xdma.RegDescHi:
 		c.descHi = v
-	case RegDescAdjacent:
+	case xdma.RegDescAdjacent:
 		c.descAdj = v & 0x3F
-	case RegDescCredits:
+	case xdma.RegDescCredits:
 		// Writes add credits; the counter is 10 bits wide.
-		c.credits = min(c.credits+v&MaxCredits, MaxCredits)
+		c.credits = min(c.credits+v&xdma.MaxCredits, xdma.MaxCredits)
 	}
 }
 
 func (e *Engine) readIRQ(reg uint32) uint32 {
 	switch reg {
-	case RegIdentifier:
-		return Identifier{Target: TargetIRQ, Version: e.cfg.Version}.Encode()
-	case RegUserIntEnable:
+	case xdma.RegIdentifier:
+		return xdma.Identifier{Target: xdma.TargetIRQ, Version: e.cfg.Version}.Encode()
+	case xdma.RegUserIntEnable:
 		return e.userIntEnable
-	case RegChanIntEnable:
+	case xdma.RegChanIntEnable:
 		return e.chanIntEnable
-	case RegChanIntRequest:
+	case xdma.RegChanIntRequest:
 		return e.chanRequest()
-	case RegChanIntPending:
+	case xdma.RegChanIntPending:
 		return e.chanRequest() & e.chanIntEnable
-	case RegUserVector, RegUserVector + 4, RegUserVector + 8, RegUserVector + 12:
-		return e.userVectors[(reg-RegUserVector)/4]
-	case RegChanVector, RegChanVector + 4:
-		return e.chanVectors[(reg-RegChanVector)/4]
+	case xdma.RegUserVector, xdma.RegUserVector + 4, xdma.RegUserVector + 8, xdma.RegUserVector + 12:
+		return e.userVectors[(reg-xdma.RegUserVector)/4]
+	case xdma.RegChanVector, xdma.RegChanVector + 4:
+		return e.chanVectors[(reg-xdma.RegChanVector)/4]
 	}
 	return 0
 }
 
 func (e *Engine) writeIRQ(reg, v uint32) {
 	switch reg {
-	case RegUserIntEnable:
+	case xdma.RegUserIntEnable:
 		e.userIntEnable = v
-	case RegUserIntEnableW1S:
+	case xdma.RegUserIntEnableW1S:
 		e.userIntEnable |= v
-	case RegUserIntEnableW1C:
+	case xdma.RegUserIntEnableW1C:
 		e.userIntEnable &^= v
-	case RegChanIntEnable:
+	case xdma.RegChanIntEnable:
 		e.chanIntEnable = v
-	case RegChanIntEnableW1S:
+	case xdma.RegChanIntEnableW1S:
 		e.chanIntEnable |= v
-	case RegChanIntEnableW1C:
+	case xdma.RegChanIntEnableW1C:
 		e.chanIntEnable &^= v
-	case RegUserVector, RegUserVector + 4, RegUserVector + 8, RegUserVector + 12:
-		e.userVectors[(reg-RegUserVector)/4] = v & 0x1F1F1F1F
-	case RegChanVector, RegChanVector + 4:
-		e.chanVectors[(reg-RegChanVector)/4] = v & 0x1F1F1F1F
+	case xdma.RegUserVector, xdma.RegUserVector + 4, xdma.RegUserVector + 8, xdma.RegUserVector + 12:
+		e.userVectors[(reg-xdma.RegUserVector)/4] = v & 0x1F1F1F1F
+	case xdma.RegChanVector, xdma.RegChanVector + 4:
+		e.chanVectors[(reg-xdma.RegChanVector)/4] = v & 0x1F1F1F1F
 	}
 }
 
 func (e *Engine) readConfig(reg uint32) uint32 {
 	switch reg {
-	case RegIdentifier:
-		return Identifier{Target: TargetConfig, Version: e.cfg.Version}.Encode()
-	case RegConfigMaxPayload:
+	case xdma.RegIdentifier:
+		return xdma.Identifier{Target: xdma.TargetConfig, Version: e.cfg.Version}.Encode()
+	case xdma.RegConfigMaxPayload:
 		return 1 // 256 bytes
-	case RegConfigMaxReadReq:
+	case xdma.RegConfigMaxReadReq:
 		return 2 // 512 bytes
-	case RegConfigDataWidth:
+	case xdma.RegConfigDataWidth:
 		return 3 // 512 bits
-	case RegConfigMSIEnable:
+	case xdma.RegConfigMSIEnable:
 		return 1 << 1 // MSI-X
 	}
 	return 0
@@ -475,11 +486,11 @@ func (e *Engine) readConfig(reg uint32) uint32 {
 
 func (e *Engine) readCommon(reg uint32) uint32 {
 	switch reg {
-	case RegIdentifier:
-		return Identifier{Target: TargetSGDMACommon, Version: e.cfg.Version}.Encode()
-	case RegDescHalt:
+	case xdma.RegIdentifier:
+		return xdma.Identifier{Target: xdma.TargetSGDMACommon, Version: e.cfg.Version}.Encode()
+	case xdma.RegDescHalt:
 		return e.halt
-	case RegCreditMode:
+	case xdma.RegCreditMode:
 		return e.creditMode
 	}
 	return 0
@@ -488,17 +499,17 @@ func (e *Engine) readCommon(reg uint32) uint32 {
 func (e *Engine) writeCommon(reg, v uint32) {
 	const mask = 0xF | 0xF<<commonC2HBitShift
 	switch reg {
-	case RegDescHalt:
+	case xdma.RegDescHalt:
 		e.halt = v & mask
-	case RegDescHaltW1S:
+	case xdma.RegDescHaltW1S:
 		e.halt |= v & mask
-	case RegDescHaltW1C:
+	case xdma.RegDescHaltW1C:
 		e.halt &^= v
-	case RegCreditMode:
+	case xdma.RegCreditMode:
 		e.setCreditMode(v & mask)
-	case RegCreditModeW1S:
+	case xdma.RegCreditModeW1S:
 		e.setCreditMode(e.creditMode | v&mask)
-	case RegCreditModeW1C:
+	case xdma.RegCreditModeW1C:
 		e.setCreditMode(e.creditMode &^ v)
 	}
 }
@@ -518,7 +529,7 @@ func (e *Engine) setCreditMode(v uint32) {
 
 // commonBit returns c's bit in the SGDMA common registers.
 func (c *channel) commonBit() uint32 {
-	if c.dir == C2H {
+	if c.dir == xdma.C2H {
 		return 1 << (commonC2HBitShift + c.index)
 	}
 	return 1 << c.index
@@ -634,12 +645,12 @@ func (e *Engine) nextDescriptor(c *channel) bool {
 	c.cur = c.queue[0]
 	c.queue = c.queue[1:]
 	d := &c.cur.d
-	if d.Magic != DescMagic {
-		e.fail(c, StatMagicStopped)
+	if d.Magic != xdma.DescMagic {
+		e.fail(c, xdma.StatMagicStopped)
 		return true
 	}
 	if d.Len == 0 {
-		e.fail(c, StatInvalidLength)
+		e.fail(c, xdma.StatInvalidLength)
 		return true
 	}
 	c.active = true
@@ -650,17 +661,17 @@ func (e *Engine) nextDescriptor(c *channel) bool {
 // fetch reads n descriptors at the channel's next block address.
 func (e *Engine) fetch(c *channel, n int) bool {
 	addr := c.nextAddr
-	if addr%DescAlign != 0 || !adjacentFits(addr, n-1) {
+	if addr%xdma.DescAlign != 0 || !adjacentFits(addr, n-1) {
 		// The engine fetches adjacent descriptors in one read that must
 		// not cross a 4 KiB block; the model stops rather than guess.
-		e.fail(c, ErrCodeUnexpectedComp<<descErrorShift)
+		e.fail(c, xdma.ErrCodeUnexpectedComp<<descErrorShift)
 		return false
 	}
-	buf := e.descriptorBuf[:n*DescSize]
+	buf := e.descriptorBuf[:n*xdma.DescSize]
 	err := e.cfg.Bus.Read(addr, buf)
 	if c.fault == FaultDescRead {
 		c.fault = FaultNone
-		err = &BusError{Addr: addr, Len: len(buf), Code: ErrCodeUnsupportedRequest}
+		err = &xdma.BusError{Addr: addr, Len: len(buf), Code: xdma.ErrCodeUnsupportedRequest}
 	}
 	if err != nil {
 		e.fail(c, errorCode(err)<<descErrorShift)
@@ -668,10 +679,10 @@ func (e *Engine) fetch(c *channel, n int) bool {
 	}
 	c.queue = c.queue[:0]
 	for i := range n {
-		var d Descriptor
-		d.Unmarshal(buf[i*DescSize:])
-		c.queue = append(c.queue, fetched{addr + uint64(i)*DescSize, d})
-		if d.Flags&FlagStop != 0 {
+		var d xdma.Descriptor
+		d.Unmarshal(buf[i*xdma.DescSize:])
+		c.queue = append(c.queue, fetched{addr + uint64(i)*xdma.DescSize, d})
+		if d.Flags&xdma.FlagStop != 0 {
 			break
 		}
 	}
@@ -681,7 +692,7 @@ func (e *Engine) fetch(c *channel, n int) bool {
 	}
 	if n <= c.nextAdj {
 		// Credits cut the block short: the rest of it comes next.
-		c.nextAddr += uint64(n) * DescSize
+		c.nextAddr += uint64(n) * xdma.DescSize
 		c.nextAdj -= n
 		return true
 	}
@@ -691,11 +702,11 @@ func (e *Engine) fetch(c *channel, n int) bool {
 }
 
 func errorCode(err error) uint32 {
-	var be *BusError
+	var be *xdma.BusError
 	if errors.As(err, &be) && be.Code != 0 {
 		return be.Code & errorFieldMask
 	}
-	return ErrCodeUnsupportedRequest
+	return xdma.ErrCodeUnsupportedRequest
 }
 
 // moveChunk moves up to one chunk of the current descriptor.
@@ -707,14 +718,14 @@ func (e *Engine) moveChunk(c *channel) bool {
 	var err error
 	var errBits uint32
 	switch {
-	case c.dir == H2C:
+	case c.dir == xdma.H2C:
 		if err = e.dataRead(c, e.cfg.Bus, d.Src+c.done, buf); err != nil {
 			errBits = errorCode(err) << readErrorShift
 			break
 		}
 		last := c.done+n == uint64(d.Len)
 		if c.cfg.Stream {
-			err = c.cfg.Sink.Write(buf, last && d.Flags&FlagEOP != 0)
+			err = c.cfg.Sink.Write(buf, last && d.Flags&xdma.FlagEOP != 0)
 		} else {
 			err = e.dataWrite(c, e.cfg.Card, c.cardAddr(d.Dst), buf)
 		}
@@ -759,24 +770,30 @@ func (e *Engine) moveChunk(c *channel) bool {
 // cardAddr returns the card address for the current offset, honouring the
 // non-incrementing address mode.
 func (c *channel) cardAddr(base uint64) uint64 {
-	if c.control&CtrlNonIncAddr != 0 {
+	if c.control&xdma.CtrlNonIncAddr != 0 {
 		return base
 	}
 	return base + c.done
 }
 
-func (e *Engine) dataRead(c *channel, m Memory, addr uint64, p []byte) error {
+func (e *Engine) dataRead(c *channel, m xdma.Memory, addr uint64, p []byte) error {
 	if c.fault == FaultDataRead {
 		c.fault = FaultNone
-		return &BusError{Addr: addr, Len: len(p), Code: ErrCodeCompleterAbort}
+		return &xdma.BusError{Addr: addr, Len: len(p), Code: xdma.ErrCodeCompleterAbort}
 	}
 	return m.Read(addr, p)
 }
 
-func (e *Engine) dataWrite(c *channel, m Memory, addr uint64, p []byte) error {
+func (e *Engine) dataWrite(c *channel, m xdma.Memory, addr uint64, p []byte) error {
 	if c.fault == FaultDataWrite {
 		c.fault = FaultNone
-		return &BusError{Addr: addr, Len: len(p), Code: ErrCodeCompleterAbort}
+		return &xdma.BusError{Addr: addr, Len: len(p), Code: xdma.ErrCodeCompleterAbort}
+	}
+	if c.fault == FaultCorrupt && len(p) > 0 {
+		c.fault = FaultNone
+		bad := append([]byte(nil), p...)
+		bad[len(bad)/2] ^= 0x01
+		return m.Write(addr, bad)
 	}
 	return m.Write(addr, p)
 }
@@ -786,8 +803,8 @@ func (e *Engine) complete(c *channel, eop bool) {
 	d := c.cur.d
 	c.active = false
 	c.completed = (c.completed + 1) & pollWBCountMask
-	if c.dir == C2H && c.cfg.Stream && d.Src != 0 && c.control&CtrlStreamWBDisable == 0 {
-		status := uint32(ResultMagic) << 16
+	if c.dir == xdma.C2H && c.cfg.Stream && d.Src != 0 && c.control&xdma.CtrlStreamWBDisable == 0 {
+		status := uint32(xdma.ResultMagic) << 16
 		if eop {
 			status |= resultEOP
 		}
@@ -798,11 +815,11 @@ func (e *Engine) complete(c *channel, eop bool) {
 			return
 		}
 	}
-	if d.Flags&FlagCompleted != 0 {
-		c.log(StatDescCompleted)
+	if d.Flags&xdma.FlagCompleted != 0 {
+		c.log(xdma.StatDescCompleted)
 	}
-	if d.Flags&FlagStop != 0 {
-		c.log(StatDescStopped)
+	if d.Flags&xdma.FlagStop != 0 {
+		c.log(xdma.StatDescStopped)
 		c.busy = false
 		c.queue = c.queue[:0]
 	}
@@ -820,11 +837,11 @@ func (e *Engine) fail(c *channel, bits uint32) {
 
 // writeback writes the poll-mode writeback word when it is enabled.
 func (e *Engine) writeback(c *channel, failed bool) {
-	if c.control&CtrlPollModeWB == 0 {
+	if c.control&xdma.CtrlPollModeWB == 0 {
 		return
 	}
 	addr := uint64(c.wbHi)<<32 | uint64(c.wbLo)
-	binary.LittleEndian.PutUint32(e.pollWBScratch[:], PollWriteback{Completed: c.completed, Error: failed}.encode())
+	binary.LittleEndian.PutUint32(e.pollWBScratch[:], xdma.PollWriteback{Completed: c.completed, Error: failed}.Encode())
 	// A failed writeback has nowhere to be reported but the status.
 	if err := e.cfg.Bus.Write(addr, e.pollWBScratch[:]); err != nil {
 		c.status |= errorCode(err) << writeErrorShift

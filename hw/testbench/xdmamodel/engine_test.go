@@ -1,4 +1,4 @@
-package xdma_test
+package xdmamodel_test
 
 import (
 	"bytes"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/busmem"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
@@ -22,7 +23,7 @@ const (
 // rig is an engine with descriptor memory, a fragmented "VRAM" and card
 // memory, and a record of raised vectors.
 type rig struct {
-	e       *xdma.Engine
+	e       *xdmamodel.Engine
 	bus     busmem.Map
 	desc    []byte
 	vram    []byte
@@ -34,7 +35,7 @@ type rig struct {
 	sink    *recordingSink
 }
 
-func newRig(t *testing.T, pages int) *rig {
+func newRig(t testing.TB, pages int) *rig {
 	t.Helper()
 	r := &rig{
 		desc:    make([]byte, 128<<10),
@@ -51,9 +52,9 @@ func newRig(t *testing.T, pages int) *rig {
 	for i := range pages {
 		r.table.Pages = append(r.table.Pages, vramBase+uint64(pages-1-i)*sgl.PageSize64K)
 	}
-	e, err := xdma.NewEngine(xdma.Config{
-		H2C:   []xdma.ChannelConfig{{}, {Stream: true, Sink: r.sink}},
-		C2H:   []xdma.ChannelConfig{{}, {Stream: true, Source: r.source}},
+	e, err := xdmamodel.NewEngine(xdmamodel.Config{
+		H2C:   []xdmamodel.ChannelConfig{{}, {Stream: true, Sink: r.sink}},
+		C2H:   []xdmamodel.ChannelConfig{{}, {Stream: true, Source: r.source}},
 		Bus:   &r.bus,
 		Card:  &r.card,
 		Raise: func(v int) { r.raised = append(r.raised, v) },
@@ -64,7 +65,7 @@ func newRig(t *testing.T, pages int) *rig {
 	return r
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +73,7 @@ func must(t *testing.T, err error) {
 }
 
 // segments returns the SG list of a window of the rig's table.
-func (r *rig) segments(t *testing.T, off, n uint64, lim sgl.Limits) []sgl.Segment {
+func (r *rig) segments(t testing.TB, off, n uint64, lim sgl.Limits) []sgl.Segment {
 	t.Helper()
 	b := sgl.Builder{Limits: lim}
 	must(t, b.Append(r.table, off, n))
@@ -284,13 +285,13 @@ func TestEngineInterruptsAndPollWriteback(t *testing.T) {
 
 func TestEngineFaults(t *testing.T) {
 	tests := []struct {
-		fault xdma.Fault
+		fault xdmamodel.Fault
 		want  uint32
 	}{
-		{xdma.FaultBadMagic, xdma.StatMagicStopped},
-		{xdma.FaultDescRead, xdma.ErrCodeUnsupportedRequest << 19},
-		{xdma.FaultDataRead, xdma.ErrCodeCompleterAbort << 9},
-		{xdma.FaultDataWrite, xdma.ErrCodeCompleterAbort << 14},
+		{xdmamodel.FaultBadMagic, xdma.StatMagicStopped},
+		{xdmamodel.FaultDescRead, xdma.ErrCodeUnsupportedRequest << 19},
+		{xdmamodel.FaultDataRead, xdma.ErrCodeCompleterAbort << 9},
+		{xdmamodel.FaultDataWrite, xdma.ErrCodeCompleterAbort << 14},
 	}
 	for _, tc := range tests {
 		t.Run(tc.fault.String(), func(t *testing.T) {
@@ -313,9 +314,43 @@ func TestEngineFaults(t *testing.T) {
 	}
 }
 
+// TestEngineSilentCorruption: the corrupt fault changes one bit of what
+// is written and the status says all is well, so only the data shows it.
+func TestEngineSilentCorruption(t *testing.T) {
+	r := newRig(t, 4)
+	fill(r.cardMem, 2)
+	const n = 4 * sgl.PageSize64K
+	segs := r.segments(t, 0, n, sgl.Limits{})
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultCorrupt))
+	if st := r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault); st != xdma.StatDescStopped|xdma.StatDescCompleted {
+		t.Fatalf("status %s, want a clean completion", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+	got, want := r.vramWindow(0, n), r.cardMem[:n]
+	var diffs []int
+	for i := range got {
+		if got[i] != want[i] {
+			diffs = append(diffs, i)
+		}
+	}
+	if len(diffs) != 1 || got[diffs[0]]^want[diffs[0]] != 1 {
+		t.Fatalf("bytes differing: %v, want one with one bit flipped", diffs)
+	}
+	// One-shot: the next run is clean.
+	r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault)
+	if !bytes.Equal(r.vramWindow(0, n), want) {
+		t.Fatal("corruption after the fault fired")
+	}
+	if f, err := xdmamodel.ParseFault("corrupt"); err != nil || f != xdmamodel.FaultCorrupt {
+		t.Fatalf("ParseFault(corrupt) = %v, %v", f, err)
+	}
+	if xdmamodel.Fault(7).Valid() || xdmamodel.Fault(-1).Valid() {
+		t.Fatal("faults out of range are valid")
+	}
+}
+
 func TestEngineStallAndHalt(t *testing.T) {
 	r := newRig(t, 2)
-	must(t, r.e.InjectFault(xdma.H2C, 0, xdma.FaultStall))
+	must(t, r.e.InjectFault(xdma.H2C, 0, xdmamodel.FaultStall))
 	segs := r.segments(t, 0, 2*sgl.PageSize64K, sgl.Limits{})
 	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.H2C})
 	must(t, err)
@@ -412,7 +447,7 @@ func TestEngineRegisters(t *testing.T) {
 		t.Fatalf("link down read %#x", v)
 	}
 	r.e.SetLinkDown(false)
-	if err := r.e.InjectFault(xdma.C2H, 3, xdma.FaultStall); !errors.Is(err, xdma.ErrNoChannel) {
+	if err := r.e.InjectFault(xdma.C2H, 3, xdmamodel.FaultStall); !errors.Is(err, xdmamodel.ErrNoChannel) {
 		t.Fatalf("fault on absent channel: %v", err)
 	}
 }
@@ -436,5 +471,21 @@ func TestEngineCreditsClearWithCreditMode(t *testing.T) {
 	r.e.WriteReg(common+xdma.RegCreditModeW1S, 1<<16)
 	if n := r.e.ReadReg(credits); n != 0 {
 		t.Fatalf("%d credits survived leaving credit mode", n)
+	}
+}
+
+// BenchmarkEngine measures the model moving 64 MiB C2H into fragmented
+// memory, for sizing simulated transfers.
+func BenchmarkEngine(b *testing.B) {
+	r := newRig(b, 1024)
+	segs := r.segments(b, 0, r.table.Size(), sgl.Limits{})
+	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(r.table.Size()))
+	for b.Loop() {
+		xdma.Start(r.e, xdma.C2H, 0, c, xdma.ControlDefault)
+		r.e.RunUntilIdle()
 	}
 }

@@ -1,0 +1,62 @@
+package simgpu
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/stream"
+)
+
+// Memory is the simulated GPU's memory as a p2pctl --mem kind
+// (cli.Memory): each Pin opens the simulated GPU, allocates with
+// RandomRuns, and pins the allocation directly or, with Dmabuf, through a
+// dma-buf export as NVIDIA's dma-buf route does.
+type Memory struct {
+	Dmabuf bool
+}
+
+// Pin allocates size bytes and pins them on d.
+func (m Memory) Pin(d *p2p.Device, size uint64, seed uint32) (*p2p.Pin, []byte, func() error, error) {
+	if _, err := os.Stat(DevicePath); err != nil {
+		return nil, nil, nil, fmt.Errorf("the rig's simulated GPU (%s): %w", DevicePath, err)
+	}
+	g, err := Open()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	a, err := g.Alloc(size, RandomRuns, seed)
+	if err != nil {
+		g.Close()
+		return nil, nil, nil, fmt.Errorf("%w (the simulated GPU has 256 MiB less one page)", err)
+	}
+	mem, err := a.Bytes()
+	if err != nil {
+		g.Close()
+		return nil, nil, nil, err
+	}
+	var pin *p2p.Pin
+	if m.Dmabuf {
+		var f *os.File
+		if f, err = a.ExportDmabuf(a.VA, a.Size); err == nil {
+			pin, err = d.PinDmabuf(int(f.Fd()), 0, size)
+			f.Close() // the pin holds the dma-buf
+		}
+	} else {
+		pin, err = d.PinGPU(a.VA, size, p2p.PinOptions{})
+	}
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, g.Close())
+	}
+	return pin, mem[:size], g.Close, nil
+}
+
+// StreamGPU opens the simulated GPU for a stream's slots, fragmented.
+func (Memory) StreamGPU() (stream.GPU, func() error, error) {
+	g, err := Open()
+	if err != nil {
+		return nil, nil, err
+	}
+	return StreamGPU{GPU: g, Pattern: Fragmented}, g.Close, nil
+}
