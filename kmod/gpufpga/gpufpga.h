@@ -100,6 +100,12 @@ struct gpufpga_chan {
 	u32 last_status;
 };
 
+/* An interrupt vector's cookie. */
+struct gpufpga_vec {
+	struct gpufpga_dev *dev;
+	int index;
+};
+
 struct gpufpga_dev {
 	struct kref ref;
 	struct pci_dev *pdev;
@@ -123,6 +129,7 @@ struct gpufpga_dev {
 	int nchan[2];
 	struct gpufpga_chan chan[2][GPUFPGA_MAX_CHANNELS];
 	int nvecs;
+	struct gpufpga_vec vecs[2 * GPUFPGA_MAX_CHANNELS];
 
 	atomic64_t pinned_total;
 	struct mutex files_lock;	/* files */

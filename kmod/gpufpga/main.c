@@ -256,11 +256,15 @@ static const struct file_operations gpufpga_fops = {
 	.compat_ioctl = compat_ptr_ioctl,
 };
 
+/*
+ * Each vector's cookie says which vector it is: IRQ numbers of MSI-X
+ * vectors need not be contiguous, and pci_irq_vector() may sleep.
+ */
 static irqreturn_t gpufpga_irq(int irq, void *data)
 {
-	struct gpufpga_dev *dev = data;
+	struct gpufpga_vec *vec = data;
 
-	gpufpga_kick_channels(dev, irq - pci_irq_vector(dev->pdev, 0));
+	gpufpga_kick_channels(vec->dev, vec->index);
 	return IRQ_HANDLED;
 }
 
@@ -280,8 +284,10 @@ static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	}
 	dev->nvecs = ret;
 	for (i = 0; i < dev->nvecs; i++) {
+		dev->vecs[i].dev = dev;
+		dev->vecs[i].index = i;
 		ret = devm_request_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), gpufpga_irq,
-				       0, dev->name, dev);
+				       0, dev->name, &dev->vecs[i]);
 		if (ret) {
 			dev_notice(&dev->pdev->dev, "vector %d: %d: polling for completions\n", i, ret);
 			dev->nvecs = i;
@@ -309,7 +315,7 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 	if (!dev->link_down)
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
 	for (i = 0; i < dev->nvecs; i++)
-		devm_free_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), dev);
+		devm_free_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), &dev->vecs[i]);
 	pci_free_irq_vectors(dev->pdev);
 }
 
@@ -394,6 +400,8 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = dma_set_mask_and_coherent(&pdev->dev, DMA_BIT_MASK(dev->addr_bits));
 	if (ret)
 		goto err_put;
+	/* Chains split segments at the descriptor limit themselves. */
+	dma_set_max_seg_size(&pdev->dev, UINT_MAX);
 	/* An earlier kernel (kexec) may have left engines running. */
 	gpufpga_stop_engines(dev);
 	pci_set_master(pdev);
