@@ -11,6 +11,7 @@
 #include <linux/poll.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
+#include <linux/wait_bit.h>
 
 #include "gpufpga.h"
 
@@ -450,7 +451,11 @@ static void gpufpga_fail_channels(struct gpufpga_dev *dev)
  * transfers first wakes blocked ioctls, so taking the rwsem waits only for
  * calls already under way, whose transfers are then failed too.
  */
-/* Open files outlive the device; their DMA mappings of it must not. */
+/*
+ * Open files outlive the device; their DMA mappings of it must not. A
+ * close() may be unpinning a pin it already took out of its table: wait
+ * for that too. No pin can be made meanwhile: the device is dead.
+ */
 static void gpufpga_unpin_files(struct gpufpga_dev *dev)
 {
 	struct gpufpga_file *f;
@@ -459,6 +464,7 @@ static void gpufpga_unpin_files(struct gpufpga_dev *dev)
 	list_for_each_entry(f, &dev->files, node)
 		gpufpga_unpin_all(f);
 	mutex_unlock(&dev->files_lock);
+	wait_var_event(&dev->pinned_total, !atomic64_read(&dev->pinned_total));
 }
 
 static void gpufpga_remove(struct pci_dev *pdev)

@@ -11,6 +11,7 @@
 #include <linux/module.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/wait_bit.h>
 
 #include "compat.h"
 #include "gpufpga.h"
@@ -113,21 +114,11 @@ static void gpufpga_nv_free_callback(void *data)
 	gpufpga_mem_revoke(m);
 }
 
-static bool gpufpga_nv_freed(struct gpufpga_mem *m)
-{
-	bool freed;
-
-	spin_lock(&m->lock);
-	freed = m->nv.freed;
-	spin_unlock(&m->lock);
-	return freed;
-}
-
 /*
  * Gives back what NVIDIA gave. A callback pin needs only put_pages, which
- * frees its mappings too; after the free callback there is nothing to give
- * back, and a put_pages that loses the race to it fails harmlessly, as
- * NVIDIA looks the table up before touching it.
+ * frees its mappings too; once the callback has run, put_pages finds
+ * nothing to free and fails harmlessly, as NVIDIA looks the table up
+ * before touching it.
  */
 static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 {
@@ -138,7 +129,12 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 			ops->dma_unmap_pages(m->dev->pdev, m->nv.pt, m->nv.map);
 		if (m->nv.pt)
 			ops->put_pages_persistent(m->nv.va, m->nv.pt, 0);
-	} else if (m->nv.pt && !gpufpga_nv_freed(m)) {
+	} else if (m->nv.pt) {
+		/*
+		 * Even after the callback has begun: NVIDIA serialises put_pages
+		 * with it, so this also waits until the callback, which still
+		 * uses m, has returned.
+		 */
 		ops->put_pages(0, 0, m->nv.va, m->nv.pt);
 	}
 }
@@ -229,14 +225,12 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 		goto err_put;
 	}
 	spin_lock(&m->lock);
-	if (m->nv.freed) {
+	m->nv.pt = pt;		/* put_pages needs it even once freed */
+	if (m->nv.freed)
 		ret = -EKEYREVOKED;	/* freed before get_pages returned */
-	} else {
-		m->nv.pt = pt;
-		if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
-		    pt->entries != m->npages)
-			ret = -EOPNOTSUPP;
-	}
+	else if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
+		 pt->entries != m->npages)
+		ret = -EOPNOTSUPP;
 	spin_unlock(&m->lock);
 	if (ret) {
 		if (ret == -EOPNOTSUPP)
@@ -519,6 +513,7 @@ static void gpufpga_mem_unpin(struct gpufpga_mem *m)
 {
 	gpufpga_mem_release(m);
 	atomic64_sub(gpufpga_mem_bytes(m), &m->dev->pinned_total);
+	wake_up_var(&m->dev->pinned_total);	/* remove() may wait for it */
 	trace_gpufpga_unpin(m->dev->id, m->handle, m->kind, m->len);
 	gpufpga_mem_put(m);
 }
@@ -609,6 +604,7 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	a.npages = m->npages;
 	a.nruns = m->nruns;
 	a.largest_run = m->largest_run;
+	a.flags = m->flags;	/* without PERSISTENT where it fell back */
 	/* The pin stays if the copy fails; it dies with the file. */
 	return gpufpga_copy_out(arg, size, &a, sizeof(a));
 

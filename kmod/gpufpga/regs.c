@@ -233,6 +233,8 @@ u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
 	u32 status;
 	int i;
 
+	if (dev->dead && !dev->pdev->is_busmaster)
+		return 0;	/* cut off the bus already: nothing can move */
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 	for (i = 0; i < 100; i++) {
 		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));

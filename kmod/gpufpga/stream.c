@@ -154,10 +154,8 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch, gfp_t gfp)
 		}
 		ret = gpufpga_post_slot(ch, slot, st->seq, st->fill_bytes + len,
 					status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, gfp);
-		if (ret == -EOVERFLOW)
-			return ret;
 		if (ret)
-			break;	/* picked up on the next look */
+			return ret;	/* the stream ends with it: nothing unreported */
 		trace_gpufpga_stream_slot(ch->dev->id, ch->index, slot, st->seq, st->fill_bytes + len,
 					  status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
 		res[d].status = 0;
@@ -186,8 +184,9 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 		int collected;
 
 		status = gpufpga_chan_halt(ch);
-		/* Maybe in NVIDIA's free callback: allocate without reclaim. */
-		collected = gpufpga_stream_collect(ch, GFP_NOWAIT | __GFP_ACCOUNT);
+		/* In NVIDIA's free callback, allocate without reclaim. */
+		collected = gpufpga_stream_collect(ch, error == -EKEYREVOKED ?
+						   GFP_NOWAIT | __GFP_ACCOUNT : GFP_KERNEL_ACCOUNT);
 		if (collected && !error)
 			error = collected;
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
