@@ -19,6 +19,7 @@
 #ifndef GPUFPGA_H
 #define GPUFPGA_H
 
+#include <linux/completion.h>
 #include <linux/dma-buf.h>
 #include <linux/eventfd.h>
 #include <linux/kref.h>
@@ -206,6 +207,7 @@ struct gpufpga_mem {
 			struct nvidia_p2p_dma_mapping *map;
 			u64 va;
 			bool freed;	/* by NVIDIA, after the free callback (lock) */
+			struct completion callback_done;
 		} nv;
 		struct {
 			struct page **pages;

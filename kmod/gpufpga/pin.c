@@ -112,13 +112,12 @@ static void gpufpga_nv_free_callback(void *data)
 	m->nv.freed = true;
 	spin_unlock(&m->lock);
 	gpufpga_mem_revoke(m);
+	complete_all(&m->nv.callback_done);	/* m may be freed from here on */
 }
 
 /*
  * Gives back what NVIDIA gave. A callback pin needs only put_pages, which
- * frees its mappings too; once the callback has run, put_pages finds
- * nothing to free and fails harmlessly, as NVIDIA looks the table up
- * before touching it.
+ * frees its mappings too, and nothing once its free callback has begun.
  */
 static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 {
@@ -130,12 +129,21 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 		if (m->nv.pt)
 			ops->put_pages_persistent(m->nv.va, m->nv.pt, 0);
 	} else if (m->nv.pt) {
+		bool freed;
+
+		spin_lock(&m->lock);
+		freed = m->nv.freed;
+		spin_unlock(&m->lock);
 		/*
-		 * Even after the callback has begun: NVIDIA serialises put_pages
-		 * with it, so this also waits until the callback, which still
-		 * uses m, has returned.
+		 * Once the callback has begun, NVIDIA frees the table itself:
+		 * wait for the callback, which still uses m, to return. Before,
+		 * put_pages; NVIDIA serialises it with a callback that starts
+		 * meanwhile.
 		 */
-		ops->put_pages(0, 0, m->nv.va, m->nv.pt);
+		if (freed)
+			wait_for_completion(&m->nv.callback_done);
+		else
+			ops->put_pages(0, 0, m->nv.va, m->nv.pt);
 	}
 }
 
@@ -204,6 +212,7 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 	}
 	m->nv.ops = ops;
 	m->nv.va = va;
+	init_completion(&m->nv.callback_done);
 	m->page_size = GPUFPGA_GPU_PAGE;
 	m->npages = (end - va) / GPUFPGA_GPU_PAGE;
 	m->offset = addr - va;
@@ -225,7 +234,7 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 		goto err_put;
 	}
 	spin_lock(&m->lock);
-	m->nv.pt = pt;		/* put_pages needs it even once freed */
+	m->nv.pt = pt;
 	if (m->nv.freed)
 		ret = -EKEYREVOKED;	/* freed before get_pages returned */
 	else if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
