@@ -77,7 +77,7 @@ $(CURDIR)/build/vmlinux-%:
 # $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old.
 VMTEST_PKG := ./hw/testbench/vmtest/
 vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
-	$(GO) test -tags vmtest -count=1 -timeout 40m -v -run TestRig $(VMTEST_PKG)
+	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run TestRig $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
 # Debian's 6.1 next to a proprietary NVIDIA driver and on 6.12 next to the

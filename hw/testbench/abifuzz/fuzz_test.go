@@ -530,7 +530,14 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			runtime.LockOSThread()
-			for z.ops.Add(1) <= total {
+			for {
+				n := z.ops.Add(1)
+				if n > total {
+					break
+				}
+				if n%(total/10) == 0 {
+					t.Logf("%d operations", n)
+				}
 				w.step()
 			}
 			w.close()

@@ -162,9 +162,10 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		// no5lvl: with 5-level paging, an interrupt taken in early boot
 		// under TCG can hit KASAN shadow not yet mapped for it.
 		appendArgs = append(appendArgs, "kasan_multi_shot", "kmemleak=on", "no5lvl")
-		// The checkers slow the guest several times over.
-		opts.TestTimeout *= 4
-		opts.VMTimeout *= 4
+		// The checkers slow the guest several times over, and the fuzzer
+		// runs 100 000 operations there.
+		opts.TestTimeout *= 10
+		opts.VMTimeout *= 6
 	}
 	// Which NVIDIA driver the simulated GPU plays (hw/testbench/guest).
 	if v := os.Getenv("GPUFPGA_NVIDIA"); v != "" {
