@@ -535,7 +535,7 @@ func TestConcurrentABIFuzz(t *testing.T) {
 				if n > total {
 					break
 				}
-				if n%(total/10) == 0 {
+				if n%max(total/10, 1) == 0 {
 					t.Logf("%d operations", n)
 				}
 				w.step()
