@@ -228,8 +228,13 @@ func (d *Device) readCompletions(done chan struct{}) {
 		n, err := d.f.Read(buf)
 		if err != nil {
 			d.mu.Lock()
-			if errors.Is(err, io.EOF) || d.closed {
+			switch {
+			case errors.Is(err, io.EOF) || d.closed:
 				err = &Error{Op: "transfer", Err: unix.EBADF, Kind: ErrDeviceGone, Detail: "device closed"}
+			default:
+				// A removed device fails poll with EPOLLERR, which the
+				// runtime reports as "not pollable", not ENODEV.
+				err = &Error{Op: "transfer", Err: unix.ENODEV, Kind: ErrDeviceGone, Detail: err.Error()}
 			}
 			d.readerErr = fmt.Errorf("gpufpga completions: %w", err)
 			for id, w := range d.waiters {

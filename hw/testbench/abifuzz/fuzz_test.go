@@ -120,6 +120,8 @@ type worker struct {
 	handles []uint64 // handles seen, live or not
 	ids     []uint64 // async transfer ids seen
 	efd     int
+	pages   [16]uint64 // QUERY's table
+	release [2]uint32  // STREAM_RELEASE's slots
 }
 
 func (w *worker) fd() int { return w.fds[w.rng.IntN(len(w.fds))] }
@@ -259,7 +261,10 @@ func (w *worker) stream() {
 		w.z.count("stream-start", ioctl(fd, ioc(iocW, nrStreamStart, sizeStream), b))
 		runtime.KeepAlive(slots)
 	case 1:
-		slots := []uint32{uint32(w.rng.IntN(8)), uint32(w.rng.IntN(8))}
+		// On the heap (a worker's field): the ioctl argument holds its
+		// address as an integer, which a moving stack would invalidate.
+		slots := w.release[:]
+		slots[0], slots[1] = uint32(w.rng.IntN(8)), uint32(w.rng.IntN(8))
 		b := make([]byte, sizeRelease)
 		le.PutUint32(b[0:], uint32(w.rng.IntN(2)))
 		le.PutUint32(b[4:], uint32(1+w.rng.IntN(2)))
@@ -301,7 +306,7 @@ func (w *worker) read() {
 func (w *worker) query() {
 	b := make([]byte, sizeQuery)
 	binary.LittleEndian.PutUint64(b, w.handle())
-	pages := make([]uint64, 16)
+	pages := w.pages[:] // on the heap, as release's slots
 	if w.rng.IntN(2) == 0 {
 		binary.LittleEndian.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&pages[0]))))
 		binary.LittleEndian.PutUint32(b[16:], uint32(len(pages)))
@@ -333,7 +338,7 @@ func (w *worker) reopen() {
 	old := w.fds[i]
 	switch w.rng.IntN(4) {
 	case 0: // dup: the same open file twice
-		nfd, err := unix.Dup(old)
+		nfd, err := unix.FcntlInt(uintptr(old), unix.F_DUPFD_CLOEXEC, 0)
 		w.z.count("dup", err)
 		if err == nil {
 			w.z.count("close", unix.Close(old))
@@ -342,11 +347,18 @@ func (w *worker) reopen() {
 		return
 	case 1: // fork: a child inherits the file and may close it last
 		if w.rng.IntN(8) == 0 {
-			f := os.NewFile(uintptr(old), "gpufpga")
+			// The child gets a duplicate, which f owns and closes.
+			cfd, err := unix.FcntlInt(uintptr(old), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				w.z.count("fork", err)
+				break
+			}
+			f := os.NewFile(uintptr(cfd), "gpufpga")
 			cmd := exec.Command("/proc/self/exe", "-test.run=^$")
 			cmd.ExtraFiles = []*os.File{f}
 			cmd.Env = append(os.Environ(), "GPUFPGA_FUZZ_CHILD_FD=3")
-			err := cmd.Start()
+			err = cmd.Start()
+			f.Close()
 			w.z.count("fork", err)
 			if err == nil {
 				w.z.children.Add(1)

@@ -282,8 +282,11 @@ func moduleClosure(tree string, names []string) ([]string, error) {
 			continue
 		}
 		deps[path] = strings.Fields(rest)
-		base := filepath.Base(path)
-		byName[strings.ReplaceAll(base[:strings.Index(base, ".ko")], "-", "_")] = path
+		base, _, ok := strings.Cut(filepath.Base(path), ".ko")
+		if !ok {
+			continue
+		}
+		byName[strings.ReplaceAll(base, "-", "_")] = path
 	}
 	seen := map[string]bool{}
 	var out []string
