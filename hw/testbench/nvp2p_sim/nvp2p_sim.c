@@ -683,6 +683,8 @@ static int sim_ioctl_table(struct file *f, struct nvp2p_sim_table __user *uarg)
 	}
 	for (i = 0; i < n; i++)
 		addrs[i] = sim->bar + ((u64)a->pages[i] << SIM_PAGE_SHIFT);
+	/* Copied out unlocked: a fault takes mmap_lock, and mmap takes alloc_lock. */
+	mutex_unlock(&sim->alloc_lock);
 	if (copy_to_user(u64_to_user_ptr(arg.addrs), addrs,
 			 min_t(u64, arg.entries, n) * sizeof(*addrs)))
 		ret = -EFAULT;
@@ -690,6 +692,7 @@ static int sim_ioctl_table(struct file *f, struct nvp2p_sim_table __user *uarg)
 	if (!ret && copy_to_user(uarg, &arg, sizeof(arg)))
 		ret = -EFAULT;
 	kvfree(addrs);
+	return ret;
 out:
 	mutex_unlock(&sim->alloc_lock);
 	return ret;
