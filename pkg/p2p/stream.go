@@ -105,8 +105,9 @@ func (d *Device) streamEvent(r record) {
 func (s *Stream) end(err error) {
 	s.once.Do(func() {
 		s.err = err
-		close(s.slots)
+		// ended first: whoever sees Slots closed must find Err set.
 		close(s.ended)
+		close(s.slots)
 	})
 }
 
