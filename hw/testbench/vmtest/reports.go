@@ -64,7 +64,9 @@ func (s *reportScanner) line(l string) {
 		s.open--
 		return
 	}
-	if reportStart.MatchString(l) {
+	// Only the kernel's own console lines ("[  12.345678] ..."): guest
+	// tests that print the kernel log would report it a second time.
+	if strings.HasPrefix(strings.TrimSpace(l), "[") && reportStart.MatchString(l) {
 		s.reports = append(s.reports, Report{Test: s.test, Text: l})
 		s.open = reportLines
 	}
