@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 
@@ -31,7 +32,25 @@ func TestHostPinsChargeMemlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chmod(devPath, fi.Mode().Perm())
-	cmd := exec.Command("/proc/self/exe", "-test.run=^TestHostPinsChargeMemlock$", "-test.v")
+	// The test binary, where an unprivileged user can run it (the share
+	// that carries it need not be open to one).
+	dir, err := os.MkdirTemp("", "memlock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	self, err := os.ReadFile("/proc/self/exe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe := filepath.Join(dir, "kmodtest.test")
+	if err := os.WriteFile(exe, self, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run=^TestHostPinsChargeMemlock$", "-test.v")
 	cmd.Env = append(os.Environ(), "GPUFPGA_MEMLOCK_CHILD=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
 	out, err := cmd.CombinedOutput()
