@@ -34,7 +34,7 @@ func TestHostPinsChargeMemlock(t *testing.T) {
 	defer os.Chmod(devPath, fi.Mode().Perm())
 	// The test binary, where an unprivileged user can run it (the share
 	// that carries it need not be open to one).
-	dir, err := os.MkdirTemp("", "memlock")
+	dir, err := os.MkdirTemp("/", "memlock")
 	if err != nil {
 		t.Fatal(err)
 	}
