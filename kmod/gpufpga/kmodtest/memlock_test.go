@@ -32,8 +32,7 @@ func TestHostPinsChargeMemlock(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer os.Chmod(devPath, fi.Mode().Perm())
-	// The test binary, where an unprivileged user can run it (the share
-	// that carries it need not be open to one).
+	// The test binary, where an unprivileged user can run it.
 	dir, err := os.MkdirTemp("/", "memlock")
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +46,12 @@ func TestHostPinsChargeMemlock(t *testing.T) {
 	if err := os.WriteFile(exe, self, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
+	// The initramfs's root is private to root: open a path, as the CLI's
+	// unprivileged tests do.
+	for _, d := range []string{"/", dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cmd := exec.Command(exe, "-test.run=^TestHostPinsChargeMemlock$", "-test.v")
 	cmd.Env = append(os.Environ(), "GPUFPGA_MEMLOCK_CHILD=1")
