@@ -54,7 +54,7 @@ MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may 
 
 unsigned long gpufpga_card_mem_size;
 module_param_named(card_mem_size, gpufpga_card_mem_size, ulong, 0444);
-MODULE_PARM_DESC(card_mem_size, "bytes of card memory behind memory-mapped channels: reported by INFO, and transfers past it are refused (0: unknown, unchecked)");
+MODULE_PARM_DESC(card_mem_size, "bytes of card memory behind memory-mapped channels: reported by INFO, and transfers past it are refused (0: memory-mapped transfers refused)");
 
 struct workqueue_struct *gpufpga_wq;
 static DEFINE_IDA(gpufpga_ida);
@@ -365,6 +365,17 @@ static void gpufpga_stop_engines(struct gpufpga_dev *dev)
 	}
 }
 
+static bool gpufpga_has_mm_channel(struct gpufpga_dev *dev)
+{
+	struct gpufpga_chan *ch;
+	int ci;
+
+	gpufpga_for_each_chan(dev, ch, ci)
+		if (!ch->stream)
+			return true;
+	return false;
+}
+
 static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 {
 	struct gpufpga_dev *dev;
@@ -424,6 +435,9 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	dev_notice(&pdev->dev, "%s: XDMA IP version %u, %d H2C and %d C2H channels, %d interrupt vectors, %s transport\n",
 		   dev->name, dev->ip_version, dev->nchan[0], dev->nchan[1], dev->nvecs,
 		   dev->bar ? "MMIO" : "rig mailbox");
+	if (!gpufpga_card_mem_size && gpufpga_has_mm_channel(dev))
+		dev_notice(&pdev->dev, "%s: card_mem_size is not set: memory-mapped transfers are refused\n",
+			   dev->name);
 	return 0;
 
 err_irqs:

@@ -529,12 +529,13 @@ static void gpufpga_mem_unpin(struct gpufpga_mem *m)
 
 static int gpufpga_check_pin_arg(const struct gpufpga_pin *a)
 {
-	if (a->kind > GPUFPGA_PIN_DMABUF || a->flags & ~GPUFPGA_PIN_FLAGS || a->pad ||
+	if (a->kind < GPUFPGA_PIN_GPU || a->kind > GPUFPGA_PIN_DMABUF ||
+	    a->flags & ~GPUFPGA_PIN_FLAGS || a->pad ||
 	    a->reserved[0] || a->reserved[1] || !a->len || a->addr + a->len < a->addr)
 		return -EINVAL;
 	if ((a->flags & GPUFPGA_PIN_PERSISTENT) && a->kind != GPUFPGA_PIN_GPU)
 		return -EINVAL;
-	if (a->kind != GPUFPGA_PIN_DMABUF && a->fd != 0 && a->fd != -1)
+	if (a->kind != GPUFPGA_PIN_DMABUF && a->fd != -1)
 		return -EINVAL;
 	return 0;
 }

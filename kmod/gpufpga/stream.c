@@ -87,13 +87,13 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_event *ev
 			       u32 slot, u64 seq, u64 bytes, u32 flags, int error, u32 status)
 {
 	ev->rec.kind = kind;
-	ev->rec.id = slot;
-	ev->rec.user_data = seq;
+	ev->rec.slot = slot;
+	ev->rec.seq = seq;
 	ev->rec.bytes = bytes;
 	ev->rec.flags = flags;
 	ev->rec.error = error;
 	ev->rec.status = status;
-	ev->rec.duration_ns = ktime_get_ns();
+	ev->rec.timestamp_ns = ktime_get_ns();
 	ev->rec.dir = ch->dir;
 	ev->rec.channel = ch->index;
 	atomic_inc(&ch->acq->file->nevents);

@@ -218,6 +218,7 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 	c->status = r->status;
 	c->error = r->error;
 	c->duration_ns = r->duration_ns;
+	c->timestamp_ns = ktime_get_ns();
 	c->dir = r->chan->dir;
 	c->channel = r->chan->index;
 	r->ev.req = r;		/* takes the ioctl's reference */
@@ -539,8 +540,10 @@ static int gpufpga_check_xfer_arg(struct gpufpga_dev *dev, const struct gpufpga_
 		return -EINVAL;
 	if (a->nsegs > gpufpga_max_segs)
 		return -E2BIG;
-	if (!(a->flags & GPUFPGA_XFER_ASYNC) && a->eventfd > 0)
+	if (a->eventfd < -1 || (!(a->flags & GPUFPGA_XFER_ASYNC) && a->eventfd != -1))
 		return -EINVAL;
+	if (!ch->stream && !gpufpga_card_mem_size)
+		return -ENXIO;
 	return 0;
 }
 
@@ -667,7 +670,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 		kvfree(us);
 		return -ENOMEM;
 	}
-	if (r->async && a.eventfd > 0) {
+	if (r->async && a.eventfd >= 0) {
 		r->efd = eventfd_ctx_fdget(a.eventfd);
 		if (IS_ERR(r->efd)) {
 			ret = PTR_ERR(r->efd);
@@ -688,8 +691,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	if (ret)
 		goto out;
 	if (!r->chan->stream && (r->card_addr + r->total < r->card_addr ||
-				 (gpufpga_card_mem_size &&
-				  r->card_addr + r->total > gpufpga_card_mem_size))) {
+				 r->card_addr + r->total > gpufpga_card_mem_size)) {
 		ret = -EINVAL;
 		goto out;
 	}

@@ -26,6 +26,7 @@ var (
 	ErrPermission     = errors.New("permission denied")
 	ErrNoDevice       = errors.New("no gpufpga device")
 	ErrSlotLayout     = errors.New("a packet ended inside a slot of several descriptors")
+	ErrNoCardMemory   = errors.New("card memory size not configured")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -45,6 +46,7 @@ var errnoKinds = map[unix.Errno]error{
 	unix.EPERM:       ErrPermission,
 	unix.EACCES:      ErrPermission,
 	unix.EPROTO:      ErrSlotLayout,
+	unix.ENXIO:       ErrNoCardMemory,
 }
 
 var hints = map[error]string{
@@ -56,6 +58,7 @@ var hints = map[error]string{
 	ErrPermission:     "add the user to the gpufpga group (udev rule 99-gpufpga.rules), or run as root for bus addresses",
 	ErrBusy:           "wait for the pin's transfers to complete before unpinning",
 	ErrHardware:       "the engine stopped on an error: the decoded status names it",
+	ErrNoCardMemory:   "load gpufpga with card_mem_size=<bytes of card memory behind the memory-mapped channels>, so that card addresses can be checked",
 	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }
 

@@ -99,7 +99,7 @@ func (d *Device) streamEvent(r record) {
 		return
 	}
 	// Never blocks: the driver reports at most nslots unreleased fills.
-	st.slots <- Slot{Index: int(r.c.ID), Seq: r.c.UserData, Bytes: r.c.Bytes, EOP: r.flags&slotEOP != 0, Time: r.c.Duration}
+	st.slots <- Slot{Index: int(r.slot), Seq: r.seq, Bytes: r.c.Bytes, EOP: r.flags&slotEOP != 0, Time: r.time}
 }
 
 func (s *Stream) end(err error) {

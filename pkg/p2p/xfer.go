@@ -4,7 +4,6 @@ package p2p
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -190,31 +189,35 @@ const completionSize = int(unsafe.Sizeof(completionArg{}))
 type record struct {
 	kind  uint32
 	flags uint32
+	slot  uint32
+	seq   uint64
+	time  time.Duration // when the driver saw it complete (CLOCK_MONOTONIC)
 	c     Completion
 }
 
+// decodeRecord reads the record at b, as the kernel wrote it: in the
+// host's byte order, with the generated struct's layout.
 func decodeRecord(b []byte) record {
-	le := binary.LittleEndian
-	return record{kind: le.Uint32(b[48:]), flags: le.Uint32(b[52:]), c: decodeCompletion(b)}
-}
-
-func decodeCompletion(b []byte) Completion {
-	le := binary.LittleEndian
-	c := Completion{
-		ID:       le.Uint64(b[0:]),
-		UserData: le.Uint64(b[8:]),
-		Bytes:    le.Uint64(b[16:]),
-		Status:   le.Uint32(b[24:]),
-		Duration: time.Duration(le.Uint64(b[32:])),
-		Dir:      Direction(le.Uint32(b[40:])),
-		Channel:  int(le.Uint32(b[44:])),
+	var a completionArg
+	copy(unsafe.Slice((*byte)(unsafe.Pointer(&a)), completionSize), b)
+	r := record{
+		kind: a.Kind, flags: a.Flags, slot: a.Slot, seq: a.Seq, time: time.Duration(a.Timestamp_ns),
+		c: Completion{
+			ID:       a.Id,
+			UserData: a.User_data,
+			Bytes:    a.Bytes,
+			Status:   a.Status,
+			Duration: time.Duration(a.Duration_ns),
+			Dir:      Direction(a.Dir),
+			Channel:  int(a.Channel),
+		},
 	}
-	if errno := int32(le.Uint32(b[28:])); errno != 0 {
-		e := newError("transfer", unix.Errno(-errno), "").(*Error)
-		e.Status, e.Dir, e.Chan, e.HasHW = c.Status, c.Dir, c.Channel, true
-		c.Err = e
+	if a.Error != 0 {
+		e := newError("transfer", unix.Errno(-a.Error), "").(*Error)
+		e.Status, e.Dir, e.Chan, e.HasHW = a.Status, r.c.Dir, r.c.Channel, true
+		r.c.Err = e
 	}
-	return c
+	return r
 }
 
 // readCompletions reads the driver's records until the file fails or is

@@ -15,9 +15,9 @@ const (
 	chanPresent = 0x1
 	chanStream  = 0x2
 
-	pinKindGPU    = 0x0
-	pinKindHost   = 0x1
-	pinKindDmabuf = 0x2
+	pinKindGPU    = 0x1
+	pinKindHost   = 0x2
+	pinKindDmabuf = 0x3
 
 	pinFlagPersistent = 0x1
 	pinStateActive    = 0x0
@@ -30,16 +30,16 @@ const (
 	eventStreamEnd = 0x2
 	slotEOP        = 0x1
 
-	iocInfo   = 0x80804700
-	iocPin    = 0xc0504701
-	iocUnpin  = 0x40104702
-	iocQuery  = 0xc0604703
-	iocXfer   = 0xc0684704
-	iocCancel = 0x40104705
+	iocInfo   = 0x8080d600
+	iocPin    = 0xc050d601
+	iocUnpin  = 0x4010d602
+	iocQuery  = 0xc060d603
+	iocXfer   = 0xc068d604
+	iocCancel = 0x4010d605
 
-	iocStreamStart   = 0x40284706
-	iocStreamRelease = 0x40184707
-	iocStreamStop    = 0x40084708
+	iocStreamStart   = 0x4028d606
+	iocStreamRelease = 0x4018d607
+	iocStreamStop    = 0x4008d608
 )
 
 type (
@@ -130,16 +130,21 @@ type (
 		Pad   uint32
 	}
 	completionArg struct {
-		Id          uint64
-		User_data   uint64
-		Bytes       uint64
-		Status      uint32
-		Error       int32
-		Duration_ns uint64
-		Dir         uint32
-		Channel     uint32
-		Kind        uint32
-		Flags       uint32
+		Kind         uint32
+		Flags        uint32
+		Dir          uint32
+		Channel      uint32
+		Id           uint64
+		User_data    uint64
+		Seq          uint64
+		Slot         uint32
+		Status       uint32
+		Bytes        uint64
+		Error        int32
+		Pad          uint32
+		Duration_ns  uint64
+		Timestamp_ns uint64
+		Reserved     [4]uint64
 	}
 	streamArg struct {
 		Channel  uint32

@@ -26,7 +26,7 @@ func setup(t *testing.T) rig {
 	if _, err := Start(context.Background(), Options{Device: -1}); !errors.Is(err, ErrModuleNotLoaded) {
 		t.Fatalf("Start without the module: %v, want ErrModuleNotLoaded", err)
 	}
-	return rig{guestrig.Open(t)}
+	return rig{guestrig.Open(t, "card_mem_size=67108864")}
 }
 
 func (r rig) pin(t *testing.T, size uint64) (*simgpu.Alloc, *p2p.Pin) {
@@ -68,7 +68,7 @@ func TestTracedCountsEqualTransfers(t *testing.T) {
 	}
 	defer s.Close()
 	a, p := r.pin(t, 1<<20)
-	if e := next(t, s, EventPin); e.Handle != p.Handle || e.Len != 1<<20 || e.Pages != 16 || e.Kind != 0 {
+	if e := next(t, s, EventPin); e.Handle != p.Handle || e.Len != 1<<20 || e.Pages != 16 || e.Kind != uint32(p2p.KindGPU) {
 		t.Fatalf("pin event %+v", e)
 	}
 	before, err := s.Snapshot()
@@ -152,7 +152,7 @@ func TestTracedCountsEqualTransfers(t *testing.T) {
 // BenchmarkTracedTransfer measures 4 KiB transfers without and with
 // tracing attached, for the overhead of the BPF programs.
 func BenchmarkTracedTransfer(b *testing.B) {
-	r := rig{guestrig.Open(b)}
+	r := rig{guestrig.Open(b, "card_mem_size=67108864")}
 	a, err := r.GPU.Alloc(64<<10, simgpu.Fragmented, 0)
 	if err != nil {
 		b.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/trace"
 )
 
@@ -59,15 +60,11 @@ type traceTickJSON struct {
 	Lost     uint64             `json:"lost_events"`
 }
 
-var pinKinds = []string{"gpu", "host", "dmabuf"}
-
 func eventJSON(e trace.Event) traceEventJSON {
 	out := traceEventJSON{Type: e.Type.String(), Device: e.Device, Handle: e.Handle, Len: e.Len, Pages: e.Pages, Status: e.Status, Op: e.Op}
 	switch e.Type {
 	case trace.EventPin, trace.EventUnpin, trace.EventRevoke:
-		if int(e.Kind) < len(pinKinds) {
-			out.Kind = pinKinds[e.Kind]
-		}
+		out.Kind = p2p.PinKind(e.Kind).String()
 	case trace.EventTransferFailed, trace.EventStreamStart, trace.EventStreamEnd:
 		out.Channel = fmt.Sprintf("%s%d", map[uint32]string{0: "h2c", 1: "c2h"}[e.Kind], e.Channel)
 		out.Slots = e.Slots

@@ -37,11 +37,11 @@ const (
 	nrStreamStart, nrRelease, nrStop          = 6, 7, 8
 	sizePin, sizeUnpin, sizeQuery, sizeXfer   = 80, 16, 96, 104
 	sizeCancel, sizeStream, sizeRelease       = 16, 40, 24
-	sizeStop, sizeCompletion                  = 8, 56
+	sizeStop, sizeCompletion                  = 8, 112
 	iocW, iocRW                               = 1, 3
 )
 
-func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 'G'<<8 | nr }
+func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 0xD6<<8 | nr }
 
 // cmdline reads gpufpga_fuzz.NAME=VALUE from the kernel command line, where
 // the host's vmtest puts the fuzzer's settings.
@@ -149,9 +149,9 @@ func (w *worker) alloc() *simgpu.Alloc {
 func (w *worker) pin() {
 	le := binary.LittleEndian
 	b := make([]byte, sizePin)
-	kind := uint32(w.rng.IntN(2)) // gpu, host
+	kind := uint32(1 + w.rng.IntN(2)) // gpu, host
 	var addr, n uint64
-	if kind == 0 {
+	if kind == 1 {
 		a := w.alloc()
 		if a == nil {
 			return

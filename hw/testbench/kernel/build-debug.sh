@@ -3,7 +3,8 @@
 # UBSAN, KFENCE, DEBUG_OBJECTS) from Debian's linux-source-6.1 package, once
 # per source version and configuration: the result is cached outside the work
 # tree under $GPUFPGA_CACHE (default /var/cache/gpufpga), keyed by the
-# package version and the hash of this script and the config fragment.
+# package version and the hash of this script and the config fragment's
+# options.
 # Prints the build directory, which holds arch/x86/boot/bzImage, vmlinux and
 # everything `make -C <dir> M=...` needs for out-of-tree modules.
 set -euo pipefail
@@ -13,7 +14,8 @@ srcpkg=linux-source-6.1
 
 ver=$(dpkg-query -W -f='${Version}' "$srcpkg" 2>/dev/null) || {
 	echo "debug kernel: $srcpkg is not installed: run make deps" >&2; exit 1; }
-key=$(cat "$here/debug.config" "$here/build-debug.sh" | sha256sum | cut -c1-12)
+# Comments of the fragment do not change the kernel, so they are not keyed.
+key=$({ grep -v '^#' "$here/debug.config"; cat "$here/build-debug.sh"; } | sha256sum | cut -c1-12)
 out=$cache/kernel/$srcpkg-$ver-$key
 if [ -f "$out/.done" ]; then echo "$out"; exit 0; fi
 
@@ -50,5 +52,9 @@ make -j"$(nproc)" bzImage modules_prepare >>"$log" 2>&1 || { tail -n 40 "$log" >
 # Out-of-tree modules want Module.symvers of the tree.
 make -j"$(nproc)" modules >>"$log" 2>&1 || { tail -n 40 "$log" >&2; exit 1; }
 touch .done
+# Trees of earlier sources or configurations are only taking disk space.
+for old in "$cache/kernel/$srcpkg"-*; do
+	[ "$old" = "$out" ] || rm -rf "$old"
+done
 echo "debug kernel: built in $(( $(date +%s) - start )) s" >&2
 echo "$out"

@@ -53,7 +53,10 @@ for v in $variants; do
 	mkdir -p "$out/$v"
 	cp "$src/hw/testbench/nvp2p_sim-$v/nvp2p_sim.ko" "$out/$v/"
 done
-# Module BTF, split against the kernel's, so fentry/fexit reach our functions.
-for ko in "$out"/*.ko "$out"/*/*.ko; do
-	pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base "$vmlinux" "$ko"
-done
+# Module BTF, split against the kernel's, so fentry/fexit reach our functions;
+# the debug kernel is built without BTF, and so are its modules.
+if readelf -S "$vmlinux" | grep -q '\.BTF'; then
+	for ko in "$out"/*.ko "$out"/*/*.ko; do
+		pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base "$vmlinux" "$ko"
+	done
+fi

@@ -30,9 +30,18 @@ const (
 	sizeStream  = 40
 	sizeRelease = 24
 	sizeStop    = 8
+
+	sizeCompletion = 112
 )
 
-func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 'G'<<8 | nr }
+func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 0xD6<<8 | nr }
+
+// Pin kinds; 0 is none.
+const (
+	kindGPU    = 1
+	kindHost   = 2
+	kindDmabuf = 3
+)
 
 const (
 	iocR  = 2
@@ -79,6 +88,7 @@ type rawXfer struct {
 	segsPtr                    uint64   // overrides segs when set
 	cardAddr                   uint64
 	eventfd                    int32
+	eventfdSet                 bool // else -1, none
 	pad                        uint32
 	reserved                   uint64
 }
@@ -96,7 +106,11 @@ func (x rawXfer) bytes() []byte {
 	}
 	le.PutUint64(b[16:], ptr)
 	le.PutUint64(b[24:], x.cardAddr)
-	le.PutUint32(b[36:], uint32(x.eventfd))
+	efd := int32(-1)
+	if x.eventfdSet {
+		efd = x.eventfd
+	}
+	le.PutUint32(b[36:], uint32(efd))
 	le.PutUint32(b[84:], x.pad)
 	le.PutUint64(b[88:], x.reserved)
 	return b
@@ -166,8 +180,8 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 	defer other.Close()
 
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
-	mine := rawPinOK(t, f, rawPin{kind: 0, addr: a.VA, len: a.Size, fd: -1})
-	stale := rawPinOK(t, f, rawPin{kind: 0, addr: a.VA, len: 4096, fd: -1})
+	mine := rawPinOK(t, f, rawPin{kind: kindGPU, addr: a.VA, len: a.Size, fd: -1})
+	stale := rawPinOK(t, f, rawPin{kind: kindGPU, addr: a.VA, len: 4096, fd: -1})
 	if err := rawIoctl(f, ioc(iocW, 2, sizeUnpin), u64s(stale, 0)); err != nil {
 		t.Fatal(err)
 	}
@@ -193,20 +207,22 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		{"unknown ioctl number", ioc(iocRW, 0x10, 16), make([]byte, 16), unix.ENOTTY},
 		{"foreign ioctl type", 'H'<<8 | 1, nil, unix.ENOTTY},
 		{"pin: unknown kind", ioc(iocRW, 1, sizePin), rawPin{kind: 7, addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: unknown flag", ioc(iocRW, 1, sizePin), rawPin{flags: 4, addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: persistent host", ioc(iocRW, 1, sizePin), rawPin{kind: 1, flags: 1, addr: 4096, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: padding set", ioc(iocRW, 1, sizePin), rawPin{addr: a.VA, len: 4096, fd: -1, pad: 1}.bytes(sizePin), unix.EINVAL},
-		{"pin: reserved set", ioc(iocRW, 1, sizePin), rawPin{addr: a.VA, len: 4096, fd: -1, reserved: 1}.bytes(sizePin), unix.EINVAL},
-		{"pin: zero length", ioc(iocRW, 1, sizePin), rawPin{addr: a.VA, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: address wraps", ioc(iocRW, 1, sizePin), rawPin{addr: ^uint64(0) - 10, len: 100, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: GPU range not allocated", ioc(iocRW, 1, sizePin), rawPin{addr: 0x100000000, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: GPU range past allocation", ioc(iocRW, 1, sizePin), rawPin{addr: a.VA, len: a.Size + 1, fd: -1}.bytes(sizePin), unix.EINVAL},
-		{"pin: host range unmapped", ioc(iocRW, 1, sizePin), rawPin{kind: 1, addr: 0x1000, len: 4096, fd: -1}.bytes(sizePin), unix.EFAULT},
-		{"pin: fd on a GPU pin", ioc(iocRW, 1, sizePin), rawPin{addr: a.VA, len: 4096, fd: 3}.bytes(sizePin), unix.EINVAL},
-		{"pin: not a dma-buf", ioc(iocRW, 1, sizePin), rawPin{kind: 2, len: 4096, fd: int32(nullFile.Fd())}.bytes(sizePin), unix.EINVAL},
-		{"pin: bad fd", ioc(iocRW, 1, sizePin), rawPin{kind: 2, len: 4096, fd: 999}.bytes(sizePin), unix.EBADF},
-		{"pin: struct too short", ioc(iocRW, 1, 24), rawPin{addr: a.VA, len: 4096}.bytes(24), unix.EINVAL},
-		{"pin: longer struct with a non-zero tail", ioc(iocRW, 1, sizePin+8), append(rawPin{addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), 1, 0, 0, 0, 0, 0, 0, 0), unix.E2BIG},
+		{"pin: no kind (a zeroed struct)", ioc(iocRW, 1, sizePin), rawPin{addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: fd 0 on a host pin", ioc(iocRW, 1, sizePin), rawPin{kind: kindHost, addr: uint64(uintptr(unsafe.Pointer(&ringBuf[0]))), len: 64}.bytes(sizePin), unix.EINVAL},
+		{"pin: unknown flag", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, flags: 4, addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: persistent host", ioc(iocRW, 1, sizePin), rawPin{kind: kindHost, flags: 1, addr: 4096, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: padding set", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: a.VA, len: 4096, fd: -1, pad: 1}.bytes(sizePin), unix.EINVAL},
+		{"pin: reserved set", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: a.VA, len: 4096, fd: -1, reserved: 1}.bytes(sizePin), unix.EINVAL},
+		{"pin: zero length", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: a.VA, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: address wraps", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: ^uint64(0) - 10, len: 100, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: GPU range not allocated", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: 0x100000000, len: 4096, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: GPU range past allocation", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: a.VA, len: a.Size + 1, fd: -1}.bytes(sizePin), unix.EINVAL},
+		{"pin: host range unmapped", ioc(iocRW, 1, sizePin), rawPin{kind: kindHost, addr: 0x1000, len: 4096, fd: -1}.bytes(sizePin), unix.EFAULT},
+		{"pin: fd on a GPU pin", ioc(iocRW, 1, sizePin), rawPin{kind: kindGPU, addr: a.VA, len: 4096, fd: 3}.bytes(sizePin), unix.EINVAL},
+		{"pin: not a dma-buf", ioc(iocRW, 1, sizePin), rawPin{kind: kindDmabuf, len: 4096, fd: int32(nullFile.Fd())}.bytes(sizePin), unix.EINVAL},
+		{"pin: bad fd", ioc(iocRW, 1, sizePin), rawPin{kind: kindDmabuf, len: 4096, fd: 999}.bytes(sizePin), unix.EBADF},
+		{"pin: struct too short", ioc(iocRW, 1, 24), rawPin{kind: kindGPU, addr: a.VA, len: 4096}.bytes(24), unix.EINVAL},
+		{"pin: longer struct with a non-zero tail", ioc(iocRW, 1, sizePin+8), append(rawPin{kind: kindGPU, addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), 1, 0, 0, 0, 0, 0, 0, 0), unix.E2BIG},
 		{"unpin: unknown handle", ioc(iocW, 2, sizeUnpin), u64s(999, 0), unix.ENOENT},
 		{"unpin: stale handle", ioc(iocW, 2, sizeUnpin), u64s(stale, 0), unix.ENOENT},
 		{"unpin: another file's handle", ioc(iocW, 2, sizeUnpin), u64s(foreign.Handle, 0), unix.ENOENT},
@@ -230,7 +246,10 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		{"xfer: card address on a stream channel", rawXfer{channel: 1, nsegs: 1, cardAddr: 64, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
 		{"xfer: padding set", rawXfer{nsegs: 1, pad: 1, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
 		{"xfer: reserved set", rawXfer{nsegs: 1, reserved: 1, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
-		{"xfer: eventfd on a synchronous transfer", rawXfer{nsegs: 1, eventfd: 5, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
+		{"xfer: eventfd on a synchronous transfer", rawXfer{nsegs: 1, eventfd: 5, eventfdSet: true, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
+		{"xfer: eventfd 0 on a synchronous transfer", rawXfer{nsegs: 1, eventfdSet: true, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
+		{"xfer: eventfd below -1", rawXfer{flags: 1, nsegs: 1, eventfd: -2, eventfdSet: true, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
+		{"xfer: eventfd not an eventfd", rawXfer{flags: 1, nsegs: 1, eventfd: int32(nullFile.Fd()), eventfdSet: true, segs: []uint64{mine, 0, 10}}, unix.EINVAL},
 		{"xfer: segments unreadable", rawXfer{nsegs: 1, segsPtr: 0x1000}, unix.EFAULT},
 		{"xfer: zero-length segment", rawXfer{nsegs: 1, segs: []uint64{mine, 0, 0}}, unix.EINVAL},
 		{"xfer: segment past the pin", rawXfer{nsegs: 1, segs: []uint64{mine, a.Size - 10, 11}}, unix.EINVAL},

@@ -4,6 +4,7 @@ package kmodtest
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"os"
@@ -73,8 +74,9 @@ func TestInfo(t *testing.T) {
 	if info.ABIVersion != 1 || info.MaxDescLen != xdma.MaxDescLen || info.CardMemSize != 64<<20 {
 		t.Fatalf("info %+v", info)
 	}
-	// Module BTF, for fentry/fexit on the driver's functions.
-	if _, err := os.Stat("/sys/kernel/btf/gpufpga"); err != nil {
+	// Module BTF, for fentry/fexit on the driver's functions; the debug
+	// kernel is built without BTF.
+	if _, err := os.Stat("/sys/kernel/btf/gpufpga"); err != nil && !guest.DebugKernel() {
 		t.Errorf("no module BTF: %v", err)
 	}
 }
@@ -412,5 +414,47 @@ func TestInjectedFaultsAndRecovery(t *testing.T) {
 	}
 	if err := p.Unpin(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMemoryMappedNeedsCardMemSize: without card_mem_size the driver cannot
+// check card addresses, so memory-mapped transfers are refused.
+func TestMemoryMappedNeedsCardMemSize(t *testing.T) {
+	setup(t)
+	reload := func(params ...string) {
+		t.Helper()
+		for _, m := range []string{"gpufpga_nv", "gpufpga"} {
+			if err := guest.UnloadModule(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := guest.LoadModule("gpufpga", params...); err != nil {
+			t.Fatal(err)
+		}
+		if err := guest.LoadModule("gpufpga_nv"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reload("timeout_ms=2000")
+	defer reload("timeout_ms=2000", "card_mem_size=67108864")
+
+	d, err := p2p.Open(devPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if info, err := d.Info(); err != nil || info.CardMemSize != 0 {
+		t.Fatalf("info without card_mem_size: %+v, %v", info, err)
+	}
+	buf := make([]byte, 4096)
+	p, err := d.PinHost(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Unpin()
+	_, err = d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.H2C, Segments: []p2p.Segment{p.Whole()}})
+	var e *p2p.Error
+	if !errors.Is(err, p2p.ErrNoCardMemory) || !errors.As(err, &e) || e.Err != unix.ENXIO || e.Hint() == "" {
+		t.Fatalf("memory-mapped transfer without card_mem_size: %v, want ENXIO", err)
 	}
 }

@@ -92,7 +92,7 @@ func TestStreamRecordsBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h := rawPinOK(t, f, rawPin{addr: a.VA, len: 1 << 20, fd: -1})
+	h := rawPinOK(t, f, rawPin{kind: kindGPU, addr: a.VA, len: 1 << 20, fd: -1})
 	const nslots = 4
 	slots := make([]uint64, 0, 3*nslots)
 	for i := range nslots {
@@ -122,7 +122,7 @@ func TestStreamRecordsBounded(t *testing.T) {
 			}
 		}
 	}
-	buf := make([]byte, 56*64)
+	buf := make([]byte, sizeCompletion*64)
 	if err := unix.SetNonblock(int(f.Fd()), true); err != nil {
 		t.Fatal(err)
 	}
@@ -132,12 +132,12 @@ func TestStreamRecordsBounded(t *testing.T) {
 	}
 	le := binary.LittleEndian
 	records, endErr := 0, int32(0)
-	for off := 0; off+56 <= n; off += 56 {
-		switch le.Uint32(buf[off+48:]) {
+	for off := 0; off+sizeCompletion <= n; off += sizeCompletion {
+		switch le.Uint32(buf[off:]) { // kind
 		case 1: // slot
 			records++
 		case 2: // stream end
-			endErr = int32(le.Uint32(buf[off+28:]))
+			endErr = int32(le.Uint32(buf[off+56:])) // error
 		}
 	}
 	if records > 8 || endErr != -int32(unix.EOVERFLOW) {

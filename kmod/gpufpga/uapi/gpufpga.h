@@ -37,10 +37,13 @@
 #define GPUFPGA_CHAN_PRESENT	(1U << 0)
 #define GPUFPGA_CHAN_STREAM	(1U << 1)	/* AXI4-Stream, else memory mapped */
 
-/* Pin kinds, also the bits of gpufpga_info.pin_kinds. */
-#define GPUFPGA_PIN_GPU		0	/* NVIDIA GPU virtual range (nvidia_p2p_get_pages) */
-#define GPUFPGA_PIN_HOST	1	/* host virtual range (pin_user_pages) */
-#define GPUFPGA_PIN_DMABUF	2	/* dma-buf fd, peer-to-peer attach */
+/*
+ * Pin kinds, also the bits of gpufpga_info.pin_kinds. 0 is no kind, so a
+ * zeroed struct gpufpga_pin pins nothing.
+ */
+#define GPUFPGA_PIN_GPU		1	/* NVIDIA GPU virtual range (nvidia_p2p_get_pages) */
+#define GPUFPGA_PIN_HOST	2	/* host virtual range (pin_user_pages) */
+#define GPUFPGA_PIN_DMABUF	3	/* dma-buf fd, peer-to-peer attach */
 
 /**
  * struct gpufpga_info - GPUFPGA_IOC_INFO: what the device and driver offer.
@@ -50,8 +53,9 @@
  * @c2h:		per C2H channel, GPUFPGA_CHAN_* flags.
  * @pin_kinds:		bit (1 << GPUFPGA_PIN_*) for each kind that works now;
  *			GPU pins need nvidia.ko (or the rig's simulated GPU).
- * @card_mem_size:	bytes of card memory behind memory-mapped channels,
- *			0 if unknown.
+ * @card_mem_size:	bytes of card memory behind memory-mapped channels
+ *			(module parameter card_mem_size); 0 when not set,
+ *			and memory-mapped transfers are then refused.
  * @max_desc_len:	largest descriptor the driver builds, bytes.
  * @max_descs:		descriptors per transfer (module parameter).
  * @max_segs:		segments per transfer.
@@ -94,7 +98,8 @@ struct gpufpga_info {
  *		into the buffer. Need not be aligned: the driver pins whole pages
  *		and remembers the offset.
  * @len:	in: bytes, > 0.
- * @fd:		in: the dma-buf, for GPUFPGA_PIN_DMABUF; else -1 or 0.
+ * @fd:		in: the dma-buf, for GPUFPGA_PIN_DMABUF; else -1 (0 is a
+ *		file descriptor like any other).
  * @pad:	must be 0.
  * @handle:	out: names the pin in later calls; never reused by this file.
  * @offset:	out: byte offset of @addr in the first pinned page.
@@ -201,7 +206,7 @@ struct gpufpga_seg {
  *		stream channel.
  * @timeout_ms:	in: 0 for the default.
  * @eventfd:	in: with GPUFPGA_XFER_ASYNC, an eventfd signalled at completion,
- *		or -1.
+ *		or -1 for none; -1 for a synchronous transfer.
  * @user_data:	in: returned with the completion.
  * @id:		out: the transfer's id (async), unique in this file.
  * @bytes:	out (sync): bytes moved.
@@ -215,8 +220,9 @@ struct gpufpga_seg {
  * one fails with -EAGAIN while gpufpga_info.max_queued of the file's
  * transfers are queued or finished but unread: read completions first.
  * Errors: -EINVAL
- * (bad direction, channel, flags, card address, or a segment outside its
- * pin, zero-length or overflowing), -ENOENT (unknown handle),
+ * (bad direction, channel, flags, card address, eventfd, or a segment
+ * outside its pin, zero-length or overflowing), -ENXIO (a memory-mapped
+ * channel while gpufpga_info.card_mem_size is 0), -ENOENT (unknown handle),
  * -EKEYREVOKED (a pin was revoked, before or during the transfer),
  * -E2BIG (more descriptors or segments than the limits), -ETIMEDOUT (the
  * engine stalled; it was halted and @status says why), -EIO (the engine
@@ -265,28 +271,41 @@ struct gpufpga_cancel {
  * struct gpufpga_completion - read() from the device returns whole records
  * of this; poll() reports POLLIN while any are waiting. A read with room
  * for none fails with -EINVAL; with none waiting it blocks, or fails with
- * -EAGAIN under O_NONBLOCK.
+ * -EAGAIN under O_NONBLOCK. Each field means one thing; a field that does
+ * not apply to a kind is 0.
  * @kind:	GPUFPGA_EVENT_*.
- * @id:		XFER: the transfer's id. SLOT: the slot's index. STREAM_END: 0.
- * @user_data:	XFER: as submitted. SLOT: fill sequence number, from 0.
- * @bytes:	bytes moved into the transfer's memory or the slot.
- * @status:	the channel's XDMA status (at the end, for failures).
- * @error:	0 or a negative errno (a STREAM_END after a failure says why).
- * @duration_ns: XFER: engine time. SLOT: when it was seen filled
- *		(CLOCK_MONOTONIC).
  * @flags:	SLOT: GPUFPGA_SLOT_*.
+ * @dir:	the channel's direction.
+ * @channel:	the channel.
+ * @id:		XFER: the transfer's id.
+ * @user_data:	XFER: as submitted.
+ * @seq:	SLOT and STREAM_END: the stream's fills reported before this
+ *		record, so a slot's fill sequence number, from 0.
+ * @slot:	SLOT: the slot's index.
+ * @status:	the channel's XDMA status (at the end, for failures).
+ * @bytes:	bytes moved into the transfer's memory or the slot.
+ * @error:	0 or a negative errno (a STREAM_END after a failure says why).
+ * @pad:	0.
+ * @duration_ns: XFER: from start on the engine to completion.
+ * @timestamp_ns: when the driver saw it complete (CLOCK_MONOTONIC).
+ * @reserved:	0; room to grow.
  */
 struct gpufpga_completion {
-	__u64 id;
-	__u64 user_data;
-	__u64 bytes;
-	__u32 status;
-	__s32 error;
-	__u64 duration_ns;
-	__u32 dir;
-	__u32 channel;
 	__u32 kind;
 	__u32 flags;
+	__u32 dir;
+	__u32 channel;
+	__u64 id;
+	__u64 user_data;
+	__u64 seq;
+	__u32 slot;
+	__u32 status;
+	__u64 bytes;
+	__s32 error;
+	__u32 pad;
+	__u64 duration_ns;
+	__u64 timestamp_ns;
+	__u64 reserved[4];
 };
 
 /**
@@ -348,7 +367,8 @@ struct gpufpga_stream_stop {
 	__u32 flags;
 };
 
-#define GPUFPGA_IOC_MAGIC	'G'
+/* Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst. */
+#define GPUFPGA_IOC_MAGIC	0xD6
 #define GPUFPGA_IOC_INFO	_IOR(GPUFPGA_IOC_MAGIC, 0x00, struct gpufpga_info)
 #define GPUFPGA_IOC_PIN		_IOWR(GPUFPGA_IOC_MAGIC, 0x01, struct gpufpga_pin)
 #define GPUFPGA_IOC_UNPIN	_IOW(GPUFPGA_IOC_MAGIC, 0x02, struct gpufpga_unpin)
