@@ -81,12 +81,25 @@ static const struct gpufpga_regs_ops rig_ops = {
 	.write = rig_write,
 };
 
-/* May sleep on the rig. All ones means the link is down. */
+/*
+ * A read that a device off the bus answers with all ones is confirmed before
+ * the link is declared down: a count register can hold all ones, but the
+ * config block's identifier never does, and a device that is gone fails
+ * its config-space read too.
+ */
+static bool gpufpga_link_lost(struct gpufpga_dev *dev)
+{
+	u32 id = dev->regs_ops->read(dev, XDMA_BASE(XDMA_TARGET_CONFIG, 0) + XDMA_REG_IDENTIFIER);
+
+	return id == GPUFPGA_DEAD || !pci_device_is_present(dev->pdev);
+}
+
+/* May sleep on the rig. */
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 {
 	u32 v = dev->regs_ops->read(dev, off);
 
-	if (v == GPUFPGA_DEAD && !dev->link_down) {
+	if (unlikely(v == GPUFPGA_DEAD) && !dev->link_down && gpufpga_link_lost(dev)) {
 		dev->link_down = true;
 		dev_err(&dev->pdev->dev, "register %#x reads all ones: link down\n", off);
 	}

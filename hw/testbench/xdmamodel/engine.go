@@ -60,6 +60,10 @@ const (
 	// reports success: silent corruption, which only checking the data
 	// finds.
 	FaultCorrupt
+	// FaultCountAllOnes makes the next read of the completed-descriptor
+	// count return 0xFFFFFFFF: a legitimate value, which a 32-bit count
+	// passes once every 2^32 descriptors, and not a link that is down.
+	FaultCountAllOnes
 )
 
 func (f Fault) String() string {
@@ -78,12 +82,14 @@ func (f Fault) String() string {
 		return "stall"
 	case FaultCorrupt:
 		return "corrupt"
+	case FaultCountAllOnes:
+		return "count-all-ones"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
 
 // Valid reports whether f is a fault the engine knows.
-func (f Fault) Valid() bool { return f >= FaultNone && f <= FaultCorrupt }
+func (f Fault) Valid() bool { return f >= FaultNone && f <= FaultCountAllOnes }
 
 // ParseFault parses the String form of a fault.
 func ParseFault(s string) (Fault, error) {
@@ -309,6 +315,10 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 		c.status = 0
 		return v
 	case xdma.RegCompletedCount:
+		if c.fault == FaultCountAllOnes {
+			c.fault = FaultNone
+			return ^uint32(0)
+		}
 		return c.completed
 	case xdma.RegAlignments:
 		// Byte alignment, byte granularity, 64 address bits: the

@@ -343,7 +343,7 @@ func TestEngineSilentCorruption(t *testing.T) {
 	if f, err := xdmamodel.ParseFault("corrupt"); err != nil || f != xdmamodel.FaultCorrupt {
 		t.Fatalf("ParseFault(corrupt) = %v, %v", f, err)
 	}
-	if xdmamodel.Fault(7).Valid() || xdmamodel.Fault(-1).Valid() {
+	if xdmamodel.Fault(8).Valid() || xdmamodel.Fault(-1).Valid() {
 		t.Fatal("faults out of range are valid")
 	}
 }

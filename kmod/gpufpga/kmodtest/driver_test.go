@@ -9,6 +9,7 @@ import (
 	"errors"
 	"os"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 
@@ -456,5 +457,38 @@ func TestMemoryMappedNeedsCardMemSize(t *testing.T) {
 	var e *p2p.Error
 	if !errors.Is(err, p2p.ErrNoCardMemory) || !errors.As(err, &e) || e.Err != unix.ENXIO || e.Hint() == "" {
 		t.Fatalf("memory-mapped transfer without card_mem_size: %v, want ENXIO", err)
+	}
+}
+
+// TestAllOnesCountIsNotLinkDown: a completed-descriptor count of 0xFFFFFFFF
+// is a value a 32-bit counter passes through; the driver must confirm with
+// the identifier and config space before it declares the link down.
+func TestAllOnesCountIsNotLinkDown(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	ctl := control(t)
+	a := alloc(t, g, 1<<16, simgpu.Contiguous)
+	p := pinGPU(t, d, a.VA, a.Size)
+	xfer := p2p.Transfer{Dir: p2p.C2H, Channel: 0, Segments: []p2p.Segment{p.Whole()}}
+	before, err := guest.Dmesg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if i == 0 {
+			if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultCountAllOnes); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if r, err := d.Transfer(ctx(t), xfer); err != nil || r.Bytes != a.Size {
+			t.Fatalf("transfer %d: %+v, %v", i, r, err)
+		}
+	}
+	after, err := guest.Dmesg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.TrimPrefix(after, before), "link down") {
+		t.Fatalf("kernel log: %s", strings.TrimPrefix(after, before))
 	}
 }
