@@ -348,21 +348,23 @@ static int gpufpga_init_channels(struct gpufpga_dev *dev)
 
 /*
  * Stops every engine and its interrupts, whatever state a driver or an
- * earlier kernel left it in. Called before bus mastering is enabled and at
- * shutdown.
+ * earlier kernel left it in, and waits for each to go idle. Called before
+ * bus mastering is enabled and at shutdown. An engine that will not stop
+ * leaves bus mastering off and the device dead: -EIO.
  */
-static void gpufpga_stop_engines(struct gpufpga_dev *dev)
+static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
 	int ci;
 
 	if (dev->link_down)
-		return;
+		return -ENODEV;
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
 	gpufpga_for_each_chan(dev, ch, ci) {
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), 0);
+		gpufpga_chan_halt(ch);
 	}
+	return dev->dead ? -EIO : 0;
 }
 
 static bool gpufpga_has_mm_channel(struct gpufpga_dev *dev)
@@ -414,8 +416,12 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_put;
 	/* Chains split segments at the descriptor limit themselves. */
 	dma_set_max_seg_size(&pdev->dev, UINT_MAX);
-	/* An earlier kernel (kexec) may have left engines running. */
-	gpufpga_stop_engines(dev);
+	/* An earlier kernel (kexec) or driver may have left engines running. */
+	ret = gpufpga_stop_engines(dev);
+	if (ret) {
+		dev_err(&pdev->dev, "engines do not stop (%d): not enabling bus mastering\n", ret);
+		goto err_put;
+	}
 	pci_set_master(pdev);
 	ret = gpufpga_init_channels(dev);
 	if (ret)

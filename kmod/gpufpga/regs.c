@@ -236,7 +236,7 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
 /*
  * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
  * busy, halts descriptor fetching too. Returns the final status, read-
- * cleared. Called with ch->lock held.
+ * cleared. Called with ch->lock held, or before the channel is in use.
  */
 u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
 {

@@ -5,7 +5,9 @@ package nvcontract
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,8 +18,10 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
 const devPath = "/dev/gpufpga0"
@@ -249,4 +253,169 @@ func TestFreesUnderTransfersAndStreams(t *testing.T) {
 		t.Fatalf("counters %+v: something left", c)
 	}
 	guest.CheckDmesg(t)
+}
+
+// TestCallbackAgainstEngineThatWillNotHalt frees GPU memory under a transfer
+// on an engine that ignores every way of stopping it. The callback may not
+// return while the engine could still write: it must cut the device off
+// the bus, mark it dead, and return.
+func TestCallbackAgainstEngineThatWillNotHalt(t *testing.T) {
+	d, g := rig(t, guest.NVIDIAVariant())
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := alloc(t, g, 1<<20)
+	p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultWedged); err != nil {
+		t.Fatal(err)
+	}
+	// Cleared before the modules unload (cleanups run last first).
+	t.Cleanup(func() {
+		if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultNone); err != nil {
+			t.Error(err)
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute})
+		done <- err
+	}()
+	waitInflight(t, p)
+	if err := a.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.Is(err, p2p.ErrRevoked) {
+		t.Fatalf("transfer over memory freed on a wedged engine: %v, want ErrRevoked", err)
+	}
+	if on, err := busMaster(pciAddr(t)); err != nil || on {
+		t.Fatalf("bus mastering %v (%v) after the engine would not halt", on, err)
+	}
+	if _, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.H2C, Segments: []p2p.Segment{p.Whole()}}); !errors.Is(err, p2p.ErrDeviceGone) {
+		t.Fatalf("transfer on the dead device: %v, want ErrDeviceGone", err)
+	}
+	log, err := guest.Dmesg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log, "C2H channel 0 does not halt: bus mastering off, device dead") {
+		t.Fatalf("kernel log does not say the device was cut off:\n%s", log)
+	}
+	if late, err := ctl.LateWrites(); err != nil || late != 0 {
+		t.Fatalf("%d DMA writes landed in freed VRAM (%v)", late, err)
+	}
+	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// busMaster reads the bus-master enable bit of the PCI command register of
+// device bdf.
+func busMaster(bdf string) (bool, error) {
+	cfg, err := os.ReadFile("/sys/bus/pci/devices/" + bdf + "/config")
+	if err != nil {
+		return false, err
+	}
+	if len(cfg) < 6 {
+		return false, fmt.Errorf("config space of %d bytes", len(cfg))
+	}
+	return cfg[4]&0x4 != 0, nil
+}
+
+// pciAddr is the PCI address of /dev/gpufpga0.
+func pciAddr(t *testing.T) string {
+	t.Helper()
+	dev, err := os.Readlink("/sys/class/misc/gpufpga0/device")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Base(dev)
+}
+
+// TestProbeLeavesARunningEngineOffTheBus unbinds the driver from an engine
+// that will not stop, as a crashed kernel or driver can leave one, and
+// binds it again: probe must not enable bus mastering under a running
+// engine. Once the engine is reset, the device binds as usual.
+func TestProbeLeavesARunningEngineOffTheBus(t *testing.T) {
+	d, g := rig(t, guest.NVIDIAVariant())
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bdf := pciAddr(t)
+	a := alloc(t, g, 1<<20)
+	p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultWedged); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute})
+		done <- err
+	}()
+	waitInflight(t, p)
+	bind := func(op string) {
+		t.Helper()
+		if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/"+op, []byte(bdf), 0); err != nil {
+			t.Fatalf("%s %s: %v", op, bdf, err)
+		}
+	}
+	bind("unbind")
+	if err := <-done; !errors.Is(err, p2p.ErrDeviceGone) {
+		t.Fatalf("transfer across unbind: %v, want ErrDeviceGone", err)
+	}
+	d.Close()
+	// The engine is still running: probe stops short of bus mastering.
+	err = os.WriteFile("/sys/bus/pci/drivers/gpufpga/bind", []byte(bdf), 0)
+	if !errors.Is(err, unix.EIO) {
+		t.Fatalf("bind over a running engine: %v, want EIO", err)
+	}
+	if on, err := busMaster(bdf); err != nil || on {
+		t.Fatalf("bus mastering on %v (%v) after a probe over a running engine", on, err)
+	}
+	log, err := guest.Dmesg()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(log, "engines do not stop (-5): not enabling bus mastering") {
+		t.Fatalf("kernel log does not say why the probe failed:\n%s", log)
+	}
+	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultNone); err != nil {
+		t.Fatal(err)
+	}
+	bind("bind")
+	if on, err := busMaster(bdf); err != nil || !on {
+		t.Fatalf("bus mastering %v (%v) after a probe over a reset engine", on, err)
+	}
+	d2, err := p2p.Open(devPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d2.Close()
+	if late, err := ctl.LateWrites(); err != nil || late != 0 {
+		t.Fatalf("%d DMA writes landed in freed VRAM (%v)", late, err)
+	}
+}
+
+func waitInflight(t *testing.T, p *p2p.Pin) {
+	t.Helper()
+	for deadline := time.Now().Add(time.Minute); ; {
+		st, err := p.Query(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Inflight > 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the transfer never started")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -64,6 +64,10 @@ const (
 	// count return 0xFFFFFFFF: a legitimate value, which a 32-bit count
 	// passes once every 2^32 descriptors, and not a link that is down.
 	FaultCountAllOnes
+	// FaultWedged makes the channel stop making progress and ignore both
+	// clearing RUN and the descriptor halt, as a hung engine does; only
+	// clearing the fault (a reset) idles it.
+	FaultWedged
 )
 
 func (f Fault) String() string {
@@ -84,12 +88,14 @@ func (f Fault) String() string {
 		return "corrupt"
 	case FaultCountAllOnes:
 		return "count-all-ones"
+	case FaultWedged:
+		return "wedged"
 	}
 	return fmt.Sprintf("Fault(%d)", int(f))
 }
 
 // Valid reports whether f is a fault the engine knows.
-func (f Fault) Valid() bool { return f >= FaultNone && f <= FaultCountAllOnes }
+func (f Fault) Valid() bool { return f >= FaultNone && f <= FaultWedged }
 
 // ParseFault parses the String form of a fault.
 func ParseFault(s string) (Fault, error) {
@@ -205,6 +211,10 @@ func (e *Engine) InjectFault(dir xdma.Direction, ch int, f Fault) error {
 	c := e.channel(dir, ch)
 	if c == nil {
 		return fmt.Errorf("%w: %v %d", ErrNoChannel, dir, ch)
+	}
+	if c.fault == FaultWedged {
+		c.fault = FaultNone // reset: the hung chain is dropped
+		c.stop()
 	}
 	c.fault = f
 	c.stalled = false
@@ -390,6 +400,9 @@ func (c *channel) start() {
 // stop ends a chain when software clears RUN; a busy channel stops at the
 // chunk boundary it is at.
 func (c *channel) stop() {
+	if c.fault == FaultWedged {
+		return
+	}
 	if c.busy {
 		c.log(xdma.StatIdleStopped)
 	}
@@ -624,7 +637,7 @@ func (e *Engine) stepChannel(c *channel) bool {
 	if !c.busy || c.stalled {
 		return false
 	}
-	if c.fault == FaultStall {
+	if c.fault == FaultStall || c.fault == FaultWedged {
 		c.stalled = true
 		return false
 	}

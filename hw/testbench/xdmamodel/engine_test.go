@@ -343,7 +343,7 @@ func TestEngineSilentCorruption(t *testing.T) {
 	if f, err := xdmamodel.ParseFault("corrupt"); err != nil || f != xdmamodel.FaultCorrupt {
 		t.Fatalf("ParseFault(corrupt) = %v, %v", f, err)
 	}
-	if xdmamodel.Fault(8).Valid() || xdmamodel.Fault(-1).Valid() {
+	if xdmamodel.Fault(9).Valid() || xdmamodel.Fault(-1).Valid() {
 		t.Fatal("faults out of range are valid")
 	}
 }
@@ -368,6 +368,40 @@ func TestEngineStallAndHalt(t *testing.T) {
 	}
 	if st := r.run(t, xdma.H2C, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault); st&xdma.StatErrorMask != 0 || st&xdma.StatDescStopped == 0 {
 		t.Fatalf("after the stall: %s", xdma.DecodeStatus(xdma.H2C, 0, st))
+	}
+}
+
+// A wedged channel ignores RUN and the descriptor halt, and moves nothing,
+// until its fault is cleared.
+func TestEngineWedged(t *testing.T) {
+	r := newRig(t, 2)
+	fill(r.cardMem, 5)
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultWedged))
+	segs := r.segments(t, 0, 2*sgl.PageSize64K, sgl.Limits{})
+	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H})
+	must(t, err)
+	xdma.Start(r.e, xdma.C2H, 0, c, xdma.ControlDefault)
+	r.e.RunUntilIdle()
+	xdma.Halt(r.e, xdma.C2H, 0)
+	r.e.WriteReg(xdma.Base(xdma.TargetSGDMACommon, 0)+xdma.RegDescHaltW1S, 1<<16)
+	r.e.RunUntilIdle()
+	if !r.e.Busy() {
+		t.Fatal("wedged channel halted")
+	}
+	for _, b := range r.vram {
+		if b != 0 {
+			t.Fatal("wedged channel moved data")
+		}
+	}
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultNone))
+	r.e.RunUntilIdle()
+	if r.e.Busy() {
+		t.Fatal("channel still busy after the wedge was cleared")
+	}
+	for _, b := range r.vram {
+		if b != 0 {
+			t.Fatal("the cleared wedge let the old chain write")
+		}
 	}
 }
 
