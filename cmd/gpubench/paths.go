@@ -15,6 +15,7 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
 	"github.com/gpufpga/gpufpga/pkg/stream"
+	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
 type checkRun struct {
@@ -234,7 +235,7 @@ func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, err
 	r.SourceRatio = r.SourceGBps / peak
 	r.SourceStreams = src.Streaming()
 
-	gpu, err := stream.NewCUDA(g, r.CopyStreams)
+	gpu, err := cudamem.New(g, r.CopyStreams)
 	if err != nil {
 		return nil, err
 	}

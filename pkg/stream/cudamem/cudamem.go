@@ -1,6 +1,11 @@
 //go:build linux
 
-package stream
+// Package cudamem is GPU memory from the CUDA driver for package stream:
+// the ring's device memory, compat mode's asynchronous copies into it, and
+// frame checking there with package gpucheck's kernel. It lives apart from
+// stream so that programs which stream into other memory link neither the
+// CUDA loader nor the checker.
+package cudamem
 
 import (
 	"errors"
@@ -10,24 +15,30 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
+	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
-// CUDA is GPU memory from the CUDA driver. Compat mode's copies go round
-// robin over a few CUDA streams, so consecutive slots copy concurrently
-// (double or triple buffering) while the FPGA fills the next.
-type CUDA struct {
+// GPU is a CUDA device's memory as a stream.GPU. Compat mode's copies go
+// round robin over a few CUDA streams, so consecutive slots copy
+// concurrently (double or triple buffering) while the FPGA fills the next.
+type GPU struct {
 	dev     *cuda.Device
-	owned   bool // opened by OpenCUDA: Close releases it
+	owned   bool // opened by Open: Close releases it
 	streams []*cuda.Stream
 	mu      sync.Mutex
 	next    int
 	events  []*cuda.Event // idle completion events
 }
 
-// NewCUDA returns g's memory with copies spread over copyStreams streams
-// (at least one; three keeps a copy engine busy).
-func NewCUDA(g *cuda.Device, copyStreams int) (*CUDA, error) {
-	c := &CUDA{dev: g}
+var (
+	_ stream.GPU         = (*GPU)(nil)
+	_ stream.GPUChecking = (*GPU)(nil)
+)
+
+// New returns g's memory with copies spread over copyStreams streams (at
+// least one; three keeps a copy engine busy).
+func New(g *cuda.Device, copyStreams int) (*GPU, error) {
+	c := &GPU{dev: g}
 	if err := g.Lock(); err != nil {
 		return nil, err
 	}
@@ -46,14 +57,14 @@ func NewCUDA(g *cuda.Device, copyStreams int) (*CUDA, error) {
 	return c, nil
 }
 
-// OpenCUDA loads the CUDA driver and returns GPU ordinal's memory with
-// three copy streams; cuda.ErrNoDriver where there is no driver.
-func OpenCUDA(ordinal int) (*CUDA, error) {
+// Open loads the CUDA driver and returns GPU ordinal's memory with three
+// copy streams; cuda.ErrNoDriver where there is no driver.
+func Open(ordinal int) (*GPU, error) {
 	g, err := cuda.OpenDevice(ordinal)
 	if err != nil {
 		return nil, err
 	}
-	c, err := NewCUDA(g, 3)
+	c, err := New(g, 3)
 	if err != nil {
 		g.Close()
 		return nil, err
@@ -63,11 +74,11 @@ func OpenCUDA(ordinal int) (*CUDA, error) {
 }
 
 // Device returns the CUDA device.
-func (c *CUDA) Device() *cuda.Device { return c.dev }
+func (c *GPU) Device() *cuda.Device { return c.dev }
 
 // Close destroys the copy streams and events, and releases the device if
-// OpenCUDA opened it.
-func (c *CUDA) Close() error {
+// Open opened it.
+func (c *GPU) Close() error {
 	if err := c.dev.Lock(); err != nil {
 		return err
 	}
@@ -85,8 +96,9 @@ func (c *CUDA) Close() error {
 	return errors.Join(errs...)
 }
 
-// Alloc implements GPU: cuMemAlloc rounded to 64 KiB, SYNC_MEMOPS set.
-func (c *CUDA) Alloc(size uint64) (GPUBuffer, error) {
+// Alloc implements stream.GPU: cuMemAlloc rounded to 64 KiB, SYNC_MEMOPS
+// set.
+func (c *GPU) Alloc(size uint64) (stream.GPUBuffer, error) {
 	if err := c.dev.Lock(); err != nil {
 		return nil, err
 	}
@@ -95,12 +107,12 @@ func (c *CUDA) Alloc(size uint64) (GPUBuffer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &cudaBuffer{c: c, b: b}, nil
+	return &buffer{c: c, b: b}, nil
 }
 
-// RegisterHost implements GPU: cuMemHostRegister, so copies from the ring
-// run on the copy engines without staging.
-func (c *CUDA) RegisterHost(b []byte) (func() error, error) {
+// RegisterHost implements stream.GPU: cuMemHostRegister, so copies from
+// the ring run on the copy engines without staging.
+func (c *GPU) RegisterHost(b []byte) (func() error, error) {
 	if err := c.dev.Lock(); err != nil {
 		return nil, err
 	}
@@ -117,7 +129,7 @@ func (c *CUDA) RegisterHost(b []byte) (func() error, error) {
 	}, nil
 }
 
-func (c *CUDA) event() (*cuda.Event, *cuda.Stream, error) {
+func (c *GPU) event() (*cuda.Event, *cuda.Stream, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.streams[c.next]
@@ -131,15 +143,15 @@ func (c *CUDA) event() (*cuda.Event, *cuda.Stream, error) {
 	return e, s, err
 }
 
-func (c *CUDA) recycle(e *cuda.Event) {
+func (c *GPU) recycle(e *cuda.Event) {
 	c.mu.Lock()
 	c.events = append(c.events, e)
 	c.mu.Unlock()
 }
 
 // Done records an event on s, after the work queued there so far (the
-// kernels that read a slot), for Session.ReleaseAfter.
-func (c *CUDA) Done(s *cuda.Stream) (Copy, error) {
+// kernels that read a slot), for stream.Session.ReleaseAfter.
+func (c *GPU) Done(s *cuda.Stream) (stream.Copy, error) {
 	if err := c.dev.Lock(); err != nil {
 		return nil, err
 	}
@@ -160,18 +172,23 @@ func (c *CUDA) Done(s *cuda.Stream) (Copy, error) {
 		c.recycle(e)
 		return nil, err
 	}
-	return &cudaCopy{c: c, e: e}, nil
+	return &copyDone{c: c, e: e}, nil
 }
 
-type cudaBuffer struct {
-	c *CUDA
+type buffer struct {
+	c *GPU
 	b *cuda.Buffer
 }
 
-func (b *cudaBuffer) Addr() uint64 { return b.b.Ptr }
-func (b *cudaBuffer) Size() uint64 { return b.b.Size }
+var (
+	_ stream.GPUBuffer = (*buffer)(nil)
+	_ stream.ReadBack  = (*buffer)(nil)
+)
 
-func (b *cudaBuffer) Free() error {
+func (b *buffer) Addr() uint64 { return b.b.Ptr }
+func (b *buffer) Size() uint64 { return b.b.Size }
+
+func (b *buffer) Free() error {
 	if err := b.c.dev.Lock(); err != nil {
 		return err
 	}
@@ -180,9 +197,9 @@ func (b *cudaBuffer) Free() error {
 }
 
 // CopyIn queues an asynchronous host-to-device copy and an event after it.
-func (b *cudaBuffer) CopyIn(off uint64, src []byte) (Copy, error) {
+func (b *buffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
 	if off > b.b.Size || uint64(len(src)) > b.b.Size-off {
-		return nil, fmt.Errorf("%w: copy of %d bytes to offset %d of a %d-byte buffer", ErrConfig, len(src), off, b.b.Size)
+		return nil, fmt.Errorf("%w: copy of %d bytes to offset %d of a %d-byte buffer", stream.ErrConfig, len(src), off, b.b.Size)
 	}
 	if err := b.c.dev.Lock(); err != nil {
 		return nil, err
@@ -200,13 +217,14 @@ func (b *cudaBuffer) CopyIn(off uint64, src []byte) (Copy, error) {
 		b.c.recycle(e)
 		return nil, err
 	}
-	return &cudaCopy{c: b.c, e: e}, nil
+	return &copyDone{c: b.c, e: e}, nil
 }
 
-// CopyOut implements ReadBack with a synchronous device-to-host copy.
-func (b *cudaBuffer) CopyOut(dst []byte, off uint64) error {
+// CopyOut implements stream.ReadBack with a synchronous device-to-host
+// copy.
+func (b *buffer) CopyOut(dst []byte, off uint64) error {
 	if off > b.b.Size || uint64(len(dst)) > b.b.Size-off {
-		return fmt.Errorf("%w: copy of %d bytes from offset %d of a %d-byte buffer", ErrConfig, len(dst), off, b.b.Size)
+		return fmt.Errorf("%w: copy of %d bytes from offset %d of a %d-byte buffer", stream.ErrConfig, len(dst), off, b.b.Size)
 	}
 	if len(dst) == 0 {
 		return nil
@@ -218,12 +236,14 @@ func (b *cudaBuffer) CopyOut(dst []byte, off uint64) error {
 	return b.c.dev.CopyDtoH(dst, b.b.Ptr+off)
 }
 
-type cudaCopy struct {
-	c *CUDA
+// copyDone is an event recorded after queued work: a copy or a consumer's
+// kernels.
+type copyDone struct {
+	c *GPU
 	e *cuda.Event
 }
 
-func (cp *cudaCopy) Wait() error {
+func (cp *copyDone) Wait() error {
 	if err := cp.c.dev.Lock(); err != nil {
 		return err
 	}
@@ -233,8 +253,9 @@ func (cp *cudaCopy) Wait() error {
 	return err
 }
 
-// NewFrameChecker implements GPUChecking with package gpucheck's kernel.
-func (c *CUDA) NewFrameChecker(frameSize, maxFrames int) (FrameChecker, error) {
+// NewFrameChecker implements stream.GPUChecking with package gpucheck's
+// kernel.
+func (c *GPU) NewFrameChecker(frameSize, maxFrames int) (stream.FrameChecker, error) {
 	if err := c.dev.Lock(); err != nil {
 		return nil, err
 	}
@@ -248,16 +269,16 @@ func (c *CUDA) NewFrameChecker(frameSize, maxFrames int) (FrameChecker, error) {
 		chk.Close()
 		return nil, err
 	}
-	return &cudaChecker{c: c, chk: chk, s: s}, nil
+	return &checker{c: c, chk: chk, s: s}, nil
 }
 
-type cudaChecker struct {
-	c   *CUDA
+type checker struct {
+	c   *GPU
 	chk *gpucheck.Checker
 	s   *cuda.Stream
 }
 
-func (k *cudaChecker) Check(b GPUBuffer, off, n uint64) error {
+func (k *checker) Check(b stream.GPUBuffer, off, n uint64) error {
 	if err := k.c.dev.Lock(); err != nil {
 		return err
 	}
@@ -268,9 +289,9 @@ func (k *cudaChecker) Check(b GPUBuffer, off, n uint64) error {
 	return k.chk.Collect(k.s)
 }
 
-func (k *cudaChecker) Stats() frame.Stats { return k.chk.Stats() }
+func (k *checker) Stats() frame.Stats { return k.chk.Stats() }
 
-func (k *cudaChecker) Close() error {
+func (k *checker) Close() error {
 	if err := k.c.dev.Lock(); err != nil {
 		return err
 	}
