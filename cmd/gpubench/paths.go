@@ -93,14 +93,14 @@ func readRun(g *cuda.Device, s *cuda.Stream, rd *gpucheck.Reader, dst *cuda.Buff
 // repetition must find every frame intact, in order.
 func benchChecker(g *cuda.Device, s *cuda.Stream, hb *cuda.HostBuffer, dst *cuda.Buffer, rd *gpucheck.Reader, size uint64,
 	frameSize, reps int, d2d float64) ([]checkRun, error) {
-	encodeFrames(hb.Bytes[:size], frameSize)
-	if err := s.CopyHtoD(dst.Ptr, hb.Bytes[:size]); err != nil {
+	encodeFrames(hb.Bytes()[:size], frameSize)
+	if err := s.CopyHtoD(dst.Ptr, hb, 0, size); err != nil {
 		return nil, err
 	}
 	if err := s.Sync(); err != nil {
 		return nil, err
 	}
-	sum := gpucheck.XorSum(hb.Bytes[:size])
+	sum := gpucheck.XorSum(hb.Bytes()[:size])
 	readMs, err := readRun(g, s, rd, dst, size, reps, sum)
 	if err != nil {
 		return nil, err

@@ -31,8 +31,9 @@ type GPUBuffer interface {
 	// takes.
 	Addr() uint64
 	Size() uint64
-	// CopyIn starts copying src to offset off of the buffer. src must
-	// stay untouched until the copy's Wait returns.
+	// CopyIn starts copying src to offset off of the buffer. src lies in
+	// memory given to the GPU's RegisterHost, and must stay untouched
+	// until the copy's Wait returns.
 	CopyIn(off uint64, src []byte) (Copy, error)
 	Free() error
 }

@@ -10,6 +10,7 @@ package cudamem
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
@@ -28,6 +29,10 @@ type GPU struct {
 	mu      sync.Mutex
 	next    int
 	events  []*cuda.Event // idle completion events
+	// host is the memory RegisterHost page-locked: the only memory
+	// CopyIn copies from, since the copy engines read it after CopyIn
+	// returns.
+	host []*cuda.HostBuffer
 }
 
 var (
@@ -117,16 +122,36 @@ func (c *GPU) RegisterHost(b []byte) (func() error, error) {
 		return nil, err
 	}
 	defer c.dev.Unlock()
-	if err := c.dev.HostRegister(b); err != nil {
+	h, err := c.dev.HostRegister(b)
+	if err != nil {
 		return nil, err
 	}
+	c.mu.Lock()
+	c.host = append(c.host, h)
+	c.mu.Unlock()
 	return func() error {
+		c.mu.Lock()
+		c.host = slices.DeleteFunc(c.host, func(x *cuda.HostBuffer) bool { return x == h })
+		c.mu.Unlock()
 		if err := c.dev.Lock(); err != nil {
 			return err
 		}
 		defer c.dev.Unlock()
-		return c.dev.HostUnregister(b)
+		return h.Free()
 	}, nil
+}
+
+// registered returns the registered memory src lies in, and src's offset
+// there.
+func (c *GPU) registered(src []byte) (*cuda.HostBuffer, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.host {
+		if off, ok := h.Offset(src); ok {
+			return h, off, true
+		}
+	}
+	return nil, 0, false
 }
 
 func (c *GPU) event() (*cuda.Event, *cuda.Stream, error) {
@@ -197,9 +222,14 @@ func (b *buffer) Free() error {
 }
 
 // CopyIn queues an asynchronous host-to-device copy and an event after it.
+// src must lie in memory given to RegisterHost.
 func (b *buffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
 	if off > b.b.Size || uint64(len(src)) > b.b.Size-off {
 		return nil, fmt.Errorf("%w: copy of %d bytes to offset %d of a %d-byte buffer", stream.ErrConfig, len(src), off, b.b.Size)
+	}
+	h, hoff, ok := b.c.registered(src)
+	if !ok {
+		return nil, fmt.Errorf("%w: copy of %d bytes from host memory not given to RegisterHost", stream.ErrConfig, len(src))
 	}
 	if err := b.c.dev.Lock(); err != nil {
 		return nil, err
@@ -209,7 +239,7 @@ func (b *buffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.CopyHtoD(b.b.Ptr+off, src); err != nil {
+	if err := s.CopyHtoD(b.b.Ptr+off, h, hoff, uint64(len(src))); err != nil {
 		b.c.recycle(e)
 		return nil, err
 	}
