@@ -108,7 +108,7 @@ FUZZ_OPS ?= 100000
 # GPU work runs on a machine with an NVIDIA GPU, which needs neither Go nor
 # the CUDA toolkit: `make gpubin` here, copy bin/gpu/ there, and run
 # bin/gpu/run there (the GPU tests, then the benchmark into results/).
-GPU_TEST_PKGS := cuda gpucheck stream
+GPU_TEST_PKGS := cuda gpucheck stream/cudamem
 
 # gpubench records the revision it was built from (and whether tracked
 # files differed from it), which Go's VCS stamping leaves out in a worktree.
@@ -119,7 +119,7 @@ gpubin:
 	@mkdir -p $(BIN)/gpu
 	CGO_ENABLED=0 $(GO) build -ldflags "-X main.revision=$(GITREV) -X main.dirty=$(GITDIRTY)" -o $(BIN)/gpu/ ./cmd/gpubench
 	@for p in $(GPU_TEST_PKGS); do \
-		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$p.test ./pkg/$$p/ || exit 1; \
+		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$(basename $$p).test ./pkg/$$p/ || exit 1; \
 	done
 	cp hw/gpu/run pkg/gpucheck/framecheck.ptx $(BIN)/gpu/
 
@@ -188,6 +188,7 @@ lint:
 		GOARCH=$$arch CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/p2pctl || exit 1; \
 	done
 	@deps=$$($(GO) list -deps ./cmd/p2pctl ./pkg/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: production code imports the rig:"; echo "$$deps"; exit 1; fi
+	@deps=$$($(GO) list -deps ./pkg/stream | grep -E 'purego|/pkg/cuda$$|/pkg/gpucheck$$'); if [ -n "$$deps" ]; then echo "lint: pkg/stream links CUDA (it belongs in pkg/stream/cudamem):"; echo "$$deps"; exit 1; fi
 
 unit:
 	$(GO) test -count=1 ./...

@@ -152,8 +152,9 @@ func run(cc compatConfig, compatOnly bool, reps int, out string) error {
 		return err
 	}
 	defer hb.Free()
-	for i := range hb.Bytes {
-		hb.Bytes[i] = byte(i)
+	pattern := hb.Bytes()
+	for i := range pattern {
+		pattern[i] = byte(i)
 	}
 	s, err := g.NewStream()
 	if err != nil {
@@ -188,7 +189,7 @@ func run(cc compatConfig, compatOnly bool, reps int, out string) error {
 	}
 	for _, n := range sizes {
 		reps := int(max(4, (4<<30)/n))
-		c, err := timeit(n, reps, func(off uint64) error { return s.CopyHtoD(dst.Ptr+off, hb.Bytes[off:off+n]) })
+		c, err := timeit(n, reps, func(off uint64) error { return s.CopyHtoD(dst.Ptr+off, hb, off, n) })
 		if err != nil {
 			return err
 		}

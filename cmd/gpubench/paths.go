@@ -15,6 +15,7 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
 	"github.com/gpufpga/gpufpga/pkg/stream"
+	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
 type checkRun struct {
@@ -92,14 +93,14 @@ func readRun(g *cuda.Device, s *cuda.Stream, rd *gpucheck.Reader, dst *cuda.Buff
 // repetition must find every frame intact, in order.
 func benchChecker(g *cuda.Device, s *cuda.Stream, hb *cuda.HostBuffer, dst *cuda.Buffer, rd *gpucheck.Reader, size uint64,
 	frameSize, reps int, d2d float64) ([]checkRun, error) {
-	encodeFrames(hb.Bytes[:size], frameSize)
-	if err := s.CopyHtoD(dst.Ptr, hb.Bytes[:size]); err != nil {
+	encodeFrames(hb.Bytes()[:size], frameSize)
+	if err := s.CopyHtoD(dst.Ptr, hb, 0, size); err != nil {
 		return nil, err
 	}
 	if err := s.Sync(); err != nil {
 		return nil, err
 	}
-	sum := gpucheck.XorSum(hb.Bytes[:size])
+	sum := gpucheck.XorSum(hb.Bytes()[:size])
 	readMs, err := readRun(g, s, rd, dst, size, reps, sum)
 	if err != nil {
 		return nil, err
@@ -234,7 +235,7 @@ func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, err
 	r.SourceRatio = r.SourceGBps / peak
 	r.SourceStreams = src.Streaming()
 
-	gpu, err := stream.NewCUDA(g, r.CopyStreams)
+	gpu, err := cudamem.New(g, r.CopyStreams)
 	if err != nil {
 		return nil, err
 	}

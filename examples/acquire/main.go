@@ -22,6 +22,7 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
+	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
 func main() {
@@ -39,7 +40,7 @@ func main() {
 
 // openGPU picks CUDA when there is a driver, else the rig's simulated GPU.
 func openGPU() (stream.GPU, stream.Check, func(), error) {
-	c, err := stream.OpenCUDA(0)
+	c, err := cudamem.Open(0)
 	if err == nil {
 		return c, stream.CheckGPU, func() { c.Close() }, nil
 	}
@@ -65,12 +66,12 @@ type consumer interface {
 // work is asynchronous: the slot goes back to the FPGA only after an event
 // recorded behind it has completed, never right after the launch.
 type gpuConsumer struct {
-	c    *stream.CUDA
+	c    *cudamem.GPU
 	s    *cuda.Stream
 	work *cuda.Buffer // stands in for the application's output
 }
 
-func newGPUConsumer(c *stream.CUDA, slotSize uint64) (*gpuConsumer, error) {
+func newGPUConsumer(c *cudamem.GPU, slotSize uint64) (*gpuConsumer, error) {
 	g := c.Device()
 	if err := g.Lock(); err != nil {
 		return nil, err
@@ -159,7 +160,7 @@ func run(device string, channel, slots int, slotSize uint64, frameSize int, tota
 	}
 	defer s.Close()
 	var work consumer = &cpuConsumer{}
-	if c, ok := gpu.(*stream.CUDA); ok {
+	if c, ok := gpu.(*cudamem.GPU); ok {
 		k, err := newGPUConsumer(c, slotSize)
 		if err != nil {
 			return err

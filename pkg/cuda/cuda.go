@@ -365,37 +365,95 @@ func (b *Buffer) ExportDmabuf(off, size uint64) (int, error) {
 	return int(fd), err
 }
 
-// HostBuffer is page-locked host memory.
+// HostBuffer is page-locked host memory, the only host memory that
+// asynchronous copies take: a copy engine reads or writes it after the
+// call that queued the copy has returned, so it must stay allocated and
+// locked until the copy completes, which a []byte the Go runtime manages
+// does not promise. Free it only once the copies that use it are done.
 type HostBuffer struct {
-	Bytes []byte
-	dev   *Device
+	b       []byte // nil once freed
+	dev     *Device
+	release sym // cuMemFreeHost (HostAlloc) or cuMemHostUnregister (HostRegister)
 }
 
-// HostAlloc allocates page-locked host memory.
+// HostAlloc allocates size bytes of page-locked host memory
+// (cuMemHostAlloc), usable from every context.
 func (g *Device) HostAlloc(size uint64) (*HostBuffer, error) {
+	if size == 0 {
+		return nil, invalid(cuMemHostAlloc, "zero bytes")
+	}
 	var p unsafe.Pointer
 	if err := g.drv.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable); err != nil {
 		return nil, err
 	}
-	return &HostBuffer{Bytes: unsafe.Slice((*byte)(p), size), dev: g}, nil
-}
-
-// Free frees the host buffer.
-func (h *HostBuffer) Free() error {
-	return h.dev.drv.call(cuMemFreeHost, uintptr(unsafe.Pointer(&h.Bytes[0])))
+	return &HostBuffer{b: unsafe.Slice((*byte)(p), size), dev: g, release: cuMemFreeHost}, nil
 }
 
 const hostRegisterPortable = 0x1 // CU_MEMHOSTREGISTER_PORTABLE
 
-// HostRegister page-locks existing host memory (page aligned) for
-// asynchronous copies.
-func (g *Device) HostRegister(b []byte) error {
-	return g.drv.call(cuMemHostRegister_v2, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable)
+// HostRegister page-locks existing host memory for asynchronous copies
+// (cuMemHostRegister), usually memory from unix.Mmap. The buffer refers to
+// b until Free, which unregisters it; b must stay mapped until then.
+func (g *Device) HostRegister(b []byte) (*HostBuffer, error) {
+	if len(b) == 0 {
+		return nil, invalid(cuMemHostRegister_v2, "zero bytes")
+	}
+	if err := g.drv.call(cuMemHostRegister_v2, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable); err != nil {
+		return nil, err
+	}
+	return &HostBuffer{b: b, dev: g, release: cuMemHostUnregister}, nil
 }
 
-// HostUnregister undoes HostRegister.
-func (g *Device) HostUnregister(b []byte) error {
-	return g.drv.call(cuMemHostUnregister, uintptr(unsafe.Pointer(&b[0])))
+// Bytes returns the buffer's memory; nil once freed.
+func (h *HostBuffer) Bytes() []byte { return h.b }
+
+// Offset reports where b lies in the buffer: its offset in Bytes, and
+// whether all of b lies there.
+func (h *HostBuffer) Offset(b []byte) (uint64, bool) {
+	if h.b == nil || b == nil {
+		return 0, false
+	}
+	base := uintptr(unsafe.Pointer(unsafe.SliceData(h.b)))
+	p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	size := uintptr(len(h.b))
+	if p < base || p-base > size || uintptr(len(b)) > size-(p-base) {
+		return 0, false
+	}
+	return uint64(p - base), true
+}
+
+// Free frees memory from HostAlloc, or unregisters memory from
+// HostRegister, which then belongs to the caller alone again.
+func (h *HostBuffer) Free() error {
+	if h.b == nil {
+		return invalid(h.release, "host buffer already freed")
+	}
+	if err := h.dev.drv.call(h.release, uintptr(unsafe.Pointer(&h.b[0]))); err != nil {
+		return err
+	}
+	h.b = nil
+	return nil
+}
+
+// span returns the address of the n bytes at offset off of h, for the
+// asynchronous copy op; nil when n is 0.
+func (h *HostBuffer) span(op sym, off, n uint64) (unsafe.Pointer, error) {
+	if h.b == nil {
+		return nil, invalid(op, "host buffer freed")
+	}
+	if size := uint64(len(h.b)); off > size || n > size-off {
+		return nil, invalid(op, fmt.Sprintf("%d bytes at offset %d of a %d-byte host buffer", n, off, size))
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	return unsafe.Pointer(&h.b[off]), nil
+}
+
+// invalid is a call refused before it reaches the driver, as the driver
+// would refuse it: errors.Is(err, ErrorInvalidValue).
+func invalid(op sym, msg string) error {
+	return &Error{Op: symNames[op], Code: int(ErrorInvalidValue), Msg: msg}
 }
 
 // Stream is a CUDA stream.
@@ -417,9 +475,14 @@ func (s *Stream) Close() error { return s.dev.drv.call(cuStreamDestroy_v2, s.s) 
 // Sync waits for the stream's work.
 func (s *Stream) Sync() error { return s.dev.drv.call(cuStreamSynchronize, s.s) }
 
-// CopyHtoD queues a copy of src to device address dst.
-func (s *Stream) CopyHtoD(dst uint64, src []byte) error {
-	return s.dev.drv.call(cuMemcpyHtoDAsync_v2, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)), s.s)
+// CopyHtoD queues a copy of the n bytes at offset off of src to device
+// address dst.
+func (s *Stream) CopyHtoD(dst uint64, src *HostBuffer, off, n uint64) error {
+	p, err := src.span(cuMemcpyHtoDAsync_v2, off, n)
+	if err != nil || p == nil {
+		return err
+	}
+	return s.dev.drv.call(cuMemcpyHtoDAsync_v2, uintptr(dst), uintptr(p), uintptr(n), s.s)
 }
 
 // CopyDtoD queues a device-to-device copy.
@@ -427,13 +490,20 @@ func (s *Stream) CopyDtoD(dst, src, n uint64) error {
 	return s.dev.drv.call(cuMemcpyDtoDAsync_v2, uintptr(dst), uintptr(src), uintptr(n), s.s)
 }
 
-// CopyHtoD copies src to device address dst, synchronously.
+// CopyHtoD copies src to device address dst. src may be any memory: the
+// driver is done with it when the call returns.
 func (g *Device) CopyHtoD(dst uint64, src []byte) error {
+	if len(src) == 0 {
+		return nil
+	}
 	return g.drv.call(cuMemcpyHtoD_v2, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)))
 }
 
-// CopyDtoH copies device memory to dst, synchronously.
+// CopyDtoH copies device memory to dst, and returns when it is there.
 func (g *Device) CopyDtoH(dst []byte, src uint64) error {
+	if len(dst) == 0 {
+		return nil
+	}
 	return g.drv.call(cuMemcpyDtoH_v2, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)))
 }
 
@@ -481,10 +551,14 @@ func (e *Event) Close() error { return e.dev.drv.call(cuEventDestroy_v2, e.e) }
 // Sync waits until the work before the event's last Record is done.
 func (e *Event) Sync() error { return e.dev.drv.call(cuEventSynchronize, e.e) }
 
-// CopyDtoH queues a copy of device memory to dst, which must be page-locked
-// (HostAlloc) for the copy to be asynchronous.
-func (s *Stream) CopyDtoH(dst []byte, src uint64) error {
-	return s.dev.drv.call(cuMemcpyDtoHAsync_v2, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)), s.s)
+// CopyDtoH queues a copy of the n bytes at device address src to offset
+// off of dst.
+func (s *Stream) CopyDtoH(dst *HostBuffer, off, src, n uint64) error {
+	p, err := dst.span(cuMemcpyDtoHAsync_v2, off, n)
+	if err != nil || p == nil {
+		return err
+	}
+	return s.dev.drv.call(cuMemcpyDtoHAsync_v2, uintptr(p), uintptr(src), uintptr(n), s.s)
 }
 
 // MemsetD8 queues setting n bytes at dst to v.

@@ -3,6 +3,7 @@ package cuda
 import (
 	"errors"
 	"fmt"
+	"math"
 	"testing"
 )
 
@@ -47,5 +48,112 @@ func TestMissingFunction(t *testing.T) {
 	var e *Error
 	if !errors.As(err, &e) || e.Op != "cuMemGetHandleForAddressRange" || !errors.Is(err, ErrorNotFound) {
 		t.Fatalf("calling a missing function: %v", err)
+	}
+}
+
+// noDriver is a device whose driver has no functions: a call that reaches
+// it fails with ErrorNotFound, one refused before it with
+// ErrorInvalidValue.
+func noDriver() *Device { return &Device{drv: &Driver{}} }
+
+// Asynchronous copies take only the bytes of their page-locked buffer: a
+// range outside it, however its end wraps, never reaches the driver.
+func TestHostBufferRange(t *testing.T) {
+	g := noDriver()
+	s := &Stream{dev: g}
+	h := &HostBuffer{b: make([]byte, 4096), dev: g, release: cuMemFreeHost}
+	for _, tc := range []struct {
+		off, n uint64
+		want   error
+	}{
+		{0, 4096, ErrorNotFound},
+		{4095, 1, ErrorNotFound},
+		{0, 0, nil},
+		{4096, 0, nil},
+		{4096, 1, ErrorInvalidValue},
+		{1, 4096, ErrorInvalidValue},
+		{4097, 0, ErrorInvalidValue},
+		{1, math.MaxUint64, ErrorInvalidValue},
+		{math.MaxUint64, 2, ErrorInvalidValue},
+	} {
+		if err := s.CopyHtoD(0x10000, h, tc.off, tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("CopyHtoD of %d bytes at %d of 4096: %v, want %v", tc.n, tc.off, err, tc.want)
+		}
+		if err := s.CopyDtoH(h, tc.off, 0x10000, tc.n); !errors.Is(err, tc.want) {
+			t.Errorf("CopyDtoH of %d bytes at %d of 4096: %v, want %v", tc.n, tc.off, err, tc.want)
+		}
+	}
+}
+
+// A freed buffer has no bytes, and neither copies nor a second Free take
+// it.
+func TestHostBufferFreed(t *testing.T) {
+	g := noDriver()
+	s := &Stream{dev: g}
+	h := &HostBuffer{dev: g, release: cuMemHostUnregister}
+	if h.Bytes() != nil {
+		t.Fatal("a freed buffer has bytes")
+	}
+	if err := s.CopyHtoD(0x10000, h, 0, 1); !errors.Is(err, ErrorInvalidValue) {
+		t.Errorf("CopyHtoD from a freed buffer: %v", err)
+	}
+	if err := s.CopyDtoH(h, 0, 0x10000, 1); !errors.Is(err, ErrorInvalidValue) {
+		t.Errorf("CopyDtoH to a freed buffer: %v", err)
+	}
+	var e *Error
+	if err := h.Free(); !errors.As(err, &e) || e.Op != "cuMemHostUnregister" || !errors.Is(err, ErrorInvalidValue) {
+		t.Errorf("second Free: %v", err)
+	}
+	// A Free the driver refuses leaves the buffer as it was.
+	h = &HostBuffer{b: make([]byte, 16), dev: g, release: cuMemFreeHost}
+	if err := h.Free(); !errors.Is(err, ErrorNotFound) || len(h.Bytes()) != 16 {
+		t.Errorf("failed Free: %v, %d bytes left", err, len(h.Bytes()))
+	}
+}
+
+// Empty buffers are refused before the driver sees them.
+func TestHostBufferEmpty(t *testing.T) {
+	g := noDriver()
+	if _, err := g.HostAlloc(0); !errors.Is(err, ErrorInvalidValue) {
+		t.Errorf("HostAlloc(0): %v", err)
+	}
+	if _, err := g.HostAlloc(1); !errors.Is(err, ErrorNotFound) {
+		t.Errorf("HostAlloc(1) did not reach the driver: %v", err)
+	}
+	if _, err := g.HostRegister(nil); !errors.Is(err, ErrorInvalidValue) {
+		t.Errorf("HostRegister(nil): %v", err)
+	}
+	if err := g.CopyHtoD(0x10000, nil); err != nil {
+		t.Errorf("synchronous copy of nothing to the device: %v", err)
+	}
+	if err := g.CopyDtoH(nil, 0x10000); err != nil {
+		t.Errorf("synchronous copy of nothing from the device: %v", err)
+	}
+}
+
+func TestHostBufferOffset(t *testing.T) {
+	mem := make([]byte, 8192)
+	h := &HostBuffer{b: mem[1024:5120]}
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		off  uint64
+		ok   bool
+	}{
+		{"all of it", mem[1024:5120], 0, true},
+		{"inside", mem[2000:3000], 976, true},
+		{"empty, at the end", mem[5120:5120], 4096, true},
+		{"before it", mem[1000:1100], 0, false},
+		{"across its end", mem[5000:5200], 0, false},
+		{"after it", mem[5121:5121], 0, false},
+		{"elsewhere", make([]byte, 16), 0, false},
+		{"nil", nil, 0, false},
+	} {
+		if off, ok := h.Offset(tc.b); off != tc.off || ok != tc.ok {
+			t.Errorf("%s: offset %d, %v; want %d, %v", tc.name, off, ok, tc.off, tc.ok)
+		}
+	}
+	if _, ok := (&HostBuffer{}).Offset(mem); ok {
+		t.Error("a freed buffer holds memory")
 	}
 }

@@ -58,8 +58,10 @@ func TestAllocAndExport(t *testing.T) {
 	}
 }
 
-// Bytes make the round trip through registered host memory, async copies
-// on a stream and an event, and a kernel-free device copy.
+// Bytes make the round trip: from registered host memory by an async copy,
+// through a kernel-free device copy and a memset, back into allocated
+// page-locked memory by an async copy, and once more synchronously into Go
+// memory.
 func TestCopies(t *testing.T) {
 	g := device(t)
 	const n = 8 << 20
@@ -71,10 +73,16 @@ func TestCopies(t *testing.T) {
 	for i := range host {
 		host[i] = byte(i * 7)
 	}
-	if err := g.HostRegister(host); err != nil {
+	reg, err := g.HostRegister(host)
+	if err != nil {
 		t.Fatal(err)
 	}
-	defer g.HostUnregister(host)
+	defer reg.Free()
+	back, err := g.HostAlloc(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer back.Free()
 	a, _ := g.Alloc(n)
 	b, _ := g.Alloc(n)
 	defer a.Free()
@@ -89,13 +97,16 @@ func TestCopies(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer e.Close()
-	if err := s.CopyHtoD(a.Ptr, host); err != nil {
+	if err := s.CopyHtoD(a.Ptr, reg, 0, n); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.CopyDtoD(b.Ptr, a.Ptr, n); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.MemsetD8(b.Ptr, 0xAB, 16); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.CopyDtoH(back, 0, b.Ptr, n); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.Record(s); err != nil {
@@ -111,6 +122,37 @@ func TestCopies(t *testing.T) {
 	copy(host[:16], bytes.Repeat([]byte{0xAB}, 16))
 	if !bytes.Equal(got, host) {
 		t.Fatal("the device copy differs from the host bytes")
+	}
+	if !bytes.Equal(back.Bytes(), host) {
+		t.Fatal("the asynchronous copy back differs from the host bytes")
+	}
+}
+
+// Unregistered memory is the caller's again: no copy takes it.
+func TestHostUnregister(t *testing.T) {
+	g := device(t)
+	host, err := unix.Mmap(-1, 0, 64<<10, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(host)
+	reg, err := g.HostRegister(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Free(); err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Free(); !errors.Is(err, ErrorInvalidValue) {
+		t.Fatalf("second Free: %v, want ErrorInvalidValue", err)
+	}
+	// Registering again works only if the first Free unregistered.
+	reg, err = g.HostRegister(host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := reg.Free(); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -87,8 +87,8 @@ func BenchmarkCheck(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		copy(host.Bytes, buf)
-		if err := s.CopyHtoD(src.Ptr, host.Bytes); err != nil {
+		copy(host.Bytes(), buf)
+		if err := s.CopyHtoD(src.Ptr, host, 0, size); err != nil {
 			b.Fatal(err)
 		}
 		s.Sync()

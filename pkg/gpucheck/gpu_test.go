@@ -82,8 +82,8 @@ func matchesCPU(t *testing.T, cfg Config) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		copy(host.Bytes, buf)
-		if err := s.CopyHtoD(dev.Ptr, host.Bytes[:len(buf)]); err != nil {
+		copy(host.Bytes(), buf)
+		if err := s.CopyHtoD(dev.Ptr, host, 0, uint64(len(buf))); err != nil {
 			t.Fatal(err)
 		}
 		c, err := NewConfig(g, tc.size, tc.n, cfg)
@@ -134,14 +134,15 @@ func TestReader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i := range host.Bytes[:n] {
-			host.Bytes[i] = byte(i*7 + i>>11)
+		hb := host.Bytes()
+		for i := range hb {
+			hb[i] = byte(i*7 + i>>11)
 		}
 		dev, err := g.Alloc(uint64(n))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.CopyHtoD(dev.Ptr, host.Bytes[:n]); err != nil {
+		if err := s.CopyHtoD(dev.Ptr, host, 0, uint64(n)); err != nil {
 			t.Fatal(err)
 		}
 		if err := r.Reset(s); err != nil {
@@ -154,7 +155,7 @@ func TestReader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if want := XorSum(host.Bytes[:n]); got != want {
+		if want := XorSum(hb); got != want {
 			t.Errorf("%d bytes: readsum %x, CPU %x", n, got, want)
 		}
 		dev.Free()

@@ -298,13 +298,14 @@ func (c *Checker) Collect(s *cuda.Stream) error {
 	if c.pending == 0 {
 		return nil
 	}
-	rec := c.host.Bytes[:c.pending*recordBytes]
-	if err := s.CopyDtoH(rec, c.records.Ptr); err != nil {
+	n := c.pending * recordBytes
+	if err := s.CopyDtoH(c.host, 0, c.records.Ptr, n); err != nil {
 		return err
 	}
 	if err := s.Sync(); err != nil {
 		return err
 	}
+	rec := c.host.Bytes()[:n]
 	for i := uint64(0); i < c.pending; i++ {
 		r := rec[i*recordBytes:]
 		c.account(binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint32(r[12:]))

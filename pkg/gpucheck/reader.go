@@ -60,14 +60,14 @@ func (r *Reader) Launch(s *cuda.Stream, ptr, n uint64) error {
 // 16-byte words read since the last Reset, as four little-endian words.
 func (r *Reader) Sum(s *cuda.Stream) ([4]uint32, error) {
 	var v [4]uint32
-	if err := s.CopyDtoH(r.host.Bytes[:16], r.out.Ptr); err != nil {
+	if err := s.CopyDtoH(r.host, 0, r.out.Ptr, 16); err != nil {
 		return v, err
 	}
 	if err := s.Sync(); err != nil {
 		return v, err
 	}
 	for i := range v {
-		v[i] = binary.LittleEndian.Uint32(r.host.Bytes[4*i:])
+		v[i] = binary.LittleEndian.Uint32(r.host.Bytes()[4*i:])
 	}
 	return v, nil
 }

@@ -157,9 +157,18 @@ func TestEdgeCases(t *testing.T) {
 		{"window on page 0 of a table with a top page", top, 1 << 16, 10, Limits{}, []Segment{{0, 10}}, nil},
 		{"page past the top", &PageTable{PageSize: PageSize4K, Pages: []uint64{^uint64(0) - 100}}, 0, 1, Limits{}, nil, ErrAddress},
 		{"highest page that fits", &PageTable{PageSize: PageSize4K, Pages: []uint64{^uint64(0) - 2*PageSize4K + 1}}, 0, PageSize4K, Limits{}, []Segment{{^uint64(0) - 2*PageSize4K + 1, PageSize4K}}, nil},
+		{"window inside the top page", top, 100, 10, Limits{}, nil, ErrAddress},
+		{"top page of 128 KiB", &PageTable{PageSize: PageSize128K, Pages: []uint64{0, ^uint64(0) - PageSize128K + 1}}, 0, 2 * PageSize128K, Limits{}, nil, ErrAddress},
+		// Ending 4 KiB below 2^64, the highest page is not followed by page 0.
+		{"highest page that fits, then page 0", &PageTable{PageSize: PageSize4K, Pages: []uint64{^uint64(0) - 2*PageSize4K + 1, 0}}, 0, 2 * PageSize4K, Limits{},
+			[]Segment{{^uint64(0) - 2*PageSize4K + 1, PageSize4K}, {0, PageSize4K}}, nil},
+		{"offset+length wraps to exactly 2^64", contig, 1 << 16, ^uint64(0) - 1<<16 + 1, Limits{}, nil, ErrRange},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			if _, err := NewIter(tc.table, tc.off, tc.len, tc.limits); !errors.Is(err, tc.err) {
+				t.Fatalf("NewIter: err = %v, want %v", err, tc.err)
+			}
 			b := Builder{Limits: tc.limits}
 			err := b.Append(tc.table, tc.off, tc.len)
 			if !errors.Is(err, tc.err) {
@@ -175,6 +184,27 @@ func TestEdgeCases(t *testing.T) {
 				t.Fatalf("got %v, want %v", b.Segments(), tc.want)
 			}
 		})
+	}
+}
+
+// Validate checks every page of a table, the ones no window has used yet
+// included.
+func TestPageTableValidate(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		table PageTable
+		err   error
+	}{
+		{"ordinary", PageTable{PageSize: PageSize64K, Pages: []uint64{0x10000, 0}}, nil},
+		{"top page ends at 2^64", PageTable{PageSize: PageSize64K, Pages: []uint64{0, ^uint64(0) - PageSize64K + 1}}, ErrAddress},
+		{"page past the top", PageTable{PageSize: PageSize4K, Pages: []uint64{0, ^uint64(0)}}, ErrAddress},
+		{"highest page that fits", PageTable{PageSize: PageSize128K, Pages: []uint64{^uint64(0) - 2*PageSize128K + 1}}, nil},
+		{"no pages", PageTable{PageSize: PageSize4K}, ErrEmptyTable},
+		{"unknown page size", PageTable{PageSize: 8192, Pages: []uint64{0}}, ErrPageSize},
+	} {
+		if err := tc.table.Validate(); !errors.Is(err, tc.err) {
+			t.Errorf("%s: Validate = %v, want %v", tc.name, err, tc.err)
+		}
 	}
 }
 

@@ -12,8 +12,9 @@ import (
 )
 
 // GPU is GPU memory a peer can write, and the copies into it that compat
-// mode makes: CUDA on real GPUs (CUDA), the rig's simulated GPU in tests
-// (hw/testbench/simgpu). A session behaves the same on either.
+// mode makes: CUDA on real GPUs (package stream/cudamem), the rig's
+// simulated GPU in tests (hw/testbench/simgpu). A session behaves the same
+// on either.
 type GPU interface {
 	// Alloc allocates size bytes of device memory, 64 KiB aligned, that
 	// a peer may write.
@@ -30,8 +31,9 @@ type GPUBuffer interface {
 	// takes.
 	Addr() uint64
 	Size() uint64
-	// CopyIn starts copying src to offset off of the buffer. src must
-	// stay untouched until the copy's Wait returns.
+	// CopyIn starts copying src to offset off of the buffer. src lies in
+	// memory given to the GPU's RegisterHost, and must stay untouched
+	// until the copy's Wait returns.
 	CopyIn(off uint64, src []byte) (Copy, error)
 	Free() error
 }
@@ -48,7 +50,7 @@ type CPUVisible interface {
 	Bytes() []byte
 }
 
-// ReadBack is a GPUBuffer whose bytes the CPU can copy out (CUDA's): in
+// ReadBack is a GPUBuffer whose bytes the CPU can copy out (cudamem's): in
 // compat mode, CheckCPU checks what reached the GPU through it, not the
 // host slot it was copied from.
 type ReadBack interface {
@@ -66,7 +68,7 @@ type FrameChecker interface {
 	Close() error
 }
 
-// GPUChecking is a GPU that can check frames in its memory (CUDA, with
+// GPUChecking is a GPU that can check frames in its memory (cudamem, with
 // package gpucheck's kernel).
 type GPUChecking interface {
 	NewFrameChecker(frameSize, maxFrames int) (FrameChecker, error)

@@ -469,9 +469,10 @@ func (s *Session) Release(slot int) error {
 
 // ReleaseAfter hands a slot back once done reports that the work reading
 // it has finished: a CUDA event recorded after the kernels that read the
-// slot (CUDA.Done). It returns at once. If done or the release fails, the
-// session ends with that error. It must not be called concurrently with
-// or after Close, which waits for the releases already handed to it.
+// slot (cudamem.GPU.Done). It returns at once. If done or the release
+// fails, the session ends with that error. It must not be called
+// concurrently with or after Close, which waits for the releases already
+// handed to it.
 func (s *Session) ReleaseAfter(slot int, done Copy) {
 	s.releasing.Add(1)
 	go func() {

@@ -135,17 +135,27 @@ func TestBuildChainErrors(t *testing.T) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.err)
 		}
 	}
+	two := []sgl.Segment{seg[0], {Addr: 0x2000, Len: 16}}
 	for _, tc := range []struct {
 		name string
 		spec xdma.ChainSpec
+		segs []sgl.Segment
 		err  error
 	}{
-		{"card range wraps", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 7}, xdma.ErrWrap},
-		{"card range fits", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 16}, nil},
-		{"stream ignores the card address", xdma.ChainSpec{Dir: xdma.H2C, Stream: true, CardAddr: math.MaxUint64}, nil},
-		{"writeback records wrap", xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: math.MaxUint64 - 31}, xdma.ErrWrap},
+		{"card range wraps", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 7}, seg, xdma.ErrWrap},
+		{"card range ends at 2^64", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 15}, seg, xdma.ErrWrap},
+		{"card range fits", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 16}, seg, nil},
+		{"card range of C2H wraps", xdma.ChainSpec{Dir: xdma.C2H, CardAddr: math.MaxUint64 - 7}, seg, xdma.ErrWrap},
+		// The first segment fits; the card address it leaves the second
+		// reaches 2^64.
+		{"card range of a later segment wraps", xdma.ChainSpec{Dir: xdma.H2C, CardAddr: math.MaxUint64 - 31}, two, xdma.ErrWrap},
+		{"stream ignores the card address", xdma.ChainSpec{Dir: xdma.H2C, Stream: true, CardAddr: math.MaxUint64}, seg, nil},
+		{"writeback records wrap", xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: math.MaxUint64 - 31}, seg, xdma.ErrWrap},
+		{"later writeback record ends at 2^64", xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: math.MaxUint64 - 63}, two, xdma.ErrWrap},
+		{"writeback records fit", xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: math.MaxUint64 - 64}, two, nil},
+		{"H2C streams write back nothing", xdma.ChainSpec{Dir: xdma.H2C, Stream: true, Results: math.MaxUint64}, seg, nil},
 	} {
-		if _, err := xdma.BuildChain(buf, 0, seg, tc.spec); !errors.Is(err, tc.err) {
+		if _, err := xdma.BuildChain(buf, 0, tc.segs, tc.spec); !errors.Is(err, tc.err) {
 			t.Errorf("%s: err = %v, want %v", tc.name, err, tc.err)
 		}
 	}
@@ -192,6 +202,8 @@ func TestWalkFindsProblems(t *testing.T) {
 		{"unmapped", map[uint64]xdma.Descriptor{0: ok(0x100000)}, 0, 0, xdma.WalkLimits{}, nil, 1},
 		// addr+32 wraps to a small number, inside the limits if unchecked.
 		{"next at the top", map[uint64]xdma.Descriptor{0: ok(math.MaxUint64 - 31)}, 0, 0, xdma.WalkLimits{Hi: 0x1000}, xdma.ErrWrap, 1},
+		{"next just below the top", map[uint64]xdma.Descriptor{0: ok(math.MaxUint64 - 63)}, 0, 0, xdma.WalkLimits{Hi: 0x1000}, xdma.ErrOutOfRange, 1},
+		{"start at the top", nil, math.MaxUint64 - 31, 0, xdma.WalkLimits{}, xdma.ErrWrap, 0},
 		{"limits below one descriptor", map[uint64]xdma.Descriptor{0: stop}, 0, 0, xdma.WalkLimits{Hi: 16}, xdma.ErrOutOfRange, 0},
 	}
 	for _, tc := range tests {

@@ -3,6 +3,7 @@ package xdma
 import (
 	"encoding/hex"
 	"errors"
+	"math"
 	"testing"
 )
 
@@ -39,6 +40,11 @@ func TestDescriptorValidate(t *testing.T) {
 		{"adjacent crosses 4K", func(d *Descriptor) { d.Next = 0x1FC0; d.NextAdjacent = 2 }, ErrBadAdjacent},
 		{"adjacent fills 4K exactly", func(d *Descriptor) { d.Next = 0x1FC0; d.NextAdjacent = 1 }, nil},
 		{"stop ignores next", func(d *Descriptor) { d.Flags = FlagStop; d.Next = 3 }, nil},
+		{"source ends at 2^64", func(d *Descriptor) { d.Src = math.MaxUint64 - 4095 }, ErrWrap},
+		{"source wraps", func(d *Descriptor) { d.Src = math.MaxUint64 }, ErrWrap},
+		{"destination ends at 2^64", func(d *Descriptor) { d.Dst = math.MaxUint64 - 4095 }, ErrWrap},
+		{"destination wraps", func(d *Descriptor) { d.Dst = math.MaxUint64 - 100 }, ErrWrap},
+		{"both end just below 2^64", func(d *Descriptor) { d.Src, d.Dst = math.MaxUint64-4096, math.MaxUint64-4096 }, nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

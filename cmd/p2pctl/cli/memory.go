@@ -11,6 +11,7 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
+	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
 // Memory kinds p2pctl allocates and pins by itself.
@@ -167,7 +168,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 // openStreamGPU opens the GPU memory a stream's slots end up in.
 func (o *Options) openStreamGPU(kind string) (stream.GPU, func() error, error) {
 	if kind == memCUDA {
-		c, err := stream.OpenCUDA(0)
+		c, err := cudamem.Open(0)
 		if err != nil {
 			return nil, nil, &exitError{ExitDevice, err}
 		}

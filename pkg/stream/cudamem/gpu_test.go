@@ -1,6 +1,6 @@
 //go:build linux && gpu
 
-package stream_test
+package cudamem_test
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/stream"
+	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
 // Compat mode on a real GPU: the device model fills a host ring, slots are
@@ -20,7 +21,7 @@ import (
 func TestCompatOnCUDA(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	gpu, err := stream.OpenCUDA(0)
+	gpu, err := cudamem.Open(0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,330 @@
+//go:build linux
+
+// Package cudamem is GPU memory from the CUDA driver for package stream:
+// the ring's device memory, compat mode's asynchronous copies into it, and
+// frame checking there with package gpucheck's kernel. It lives apart from
+// stream so that programs which stream into other memory link neither the
+// CUDA loader nor the checker.
+package cudamem
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+
+	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/gpucheck"
+	"github.com/gpufpga/gpufpga/pkg/stream"
+)
+
+// GPU is a CUDA device's memory as a stream.GPU. Compat mode's copies go
+// round robin over a few CUDA streams, so consecutive slots copy
+// concurrently (double or triple buffering) while the FPGA fills the next.
+type GPU struct {
+	dev     *cuda.Device
+	owned   bool // opened by Open: Close releases it
+	streams []*cuda.Stream
+	mu      sync.Mutex
+	next    int
+	events  []*cuda.Event // idle completion events
+	// host is the memory RegisterHost page-locked: the only memory
+	// CopyIn copies from, since the copy engines read it after CopyIn
+	// returns.
+	host []*cuda.HostBuffer
+}
+
+var (
+	_ stream.GPU         = (*GPU)(nil)
+	_ stream.GPUChecking = (*GPU)(nil)
+)
+
+// New returns g's memory with copies spread over copyStreams streams (at
+// least one; three keeps a copy engine busy).
+func New(g *cuda.Device, copyStreams int) (*GPU, error) {
+	c := &GPU{dev: g}
+	if err := g.Lock(); err != nil {
+		return nil, err
+	}
+	defer g.Unlock()
+	for range max(copyStreams, 1) {
+		s, err := g.NewStream()
+		if err != nil {
+			// The context is current already: no Close, which would lock again.
+			for _, s := range c.streams {
+				s.Close()
+			}
+			return nil, err
+		}
+		c.streams = append(c.streams, s)
+	}
+	return c, nil
+}
+
+// Open loads the CUDA driver and returns GPU ordinal's memory with three
+// copy streams; cuda.ErrNoDriver where there is no driver.
+func Open(ordinal int) (*GPU, error) {
+	g, err := cuda.OpenDevice(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	c, err := New(g, 3)
+	if err != nil {
+		g.Close()
+		return nil, err
+	}
+	c.owned = true
+	return c, nil
+}
+
+// Device returns the CUDA device.
+func (c *GPU) Device() *cuda.Device { return c.dev }
+
+// Close destroys the copy streams and events, and releases the device if
+// Open opened it.
+func (c *GPU) Close() error {
+	if err := c.dev.Lock(); err != nil {
+		return err
+	}
+	defer c.dev.Unlock()
+	var errs []error
+	for _, s := range c.streams {
+		errs = append(errs, s.Close())
+	}
+	for _, e := range c.events {
+		errs = append(errs, e.Close())
+	}
+	if c.owned {
+		errs = append(errs, c.dev.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Alloc implements stream.GPU: cuMemAlloc rounded to 64 KiB, SYNC_MEMOPS
+// set.
+func (c *GPU) Alloc(size uint64) (stream.GPUBuffer, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	b, err := c.dev.Alloc(size)
+	if err != nil {
+		return nil, err
+	}
+	return &buffer{c: c, b: b}, nil
+}
+
+// RegisterHost implements stream.GPU: cuMemHostRegister, so copies from
+// the ring run on the copy engines without staging.
+func (c *GPU) RegisterHost(b []byte) (func() error, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	h, err := c.dev.HostRegister(b)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	c.host = append(c.host, h)
+	c.mu.Unlock()
+	return func() error {
+		c.mu.Lock()
+		c.host = slices.DeleteFunc(c.host, func(x *cuda.HostBuffer) bool { return x == h })
+		c.mu.Unlock()
+		if err := c.dev.Lock(); err != nil {
+			return err
+		}
+		defer c.dev.Unlock()
+		return h.Free()
+	}, nil
+}
+
+// registered returns the registered memory src lies in, and src's offset
+// there.
+func (c *GPU) registered(src []byte) (*cuda.HostBuffer, uint64, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, h := range c.host {
+		if off, ok := h.Offset(src); ok {
+			return h, off, true
+		}
+	}
+	return nil, 0, false
+}
+
+func (c *GPU) event() (*cuda.Event, *cuda.Stream, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[c.next]
+	c.next = (c.next + 1) % len(c.streams)
+	if n := len(c.events); n > 0 {
+		e := c.events[n-1]
+		c.events = c.events[:n-1]
+		return e, s, nil
+	}
+	e, err := c.dev.NewSyncEvent()
+	return e, s, err
+}
+
+func (c *GPU) recycle(e *cuda.Event) {
+	c.mu.Lock()
+	c.events = append(c.events, e)
+	c.mu.Unlock()
+}
+
+// Done records an event on s, after the work queued there so far (the
+// kernels that read a slot), for stream.Session.ReleaseAfter.
+func (c *GPU) Done(s *cuda.Stream) (stream.Copy, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	c.mu.Lock()
+	var e *cuda.Event
+	if n := len(c.events); n > 0 {
+		e, c.events = c.events[n-1], c.events[:n-1]
+	}
+	c.mu.Unlock()
+	if e == nil {
+		var err error
+		if e, err = c.dev.NewSyncEvent(); err != nil {
+			return nil, err
+		}
+	}
+	if err := e.Record(s); err != nil {
+		c.recycle(e)
+		return nil, err
+	}
+	return &copyDone{c: c, e: e}, nil
+}
+
+type buffer struct {
+	c *GPU
+	b *cuda.Buffer
+}
+
+var (
+	_ stream.GPUBuffer = (*buffer)(nil)
+	_ stream.ReadBack  = (*buffer)(nil)
+)
+
+func (b *buffer) Addr() uint64 { return b.b.Ptr }
+func (b *buffer) Size() uint64 { return b.b.Size }
+
+func (b *buffer) Free() error {
+	if err := b.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer b.c.dev.Unlock()
+	return b.b.Free()
+}
+
+// CopyIn queues an asynchronous host-to-device copy and an event after it.
+// src must lie in memory given to RegisterHost.
+func (b *buffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
+	if off > b.b.Size || uint64(len(src)) > b.b.Size-off {
+		return nil, fmt.Errorf("%w: copy of %d bytes to offset %d of a %d-byte buffer", stream.ErrConfig, len(src), off, b.b.Size)
+	}
+	h, hoff, ok := b.c.registered(src)
+	if !ok {
+		return nil, fmt.Errorf("%w: copy of %d bytes from host memory not given to RegisterHost", stream.ErrConfig, len(src))
+	}
+	if err := b.c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer b.c.dev.Unlock()
+	e, s, err := b.c.event()
+	if err != nil {
+		return nil, err
+	}
+	if err := s.CopyHtoD(b.b.Ptr+off, h, hoff, uint64(len(src))); err != nil {
+		b.c.recycle(e)
+		return nil, err
+	}
+	if err := e.Record(s); err != nil {
+		b.c.recycle(e)
+		return nil, err
+	}
+	return &copyDone{c: b.c, e: e}, nil
+}
+
+// CopyOut implements stream.ReadBack with a synchronous device-to-host
+// copy.
+func (b *buffer) CopyOut(dst []byte, off uint64) error {
+	if off > b.b.Size || uint64(len(dst)) > b.b.Size-off {
+		return fmt.Errorf("%w: copy of %d bytes from offset %d of a %d-byte buffer", stream.ErrConfig, len(dst), off, b.b.Size)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := b.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer b.c.dev.Unlock()
+	return b.c.dev.CopyDtoH(dst, b.b.Ptr+off)
+}
+
+// copyDone is an event recorded after queued work: a copy or a consumer's
+// kernels.
+type copyDone struct {
+	c *GPU
+	e *cuda.Event
+}
+
+func (cp *copyDone) Wait() error {
+	if err := cp.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer cp.c.dev.Unlock()
+	err := cp.e.Sync()
+	cp.c.recycle(cp.e)
+	return err
+}
+
+// NewFrameChecker implements stream.GPUChecking with package gpucheck's
+// kernel.
+func (c *GPU) NewFrameChecker(frameSize, maxFrames int) (stream.FrameChecker, error) {
+	if err := c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer c.dev.Unlock()
+	chk, err := gpucheck.New(c.dev, frameSize, maxFrames)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.dev.NewStream()
+	if err != nil {
+		chk.Close()
+		return nil, err
+	}
+	return &checker{c: c, chk: chk, s: s}, nil
+}
+
+type checker struct {
+	c   *GPU
+	chk *gpucheck.Checker
+	s   *cuda.Stream
+}
+
+func (k *checker) Check(b stream.GPUBuffer, off, n uint64) error {
+	if err := k.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer k.c.dev.Unlock()
+	if err := k.chk.Launch(k.s, b.Addr()+off, n); err != nil {
+		return err
+	}
+	return k.chk.Collect(k.s)
+}
+
+func (k *checker) Stats() frame.Stats { return k.chk.Stats() }
+
+func (k *checker) Close() error {
+	if err := k.c.dev.Lock(); err != nil {
+		return err
+	}
+	defer k.c.dev.Unlock()
+	return errors.Join(k.s.Close(), k.chk.Close())
+}
