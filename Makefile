@@ -25,7 +25,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -74,10 +74,11 @@ $(CURDIR)/build/vmlinux-%:
 
 # The guest suite on one kernel: $(1) release, $(2) image, $(3) modules,
 # $(4) guest kernel modules ("" when what the guest needs is built in),
-# $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old.
+# $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old;
+# $(6) the host-side test that boots it (default TestRig, the whole suite).
 VMTEST_PKG := ./hw/testbench/vmtest/
 vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
-	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run TestRig $(VMTEST_PKG)
+	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run '^$(or $(6),TestRig)$$' $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
 # Debian's 6.1 next to a proprietary NVIDIA driver and on 6.12 next to the
@@ -93,6 +94,13 @@ vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612)
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
+
+# DMA through SWIOTLB bounce buffers (swiotlb=force), on 6.12: host pins
+# are refused with the reason, GPU pins work.
+vmtest-swiotlb: $(CURDIR)/build/vmlinux-$(KVER_612)
+	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
+	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
+	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestBounceBuffers)
 
 # The same suite, and the ABI fuzzer, on the debug kernel (KASAN, lockdep,
 # kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
@@ -199,7 +207,7 @@ dkms-check:
 
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
-TEST_PHASES := deps lint unit dkms-check vmtest-6.1 vmtest-6.12 debug-kernel vmtest-debug
+TEST_PHASES := deps lint unit dkms-check vmtest-6.1 vmtest-6.12 vmtest-swiotlb debug-kernel vmtest-debug
 test:
 	@set -e; for p in $(TEST_PHASES); do \
 		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \

@@ -67,6 +67,7 @@ type report struct {
 	HtoDPeak       float64           `json:"pinned_htod_peak_gb_per_s"`
 	Checker        []checkRun        `json:"frame_checker"`
 	Compat         []*compatRun      `json:"compat"`
+	Calibration    []calibration     `json:"compat_source_calibration,omitempty"`
 	CompatMedian   float64           `json:"compat_median_ratio_to_peak"`
 	SourceMin      float64           `json:"compat_source_alone_min_ratio_to_peak"`
 	Seconds        float64           `json:"seconds"`
@@ -82,10 +83,10 @@ const (
 
 func main() {
 	var cc compatConfig
-	flag.IntVar(&cc.slots, "compat-slots", 32, "compat path: slots in the ring")
-	flag.IntVar(&cc.slotSize, "compat-slot-size", 16<<20, "compat path: bytes per slot")
-	flag.IntVar(&cc.workers, "compat-workers", max(runtime.NumCPU()-4, 1), "compat path: device model workers encoding frames")
-	flag.IntVar(&cc.streams, "compat-streams", 3, "compat path: CUDA streams the copies go round")
+	flag.IntVar(&cc.slots, "compat-slots", 8, "compat path: slots in the ring")
+	flag.IntVar(&cc.slotSize, "compat-slot-size", 64<<20, "compat path: bytes per slot")
+	flag.IntVar(&cc.workers, "compat-workers", 0, "compat path: device model workers encoding frames; 0: the fewest that outrun the copy peak 1.3 times")
+	flag.IntVar(&cc.streams, "compat-streams", 2, "compat path: CUDA streams the copies go round")
 	flag.IntVar(&cc.runs, "compat-runs", 5, "compat path: runs, each with the source alone first; the median is reported")
 	flag.DurationVar(&cc.seconds, "compat-time", 4*time.Second, "compat path: length of each run")
 	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
@@ -230,6 +231,12 @@ func run(cc compatConfig, compatOnly bool, reps int, out string) error {
 	// ceiling measured just before, and their median.
 	var ratios []float64
 	r.SourceMin = 0
+	if cc.workers <= 0 {
+		var err error
+		if cc.workers, r.Calibration, err = calibrateWorkers(cc, r.HtoDPeak); err != nil {
+			return fmt.Errorf("compat path: calibrating the source: %w", err)
+		}
+	}
 	for i := range max(cc.runs, 1) {
 		c, err := benchCompat(g, cc, r.HtoDPeak)
 		if err != nil {

@@ -38,7 +38,11 @@ DEFINE_SHOW_ATTRIBUTE(channels);
 
 static int pins_show(struct seq_file *s, void *unused)
 {
-	static const char * const kinds[] = { "gpu", "host", "dmabuf" };
+	static const char * const kinds[] = {
+		[GPUFPGA_PIN_GPU] = "gpu",
+		[GPUFPGA_PIN_HOST] = "host",
+		[GPUFPGA_PIN_DMABUF] = "dmabuf",
+	};
 	struct gpufpga_dev *dev = s->private;
 	struct gpufpga_file *f;
 	struct gpufpga_mem *m;
@@ -50,7 +54,7 @@ static int pins_show(struct seq_file *s, void *unused)
 		mutex_lock(&f->lock);
 		xa_for_each(&f->pins, handle, m)
 			seq_printf(s, "%p %lu %s %#llx %llu %u %u %s %d\n", f, handle,
-				   kinds[m->kind], m->addr, m->len, m->npages, m->nruns,
+				   m->kind < ARRAY_SIZE(kinds) && kinds[m->kind] ? kinds[m->kind] : "?", m->addr, m->len, m->npages, m->nruns,
 				   m->state == GPUFPGA_MEM_ACTIVE ? "active" : "revoked",
 				   atomic_read(&m->inflight));
 		mutex_unlock(&f->lock);

@@ -64,6 +64,9 @@ struct gpufpga_event {
 	struct gpufpga_completion rec;
 };
 
+/* read() hands out records of exactly this size in ABI 1. */
+static_assert(sizeof(struct gpufpga_completion) == 112);
+
 struct gpufpga_chan {
 	struct gpufpga_dev *dev;
 	u8 dir;

@@ -355,16 +355,21 @@ static int gpufpga_init_channels(struct gpufpga_dev *dev)
 static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
-	int ci;
+	int ci, ret = 0;
 
 	if (dev->link_down)
 		return -ENODEV;
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+	/* All stop at once; then each is waited for, and cut off if it must. */
 	gpufpga_for_each_chan(dev, ch, ci) {
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), 0);
-		gpufpga_chan_halt(ch);
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 	}
-	return dev->dead ? -EIO : 0;
+	gpufpga_for_each_chan(dev, ch, ci) {
+		if (gpufpga_chan_halt(ch) & XDMA_STAT_BUSY)
+			ret = -EIO;
+	}
+	return dev->link_down ? -ENODEV : ret;
 }
 
 static bool gpufpga_has_mm_channel(struct gpufpga_dev *dev)
@@ -372,9 +377,10 @@ static bool gpufpga_has_mm_channel(struct gpufpga_dev *dev)
 	struct gpufpga_chan *ch;
 	int ci;
 
-	gpufpga_for_each_chan(dev, ch, ci)
+	gpufpga_for_each_chan(dev, ch, ci) {
 		if (!ch->stream)
 			return true;
+	}
 	return false;
 }
 
@@ -467,11 +473,6 @@ static void gpufpga_fail_channels(struct gpufpga_dev *dev)
 }
 
 /*
- * The device goes away: stop all DMA; open files see -ENODEV. Failing the
- * transfers first wakes blocked ioctls, so taking the rwsem waits only for
- * calls already under way, whose transfers are then failed too.
- */
-/*
  * Open files outlive the device; their DMA mappings of it must not. A
  * close() may be unpinning a pin it already took out of its table: wait
  * for that too. No pin can be made meanwhile: the device is dead.
@@ -509,6 +510,8 @@ static void gpufpga_shutdown(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
+	dev->dead = true;		/* nothing new starts */
+	gpufpga_fail_channels(dev);	/* what runs halts, under its channel's lock */
 	gpufpga_stop_engines(dev);
 	pci_clear_master(pdev);
 }

@@ -27,6 +27,7 @@ var (
 	ErrNoDevice       = errors.New("no gpufpga device")
 	ErrSlotLayout     = errors.New("a packet ended inside a slot of several descriptors")
 	ErrNoCardMemory   = errors.New("card memory size not configured")
+	ErrBounceBuffers  = errors.New("DMA to this host memory needs bounce buffers or cache maintenance")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -58,6 +59,7 @@ var hints = map[error]string{
 	ErrPermission:     "add the user to the gpufpga group (udev rule 99-gpufpga.rules), or run as root for bus addresses",
 	ErrBusy:           "wait for the pin's transfers to complete before unpinning",
 	ErrHardware:       "the engine stopped on an error: the decoded status names it",
+	ErrBounceBuffers:  "host pins need direct DMA: boot without swiotlb=force, put the FPGA in IOMMU passthrough (iommu=pt), or pin GPU memory",
 	ErrNoCardMemory:   "load gpufpga with card_mem_size=<bytes of card memory behind the memory-mapped channels>, so that card addresses can be checked",
 	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }

@@ -63,7 +63,13 @@ func (d *Device) PinDmabuf(fd int, off, length uint64) (*Pin, error) {
 func (d *Device) pin(a *pinArg, detail string) (*Pin, error) {
 	addr, length := a.Addr, a.Len
 	if err := d.ioctl(iocPin, unsafe.Pointer(a)); err != nil {
-		return nil, newError("pin", err, detail)
+		err = newError("pin", err, detail)
+		// For host memory, "not available" means the platform would
+		// bounce or cache-maintain every DMA: long-lived pins cannot.
+		if e, ok := err.(*Error); ok && a.Kind == pinKindHost && e.Err == unix.EOPNOTSUPP {
+			e.Kind = ErrBounceBuffers
+		}
+		return nil, err
 	}
 	return &Pin{
 		Handle: a.Handle, Kind: PinKind(a.Kind), Addr: addr, Len: length, Offset: a.Offset,

@@ -259,11 +259,13 @@ func (d *Device) readCompletions(done chan struct{}) {
 		}
 		for off := 0; off+completionSize <= n; off += completionSize {
 			r := decodeRecord(buf[off:])
-			if r.kind != eventXfer {
+			switch r.kind {
+			case eventXfer:
+				d.deliver(r.c)
+			case eventSlot, eventStreamEnd:
 				d.streamEvent(r)
-				continue
 			}
-			d.deliver(r.c)
+			// Kinds a newer driver may add are not ours to read.
 		}
 	}
 }

@@ -25,9 +25,9 @@ const (
 
 	xferFlagAsync = 0x1
 
-	eventXfer      = 0x0
-	eventSlot      = 0x1
-	eventStreamEnd = 0x2
+	eventXfer      = 0x1
+	eventSlot      = 0x2
+	eventStreamEnd = 0x3
 	slotEOP        = 0x1
 
 	iocInfo   = 0x8080d600

@@ -33,6 +33,12 @@ var rigPackages = []string{
 	"github.com/gpufpga/gpufpga/hw/testbench/abifuzz",
 }
 
+// TestBounceBuffers boots a guest whose DMA goes through SWIOTLB bounce
+// buffers, where long-lived host pins cannot work.
+func TestBounceBuffers(t *testing.T) {
+	Run(t, Options{Append: []string{"swiotlb=force"}}, "github.com/gpufpga/gpufpga/hw/testbench/bounce")
+}
+
 // TestDemo boots the rig for `make demo` alone.
 func TestDemo(t *testing.T) {
 	Run(t, Options{TestTimeout: 100 * time.Second}, "github.com/gpufpga/gpufpga/hw/testbench/demo")

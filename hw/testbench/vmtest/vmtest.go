@@ -42,6 +42,7 @@ type Options struct {
 	Rig         devmodel.Config // Dir is filled in
 	VMTimeout   time.Duration   // whole VM; default 4 minutes
 	TestTimeout time.Duration   // each guest test binary; default 3 minutes
+	Append      []string        // more kernel command line
 }
 
 // KernelVersion returns the Debian kernel release the rig boots: $KVER, or
@@ -155,7 +156,7 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 
 	phases := newPhaseClock()
 	reports := newReportScanner()
-	appendArgs := []string{"console=ttyS0", "slub_debug=FZPU", "panic=-1"}
+	appendArgs := append([]string{"console=ttyS0", "slub_debug=FZPU", "panic=-1"}, opts.Append...)
 	if DebugKernel() {
 		// Every KASAN report, not only the first; the guest's tests read
 		// kmemleak at the end.

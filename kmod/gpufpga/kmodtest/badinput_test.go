@@ -3,6 +3,7 @@
 package kmodtest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
@@ -194,7 +195,7 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 	}
 	nullFile, _ := os.Open("/dev/null")
 	defer nullFile.Close()
-	ringBuf := make([]byte, 64)
+	ringBuf := make([]byte, sizeCompletion)
 
 	tests := []struct {
 		name string
@@ -336,7 +337,7 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 	runtime.KeepAlive(streams)
 	runtime.KeepAlive(one)
 	// A longer struct with a zero tail is a newer caller: accepted.
-	long := append(rawPin{addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), make([]byte, 16)...)
+	long := append(rawPin{kind: kindGPU, addr: a.VA, len: 4096, fd: -1}.bytes(sizePin), make([]byte, 16)...)
 	if err := rawIoctl(f, ioc(iocRW, 1, sizePin+16), long); err != nil {
 		t.Errorf("longer pin struct with zero tail: %v", err)
 	}
@@ -362,7 +363,7 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 	if err := readErr(8); err != unix.EINVAL {
 		t.Errorf("read smaller than a completion: %v, want EINVAL", err)
 	}
-	if err := readErr(64); err != unix.EAGAIN {
+	if err := readErr(sizeCompletion); err != unix.EAGAIN {
 		t.Errorf("non-blocking read with nothing done: %v, want EAGAIN", err)
 	}
 	_ = d
@@ -575,7 +576,7 @@ func TestRawSyncAndEventfd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	h := rawPinOK(t, f, rawPin{addr: a.VA + 10, len: 200000, fd: -1})
+	h := rawPinOK(t, f, rawPin{kind: kindGPU, addr: a.VA + 10, len: 200000, fd: -1})
 	segs := []uint64{h, 0, 200000}
 	b := rawXfer{nsegs: 1, segs: segs, cardAddr: 4096}.bytes()
 	if err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b); err != nil {
@@ -592,7 +593,7 @@ func TestRawSyncAndEventfd(t *testing.T) {
 	}
 	defer unix.Close(efd)
 	segs = []uint64{h, 100, 5000}
-	b = rawXfer{dir: 1, flags: 1, eventfd: int32(efd), nsegs: 1, segs: segs}.bytes()
+	b = rawXfer{dir: 1, flags: 1, eventfd: int32(efd), eventfdSet: true, nsegs: 1, segs: segs}.bytes()
 	le.PutUint64(b[40:], 77) // user_data
 	if err := rawIoctl(f, ioc(iocRW, 4, sizeXfer), b); err != nil {
 		t.Fatalf("asynchronous transfer: %v", err)
@@ -603,11 +604,16 @@ func TestRawSyncAndEventfd(t *testing.T) {
 	if _, err := unix.Read(efd, one[:]); err != nil || le.Uint64(one[:]) != 1 {
 		t.Fatalf("eventfd: %v %x", err, one)
 	}
-	var c [56]byte
-	if n, err := f.Read(c[:]); err != nil || n != 56 {
+	var c [sizeCompletion]byte
+	if n, err := f.Read(c[:]); err != nil || n != sizeCompletion {
 		t.Fatalf("completion read: %d, %v", n, err)
 	}
-	if le.Uint64(c[0:]) != id || le.Uint64(c[8:]) != 77 || le.Uint64(c[16:]) != 5000 || le.Uint32(c[28:]) != 0 || le.Uint32(c[40:]) != 1 {
+	// kind XFER, no flags, C2H channel 0, the id, user_data 77, no
+	// stream fields, 5000 bytes, no error, a time, nothing reserved.
+	if le.Uint32(c[0:]) != 1 || le.Uint32(c[4:]) != 0 || le.Uint32(c[8:]) != 1 || le.Uint32(c[12:]) != 0 ||
+		le.Uint64(c[16:]) != id || le.Uint64(c[24:]) != 77 || le.Uint64(c[32:]) != 0 || le.Uint32(c[40:]) != 0 ||
+		le.Uint64(c[48:]) != 5000 || le.Uint32(c[56:]) != 0 || le.Uint64(c[72:]) == 0 ||
+		!bytes.Equal(c[80:], make([]byte, 32)) {
 		t.Fatalf("completion %x", c)
 	}
 }
@@ -625,7 +631,7 @@ func TestSyncTransferSurvivesSignals(t *testing.T) {
 	}
 	defer f.Close()
 	const n = 8 << 20
-	h := rawPinOK(t, f, rawPin{addr: a.VA, len: n, fd: -1})
+	h := rawPinOK(t, f, rawPin{kind: kindGPU, addr: a.VA, len: n, fd: -1})
 	le := binary.LittleEndian
 	for round := range 5 {
 		runtime.LockOSThread()

@@ -7,6 +7,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"reflect"
 	"strings"
@@ -185,7 +186,20 @@ func TestPinHostAndDmabuf(t *testing.T) {
 	if dp.Pages != 17 || dp.Offset != 5 {
 		t.Fatalf("dma-buf pin %+v", dp)
 	}
-	for _, p := range []*p2p.Pin{hp, dp} {
+	// debugfs names each live pin's kind.
+	gp := pinGPU(t, d, a.VA, 1<<16)
+	pins, err := os.ReadFile("/sys/kernel/debug/gpufpga/gpufpga0/pins")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		fmt.Sprintf(" %d host ", hp.Handle), fmt.Sprintf(" %d dmabuf ", dp.Handle), fmt.Sprintf(" %d gpu ", gp.Handle),
+	} {
+		if !strings.Contains(string(pins), want) {
+			t.Errorf("debugfs pins lacks %q:\n%s", want, pins)
+		}
+	}
+	for _, p := range []*p2p.Pin{hp, dp, gp} {
 		if err := p.Unpin(); err != nil {
 			t.Fatal(err)
 		}

@@ -134,9 +134,9 @@ func TestStreamRecordsBounded(t *testing.T) {
 	records, endErr := 0, int32(0)
 	for off := 0; off+sizeCompletion <= n; off += sizeCompletion {
 		switch le.Uint32(buf[off:]) { // kind
-		case 1: // slot
+		case 2: // slot
 			records++
-		case 2: // stream end
+		case 3: // stream end
 			endErr = int32(le.Uint32(buf[off+56:])) // error
 		}
 	}

@@ -119,7 +119,7 @@ func TestZZUnload(t *testing.T) {
 // tables of major version 1, as NVIDIA drivers before 580.65.06 do.
 func TestZZZPageTableV1(t *testing.T) {
 	guest.Require(t)
-	for _, m := range [][]string{{"nvp2p_sim", "pt_major=1"}, {"gpufpga"}, {"gpufpga_nv"}} {
+	for _, m := range [][]string{{"nvp2p_sim", "pt_major=1"}, {"gpufpga", "card_mem_size=67108864"}, {"gpufpga_nv"}} {
 		if err := guest.LoadModule(m[0], m[1:]...); err != nil {
 			t.Fatal(err)
 		}

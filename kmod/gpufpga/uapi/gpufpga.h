@@ -108,9 +108,12 @@ struct gpufpga_info {
  * @nruns:	out: runs of bus-contiguous pages.
  * @largest_run: out: pages in the longest run.
  *
- * Errors: -EINVAL (bad kind, flags, length, or a range NVIDIA refuses: the
- * kernel log names the reason), -EOPNOTSUPP (this pin kind is not available:
- * no nvidia.ko, or a dma-buf exporter that refuses peer-to-peer), -ENOSPC
+ * Errors: -EINVAL (bad kind, flags, length or fd, a file that is not a
+ * dma-buf, or a range NVIDIA refuses: the kernel log names the reason),
+ * -EBADF (@fd is not open), -EOPNOTSUPP (this pin kind is not available:
+ * no nvidia.ko, a dma-buf exporter that refuses peer-to-peer, or host
+ * memory that DMA reaches only through bounce buffers or cache
+ * maintenance, as under swiotlb=force), -ENOSPC
  * (a pin limit would be exceeded), -ENOMEM, -EFAULT (host range not mapped).
  */
 struct gpufpga_pin {
@@ -201,9 +204,9 @@ struct gpufpga_seg {
  * @nsegs:	in: entries at @segs, 1 to gpufpga_info.max_segs.
  * @segs:	in: user pointer to struct gpufpga_seg[@nsegs]; the transfer
  *		moves their bytes in order.
- * @card_addr:	in: card (AXI) address for a memory-mapped channel, inside
- *		gpufpga_info.card_mem_size when that is known; must be 0 for a
- *		stream channel.
+ * @card_addr:	in: card (AXI) address for a memory-mapped channel; the
+ *		transfer must end inside gpufpga_info.card_mem_size. Must be 0
+ *		for a stream channel.
  * @timeout_ms:	in: 0 for the default.
  * @eventfd:	in: with GPUFPGA_XFER_ASYNC, an eventfd signalled at completion,
  *		or -1 for none; -1 for a synchronous transfer.
@@ -222,7 +225,8 @@ struct gpufpga_seg {
  * Errors: -EINVAL
  * (bad direction, channel, flags, card address, eventfd, or a segment
  * outside its pin, zero-length or overflowing), -ENXIO (a memory-mapped
- * channel while gpufpga_info.card_mem_size is 0), -ENOENT (unknown handle),
+ * channel while gpufpga_info.card_mem_size is 0), -EBADF (@eventfd is not
+ * open), -ENOENT (unknown handle),
  * -EKEYREVOKED (a pin was revoked, before or during the transfer),
  * -E2BIG (more descriptors or segments than the limits), -ETIMEDOUT (the
  * engine stalled; it was halted and @status says why), -EIO (the engine
@@ -259,10 +263,10 @@ struct gpufpga_cancel {
 	__u32 pad;
 };
 
-/* Kinds of gpufpga_completion records. */
-#define GPUFPGA_EVENT_XFER	0	/* an asynchronous transfer finished */
-#define GPUFPGA_EVENT_SLOT	1	/* a stream slot was filled */
-#define GPUFPGA_EVENT_STREAM_END 2	/* a stream stopped; error says why */
+/* Kinds of gpufpga_completion records; 0 is none. */
+#define GPUFPGA_EVENT_XFER	1	/* an asynchronous transfer finished */
+#define GPUFPGA_EVENT_SLOT	2	/* a stream slot was filled */
+#define GPUFPGA_EVENT_STREAM_END 3	/* a stream stopped; error says why */
 
 /* gpufpga_completion.flags of a slot. */
 #define GPUFPGA_SLOT_EOP	(1U << 0)	/* the packet (frame) ended in it */
@@ -272,7 +276,8 @@ struct gpufpga_cancel {
  * of this; poll() reports POLLIN while any are waiting. A read with room
  * for none fails with -EINVAL; with none waiting it blocks, or fails with
  * -EAGAIN under O_NONBLOCK. Each field means one thing; a field that does
- * not apply to a kind is 0.
+ * not apply to a kind is 0. The record is 112 bytes in ABI 1 and grows
+ * only into @reserved.
  * @kind:	GPUFPGA_EVENT_*.
  * @flags:	SLOT: GPUFPGA_SLOT_*.
  * @dir:	the channel's direction.
@@ -282,8 +287,10 @@ struct gpufpga_cancel {
  * @seq:	SLOT and STREAM_END: the stream's fills reported before this
  *		record, so a slot's fill sequence number, from 0.
  * @slot:	SLOT: the slot's index.
- * @status:	the channel's XDMA status (at the end, for failures).
- * @bytes:	bytes moved into the transfer's memory or the slot.
+ * @status:	XFER and STREAM_END: the channel's XDMA status register when
+ *		it stopped. SLOT: 0.
+ * @bytes:	XFER: bytes moved (before the failure, if one). SLOT: bytes
+ *		in the slot. STREAM_END: 0.
  * @error:	0 or a negative errno (a STREAM_END after a failure says why).
  * @pad:	0.
  * @duration_ns: XFER: from start on the engine to completion.
