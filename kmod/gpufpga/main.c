@@ -54,7 +54,7 @@ MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may 
 
 unsigned long gpufpga_card_mem_size;
 module_param_named(card_mem_size, gpufpga_card_mem_size, ulong, 0444);
-MODULE_PARM_DESC(card_mem_size, "bytes of card memory behind memory-mapped channels: reported by INFO, and transfers past it are refused (0: memory-mapped transfers refused)");
+MODULE_PARM_DESC(card_mem_size, "end of the card (AXI) address window of memory-mapped channels, which starts at 0: reported by INFO, and transfers past it are refused (0: memory-mapped transfers refused)");
 
 struct workqueue_struct *gpufpga_wq;
 static DEFINE_IDA(gpufpga_ida);

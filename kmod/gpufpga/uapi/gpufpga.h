@@ -53,9 +53,10 @@
  * @c2h:		per C2H channel, GPUFPGA_CHAN_* flags.
  * @pin_kinds:		bit (1 << GPUFPGA_PIN_*) for each kind that works now;
  *			GPU pins need nvidia.ko (or the rig's simulated GPU).
- * @card_mem_size:	bytes of card memory behind memory-mapped channels
- *			(module parameter card_mem_size); 0 when not set,
- *			and memory-mapped transfers are then refused.
+ * @card_mem_size:	end of the card (AXI) address window of memory-mapped
+ *			channels, which starts at 0 (module parameter
+ *			card_mem_size); 0 when not set, and memory-mapped
+ *			transfers are then refused.
  * @max_desc_len:	largest descriptor the driver builds, bytes.
  * @max_descs:		descriptors per transfer (module parameter).
  * @max_segs:		segments per transfer.
