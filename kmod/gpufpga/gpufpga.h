@@ -25,6 +25,7 @@
 #include <linux/kref.h>
 #include <linux/miscdevice.h>
 #include <linux/mutex.h>
+#include <linux/overflow.h>
 #include <linux/pci.h>
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
@@ -63,6 +64,17 @@ struct gpufpga_event {
 	struct gpufpga_req *req;	/* its transfer, or NULL */
 	struct gpufpga_completion rec;
 };
+
+/*
+ * Whether the page at @next follows the page of @size bytes at @prev on the
+ * bus; the top page of the address space is not followed by page 0.
+ */
+static inline bool gpufpga_bus_follows(dma_addr_t prev, dma_addr_t next, u64 size)
+{
+	dma_addr_t end;
+
+	return !check_add_overflow(prev, (dma_addr_t)size, &end) && end == next;
+}
 
 /* read() hands out records of exactly this size in ABI 1. */
 static_assert(sizeof(struct gpufpga_completion) == 112);

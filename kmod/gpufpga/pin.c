@@ -154,7 +154,7 @@ static void gpufpga_count_runs(struct gpufpga_mem *m)
 	m->nruns = 1;
 	m->largest_run = 1;
 	for (i = 1; i < m->npages; i++) {
-		if (m->bus[i] == m->bus[i - 1] + m->page_size) {
+		if (gpufpga_bus_follows(m->bus[i - 1], m->bus[i], m->page_size)) {
 			run++;
 		} else {
 			m->nruns++;

@@ -81,7 +81,7 @@ int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, 
 		page = off / ps;
 		addr = m->bus[page] + off % ps;
 		n = min(len, ps - off % ps);
-		while (n < len && m->bus[page + 1] == m->bus[page] + ps) {
+		while (n < len && gpufpga_bus_follows(m->bus[page], m->bus[page + 1], ps)) {
 			page++;
 			n = min(len, n + ps);
 		}

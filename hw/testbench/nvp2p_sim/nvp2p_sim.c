@@ -62,6 +62,10 @@ static unsigned int free_in_get_pages;
 module_param(free_in_get_pages, uint, 0644);
 MODULE_PARM_DESC(free_in_get_pages, "free the allocation (running the free callback) before each of the next N callback get_pages calls returns");
 
+static unsigned long dma_offset;
+module_param(dma_offset, ulong, 0644);
+MODULE_PARM_DESC(dma_offset, "added (modulo 2^64) to every DMA address dma_map_pages hands out, as an IOMMU's IOVAs would move them: for tests of address ranges only, as DMA to them goes nowhere");
+
 static bool quarantine = !IS_ENABLED(CONFIG_KASAN);
 module_param(quarantine, bool, 0444);
 MODULE_PARM_DESC(quarantine, "keep freed page tables poisoned until unload, so that a later use is caught without KASAN");
@@ -419,7 +423,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	spin_lock(&sim->lock);
 	/* No IOMMU between the peers: bus addresses are BAR addresses. */
 	for (i = 0; i < n; i++)
-		m->map.dma_addresses[i] = p->page_structs[i].physical_address;
+		m->map.dma_addresses[i] = p->page_structs[i].physical_address + dma_offset;
 	m->map.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
 	m->map.page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
 	m->map.entries = n;

@@ -8,8 +8,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"reflect"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -504,5 +506,41 @@ func TestAllOnesCountIsNotLinkDown(t *testing.T) {
 	}
 	if strings.Contains(strings.TrimPrefix(after, before), "link down") {
 		t.Fatalf("kernel log: %s", strings.TrimPrefix(after, before))
+	}
+}
+
+// TestTopPageIsNotFollowedByPageZero: GPU pages handed out at the very top
+// of the bus address space and at 0 (the simulated driver moves its DMA
+// addresses, as an IOMMU's IOVAs could) are two runs, not one that wraps.
+// No transfer touches them: DMA to those addresses goes nowhere.
+func TestTopPageIsNotFollowedByPageZero(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	a := alloc(t, g, 2*simgpu.PageSize, simgpu.Contiguous)
+	table, err := a.Table()
+	if err != nil || len(table) != 2 || table[1] != table[0]+simgpu.PageSize {
+		t.Fatalf("allocation table %#x, %v: want two contiguous pages", table, err)
+	}
+	const param = "/sys/module/nvp2p_sim/parameters/dma_offset"
+	offset := -table[0] - simgpu.PageSize // page 0 to 2^64-64K, page 1 to 0
+	if err := os.WriteFile(param, []byte(strconv.FormatUint(offset, 10)), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := os.WriteFile(param, []byte("0"), 0); err != nil {
+			t.Error(err)
+		}
+	}()
+	p := pinGPU(t, d, a.VA, a.Size)
+	defer p.Unpin()
+	st, err := p.Query(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []uint64{math.MaxUint64 - simgpu.PageSize + 1, 0}; !reflect.DeepEqual(st.Table.Pages, want) {
+		t.Fatalf("bus pages %#x, want %#x", st.Table.Pages, want)
+	}
+	if p.Runs != 2 || p.LargestRun != 1 {
+		t.Fatalf("pin of the top page and page 0: %d runs, largest %d; want 2 and 1", p.Runs, p.LargestRun)
 	}
 }
