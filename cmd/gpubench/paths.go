@@ -246,6 +246,9 @@ type calibration struct {
 // with the copy engine for the host memory both use, which measured 0.85
 // of the peak with 12 workers and 0.93-0.95 with 4 on the H200.
 func calibrateWorkers(cc compatConfig, peak float64) (int, []calibration, error) {
+	if !(peak > 0) {
+		return 0, nil, fmt.Errorf("no copy peak to calibrate against (%v GB/s)", peak)
+	}
 	host, err := unix.Mmap(-1, 0, cc.slotSize*cc.slots, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 	if err != nil {
 		return 0, nil, err
@@ -302,7 +305,7 @@ func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, err
 			return nil, err
 		}
 	}
-	if err := s.Err(); err != nil && err != context.DeadlineExceeded {
+	if err := s.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return nil, err
 	}
 	st := s.Stats()

@@ -71,7 +71,7 @@ type Error struct {
 	Status uint32     // XDMA channel status, for transfers
 	Dir    Direction  // for transfers
 	Chan   int        // for transfers
-	Kind   error      // the sentinel Err maps to, or nil
+	Kind   error      // the sentinel the failure matches, or nil
 	HasHW  bool       // Status, Dir and Chan are meaningful
 	Detail string     // what the caller asked for, briefly
 }
@@ -99,6 +99,18 @@ func (e *Error) Hint() string { return hints[e.Kind] }
 func (e *Error) Is(target error) bool { return target == e.Kind }
 
 func (e *Error) Unwrap() error { return e.Err }
+
+// pinError is newError for a pin of kind: for host memory, "not
+// available" (EOPNOTSUPP) means the platform would bounce or cache-maintain
+// every DMA, which long-lived pins cannot have, not that peer-to-peer is
+// missing.
+func pinError(kind uint32, err error, detail string) error {
+	err = newError("pin", err, detail)
+	if e, ok := err.(*Error); ok && kind == pinKindHost && e.Err == unix.EOPNOTSUPP {
+		e.Kind = ErrBounceBuffers
+	}
+	return err
+}
 
 func newError(op string, err error, detail string) error {
 	var errno unix.Errno

@@ -24,7 +24,8 @@ type Pin struct {
 	Runs       int // runs of bus-contiguous pages
 	LargestRun int // pages
 
-	dev *Device
+	dev  *Device
+	host []byte // a host pin's memory, which the device writes until Unpin
 }
 
 // PinOptions modify a pin.
@@ -51,7 +52,12 @@ func (d *Device) PinHost(buf []byte) (*Pin, error) {
 		return nil, &Error{Op: "pin", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "empty host buffer"}
 	}
 	a := pinArg{Kind: pinKindHost, Addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), Len: uint64(len(buf)), Fd: -1}
-	return d.pin(&a, fmt.Sprintf("host %d bytes", len(buf)))
+	p, err := d.pin(&a, fmt.Sprintf("host %d bytes", len(buf)))
+	if err != nil {
+		return nil, err
+	}
+	p.host = buf
+	return p, nil
 }
 
 // PinDmabuf pins len bytes at offset off of the dma-buf fd.
@@ -63,13 +69,7 @@ func (d *Device) PinDmabuf(fd int, off, length uint64) (*Pin, error) {
 func (d *Device) pin(a *pinArg, detail string) (*Pin, error) {
 	addr, length := a.Addr, a.Len
 	if err := d.ioctl(iocPin, unsafe.Pointer(a)); err != nil {
-		err = newError("pin", err, detail)
-		// For host memory, "not available" means the platform would
-		// bounce or cache-maintain every DMA: long-lived pins cannot.
-		if e, ok := err.(*Error); ok && a.Kind == pinKindHost && e.Err == unix.EOPNOTSUPP {
-			e.Kind = ErrBounceBuffers
-		}
-		return nil, err
+		return nil, pinError(a.Kind, err, detail)
 	}
 	return &Pin{
 		Handle: a.Handle, Kind: PinKind(a.Kind), Addr: addr, Len: length, Offset: a.Offset,
@@ -84,6 +84,7 @@ func (p *Pin) Unpin() error {
 	if err := p.dev.ioctl(iocUnpin, unsafe.Pointer(&a)); err != nil {
 		return newError("unpin", err, fmt.Sprintf("handle %d", p.Handle))
 	}
+	p.host = nil
 	return nil
 }
 

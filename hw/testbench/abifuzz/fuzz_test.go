@@ -41,6 +41,13 @@ const (
 	iocW, iocRW                               = 1, 3
 )
 
+// Pin kinds of uapi/gpufpga.h; 0 is none.
+const (
+	pinGPU    = 1
+	pinHost   = 2
+	pinDmabuf = 3
+)
+
 func ioc(dir, nr, size uintptr) uintptr { return dir<<30 | size<<16 | 0xD6<<8 | nr }
 
 // cmdline reads gpufpga_fuzz.NAME=VALUE from the kernel command line, where
@@ -149,9 +156,9 @@ func (w *worker) alloc() *simgpu.Alloc {
 func (w *worker) pin() {
 	le := binary.LittleEndian
 	b := make([]byte, sizePin)
-	kind := uint32(1 + w.rng.IntN(2)) // gpu, host
+	kind := []uint32{pinGPU, pinHost}[w.rng.IntN(2)]
 	var addr, n uint64
-	if kind == 1 {
+	if kind == pinGPU {
 		a := w.alloc()
 		if a == nil {
 			return
@@ -174,6 +181,9 @@ func (w *worker) pin() {
 		off := uint64(w.rng.IntN(len(host)))
 		addr = uint64(uintptr(unsafe.Pointer(&host[0]))) + off
 		n = 1 + uint64(w.rng.IntN(len(host)-int(off)))
+	}
+	if w.rng.IntN(64) == 0 {
+		kind = []uint32{0, pinDmabuf + 1}[w.rng.IntN(2)] // no kind, or past the last
 	}
 	le.PutUint32(b[0:], kind)
 	le.PutUint64(b[8:], addr)

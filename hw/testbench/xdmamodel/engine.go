@@ -215,6 +215,7 @@ func (e *Engine) InjectFault(dir xdma.Direction, ch int, f Fault) error {
 	if c.fault == FaultWedged {
 		c.fault = FaultNone // reset: the hung chain is dropped
 		c.stop()
+		c.control &^= xdma.CtrlRun
 	}
 	c.fault = f
 	c.stalled = false

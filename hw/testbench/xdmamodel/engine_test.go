@@ -371,6 +371,18 @@ func TestEngineStallAndHalt(t *testing.T) {
 	}
 }
 
+// FaultCountAllOnes answers all ones from the completed count once.
+func TestEngineCountAllOnes(t *testing.T) {
+	r := newRig(t, 1)
+	reg := xdma.Base(xdma.TargetC2H, 0) + xdma.RegCompletedCount
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultCountAllOnes))
+	for i, want := range []uint32{^uint32(0), 0} {
+		if got := r.e.ReadReg(reg); got != want {
+			t.Fatalf("read %d of the completed count: %#x, want %#x", i, got, want)
+		}
+	}
+}
+
 // A wedged channel ignores RUN and the descriptor halt, and moves nothing,
 // until its fault is cleared.
 func TestEngineWedged(t *testing.T) {
@@ -397,6 +409,9 @@ func TestEngineWedged(t *testing.T) {
 	r.e.RunUntilIdle()
 	if r.e.Busy() {
 		t.Fatal("channel still busy after the wedge was cleared")
+	}
+	if ctl := r.e.ReadReg(xdma.Base(xdma.TargetC2H, 0) + xdma.RegControl); ctl&xdma.CtrlRun != 0 {
+		t.Fatal("RUN still set after the reset: the next start has no rising edge")
 	}
 	for _, b := range r.vram {
 		if b != 0 {

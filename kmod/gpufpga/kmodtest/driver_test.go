@@ -463,7 +463,10 @@ func TestMemoryMappedNeedsCardMemSize(t *testing.T) {
 	if info, err := d.Info(); err != nil || info.CardMemSize != 0 {
 		t.Fatalf("info without card_mem_size: %+v, %v", info, err)
 	}
-	buf := make([]byte, 4096)
+	buf, err := unixMmap(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
 	p, err := d.PinHost(buf)
 	if err != nil {
 		t.Fatal(err)
@@ -478,7 +481,8 @@ func TestMemoryMappedNeedsCardMemSize(t *testing.T) {
 
 // TestAllOnesCountIsNotLinkDown: a completed-descriptor count of 0xFFFFFFFF
 // is a value a 32-bit counter passes through; the driver must confirm with
-// the identifier and config space before it declares the link down.
+// the identifier and config space before it declares the link down, which
+// would fail every later call with ENODEV.
 func TestAllOnesCountIsNotLinkDown(t *testing.T) {
 	d := openDev(t)
 	g := openGPU(t)
@@ -486,26 +490,13 @@ func TestAllOnesCountIsNotLinkDown(t *testing.T) {
 	a := alloc(t, g, 1<<16, simgpu.Contiguous)
 	p := pinGPU(t, d, a.VA, a.Size)
 	xfer := p2p.Transfer{Dir: p2p.C2H, Channel: 0, Segments: []p2p.Segment{p.Whole()}}
-	before, err := guest.Dmesg()
-	if err != nil {
+	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultCountAllOnes); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		if i == 0 {
-			if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultCountAllOnes); err != nil {
-				t.Fatal(err)
-			}
-		}
 		if r, err := d.Transfer(ctx(t), xfer); err != nil || r.Bytes != a.Size {
 			t.Fatalf("transfer %d: %+v, %v", i, r, err)
 		}
-	}
-	after, err := guest.Dmesg()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if strings.Contains(strings.TrimPrefix(after, before), "link down") {
-		t.Fatalf("kernel log: %s", strings.TrimPrefix(after, before))
 	}
 }
 

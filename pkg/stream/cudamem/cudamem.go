@@ -130,14 +130,17 @@ func (c *GPU) RegisterHost(b []byte) (func() error, error) {
 	c.host = append(c.host, h)
 	c.mu.Unlock()
 	return func() error {
-		c.mu.Lock()
-		c.host = slices.DeleteFunc(c.host, func(x *cuda.HostBuffer) bool { return x == h })
-		c.mu.Unlock()
 		if err := c.dev.Lock(); err != nil {
 			return err
 		}
 		defer c.dev.Unlock()
-		return h.Free()
+		if err := h.Free(); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.host = slices.DeleteFunc(c.host, func(x *cuda.HostBuffer) bool { return x == h })
+		c.mu.Unlock()
+		return nil
 	}, nil
 }
 
