@@ -82,8 +82,8 @@ vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMO
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
 # Debian's 6.1 next to a proprietary NVIDIA driver and on 6.12 next to the
-# open one, each with 2 vCPUs.
-vmtest: vmtest-6.1 vmtest-6.12
+# open one, each with 2 vCPUs; then a 6.12 guest whose DMA is bounced.
+vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb
 
 vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61)
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
