@@ -78,9 +78,8 @@ func TestInfo(t *testing.T) {
 	if info.ABIVersion != 1 || info.MaxDescLen != xdma.MaxDescLen || info.CardMemSize != 64<<20 {
 		t.Fatalf("info %+v", info)
 	}
-	// Module BTF, for fentry/fexit on the driver's functions; the debug
-	// kernel is built without BTF.
-	if _, err := os.Stat("/sys/kernel/btf/gpufpga"); err != nil && !guest.DebugKernel() {
+	// Module BTF, for fentry/fexit on the driver's functions.
+	if _, err := os.Stat("/sys/kernel/btf/gpufpga"); err != nil {
 		t.Errorf("no module BTF: %v", err)
 	}
 }
