@@ -21,12 +21,10 @@ const (
 
 // driver checks the modules, the device nodes and their ABI.
 func (d *diagnosis) driver(ctx context.Context, fpgas []pciDev) error {
-	loaded := d.h.exists("sys/module/gpufpga")
-	switch {
-	case !loaded:
+	if !d.h.exists("sys/module/gpufpga") {
 		d.add("driver.module", "gpufpga", Fail, "gpufpga module not loaded",
 			"modprobe gpufpga (build and install it with DKMS: kmod/gpufpga/dkms.conf)")
-	default:
+	} else {
 		v, _ := d.h.read("sys/module/gpufpga/version")
 		if v == "" {
 			// Out-of-tree modules without MODULE_VERSION still

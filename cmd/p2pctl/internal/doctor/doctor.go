@@ -182,6 +182,9 @@ func (d *diagnosis) add(key, subject string, s Status, summary, hint string) {
 }
 
 func (d *diagnosis) run(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	devs, err := d.h.pciDevices()
 	if err != nil {
 		// No PCI in sysfs at all (a container without /sys): report
@@ -197,21 +200,16 @@ func (d *diagnosis) run(ctx context.Context) error {
 			gpus = append(gpus, p)
 		}
 	}
-	for _, step := range []func(context.Context) error{
-		func(ctx context.Context) error { return d.driver(ctx, fpgas) },
-		func(context.Context) error { d.fpga(fpgas); return nil },
-		func(ctx context.Context) error { return d.gpu(ctx, gpus) },
-		func(context.Context) error { d.path(fpgas, gpus); return nil },
-		func(context.Context) error { d.iommu(fpgas); return nil },
-		func(context.Context) error { d.memlock(); return nil },
-	} {
-		if err := ctx.Err(); err != nil {
-			return err
-		}
-		if err := step(ctx); err != nil {
-			return err
-		}
+	if err := d.driver(ctx, fpgas); err != nil {
+		return err
 	}
+	d.fpga(fpgas)
+	if err := d.gpu(ctx, gpus); err != nil {
+		return err
+	}
+	d.path(fpgas, gpus)
+	d.iommu(fpgas)
+	d.memlock()
 	return nil
 }
 

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -27,7 +28,7 @@ func (d *diagnosis) gpu(ctx context.Context, gpus []pciDev) error {
 		case d.cfg.CUDA == nil:
 			cudaErr = d.cfg.CUDAErr
 			if cudaErr == nil {
-				cudaErr = fmt.Errorf("no CUDA driver")
+				cudaErr = errors.New("no CUDA driver")
 			}
 		default:
 			gi, err := d.cfg.CUDA.GPU(ctx, g.BDF)
