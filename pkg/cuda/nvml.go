@@ -26,8 +26,8 @@ type BAR1 struct {
 // BAR1 reads the device's BAR1 aperture from NVML, finding the device by
 // its PCI address (NVML and CUDA may number devices differently).
 func (g *Device) BAR1() (BAR1, error) {
-	bus := make([]byte, 32)
-	if err := g.drv.call(cuDeviceGetPCIBusId, uintptr(unsafe.Pointer(&bus[0])), uintptr(len(bus)), uintptr(g.dev)); err != nil {
+	bus, err := g.pciBusID()
+	if err != nil {
 		return BAR1{}, err
 	}
 	lib, err := purego.Dlopen("libnvidia-ml.so.1", purego.RTLD_NOW|purego.RTLD_GLOBAL)
@@ -49,6 +49,29 @@ func (g *Device) BAR1() (BAR1, error) {
 		return BAR1{}, err
 	}
 	return BAR1{Total: mem.total, Free: mem.free}, nil
+}
+
+// PCIBusID returns the device's PCI address as the driver writes it:
+// "0000:65:00.0".
+func (g *Device) PCIBusID() (string, error) {
+	bus, err := g.pciBusID()
+	if err != nil {
+		return "", err
+	}
+	n := 0
+	for n < len(bus) && bus[n] != 0 {
+		n++
+	}
+	return string(bus[:n]), nil
+}
+
+// pciBusID returns the address NUL-terminated, as NVML takes it.
+func (g *Device) pciBusID() ([]byte, error) {
+	bus := make([]byte, 32)
+	if err := g.drv.call(cuDeviceGetPCIBusId, uintptr(unsafe.Pointer(&bus[0])), uintptr(len(bus)), uintptr(g.dev)); err != nil {
+		return nil, err
+	}
+	return bus, nil
 }
 
 type nvmlLib uintptr

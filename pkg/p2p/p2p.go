@@ -36,6 +36,10 @@ func (d Direction) String() string {
 	return "h2c"
 }
 
+// ABIVersion is the driver ABI this package speaks (GPUFPGA_ABI_VERSION):
+// a driver reporting another in Info is not one it can drive.
+const ABIVersion = abiVersion
+
 // DevicePattern matches the driver's device nodes.
 const DevicePattern = "/dev/gpufpga*"
 

@@ -121,6 +121,7 @@ func (o *Options) Run(ctx context.Context, args []string, stdout, stderr io.Writ
 	root.AddCommand(
 		newVersionCmd(g), newInfoCmd(g), newPinCmd(g), newTransferCmd(g),
 		newBenchCmd(g), newDescCmd(g), newRegsCmd(g), newTraceCmd(g), newStreamCmd(g),
+		newDoctorCmd(g),
 	)
 	root.SetArgs(args)
 	root.SetOut(stdout)

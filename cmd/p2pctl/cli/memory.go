@@ -36,6 +36,8 @@ type Memory interface {
 type Options struct {
 	// Memory adds --mem kinds by name.
 	Memory map[string]Memory
+
+	doctor *doctorEnv // tests' stand-ins for the driver and CUDA
 }
 
 // memKinds lists the --mem kinds, for messages.

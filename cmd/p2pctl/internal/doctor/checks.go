@@ -1,0 +1,269 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// The udev rule (kmod/gpufpga/99-gpufpga.rules) gives device nodes this
+// group and mode.
+const (
+	nodeGroup = "gpufpga"
+	nodeMode  = 0o660
+)
+
+// driver checks the modules, the device nodes and their ABI.
+func (d *diagnosis) driver(ctx context.Context, fpgas []pciDev) error {
+	if !d.h.exists("sys/module/gpufpga") {
+		d.add("driver.module", "gpufpga", Fail, "gpufpga module not loaded",
+			"modprobe gpufpga (build and install it with DKMS: kmod/gpufpga/dkms.conf)")
+	} else {
+		v, _ := d.h.read("sys/module/gpufpga/version")
+		if v == "" {
+			// Out-of-tree modules without MODULE_VERSION still
+			// carry the checksum of their sources.
+			if src, _ := d.h.read("sys/module/gpufpga/srcversion"); src != "" {
+				v = "srcversion " + src
+			}
+		}
+		summary := "loaded"
+		if v != "" {
+			summary += ", " + v
+		}
+		d.add("driver.module", "gpufpga", OK, summary, "")
+	}
+	if d.h.exists("sys/module/gpufpga_nv") {
+		d.add("driver.nv", "gpufpga_nv", OK, "loaded: GPU pins through nvidia_p2p available", "")
+	} else {
+		d.add("driver.nv", "gpufpga_nv", Warn, "gpufpga_nv module not loaded: no GPU pins through nvidia_p2p",
+			"modprobe gpufpga_nv after nvidia (dma-buf pins do not need it)")
+	}
+
+	nodes, err := fs.Glob(d.h.fsys, "dev/gpufpga*")
+	if err != nil {
+		return fmt.Errorf("doctor: %w", err)
+	}
+	sort.Strings(nodes)
+	if len(nodes) == 0 {
+		st, hint := Warn, "load gpufpga with the FPGA present"
+		for _, f := range fpgas {
+			if f.Driver == driverName {
+				// Bound, yet no node: udev or devtmpfs is missing.
+				st, hint = Fail, "check that devtmpfs is mounted on /dev and udev runs"
+			}
+		}
+		d.add("driver.nodes", "/dev/gpufpga*", st, "no device nodes", hint)
+		return nil
+	}
+	groups := d.groups()
+	for _, n := range nodes {
+		d.node(n, groups)
+		if err := d.abi(ctx, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// node checks a device node's mode and group against the udev rule's.
+func (d *diagnosis) node(n string, groups map[uint32]string) {
+	subject := "/" + n
+	fi, err := fs.Stat(d.h.fsys, n)
+	if err != nil {
+		d.add("driver.nodes", subject, Fail, fmt.Sprintf("cannot stat: %v", err), "")
+		return
+	}
+	perm := fi.Mode().Perm()
+	group := "?"
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		group = strconv.FormatUint(uint64(st.Gid), 10)
+		if name, ok := groups[st.Gid]; ok {
+			group = name
+		}
+	}
+	summary := fmt.Sprintf("mode %04o, group %s", perm, group)
+	const hint = "install kmod/gpufpga/99-gpufpga.rules in /etc/udev/rules.d, run udevadm trigger, and add users to group gpufpga"
+	switch {
+	case perm&0o006 != 0:
+		d.add("driver.nodes", subject, Warn, summary+": open to every user", hint)
+	case group != nodeGroup || perm&nodeMode != nodeMode:
+		d.add("driver.nodes", subject, Warn, summary+fmt.Sprintf(", want %04o group %s", nodeMode, nodeGroup), hint)
+	default:
+		d.add("driver.nodes", subject, OK, summary, "")
+	}
+}
+
+// groups reads etc/group, for the names of node groups.
+func (d *diagnosis) groups() map[uint32]string {
+	s, err := d.h.read("etc/group")
+	if err != nil {
+		return nil
+	}
+	m := make(map[uint32]string)
+	for _, line := range strings.Split(s, "\n") {
+		f := strings.Split(line, ":")
+		if len(f) < 3 {
+			continue
+		}
+		if gid, err := strconv.ParseUint(f[2], 10, 32); err == nil {
+			m[uint32(gid)] = f[0]
+		}
+	}
+	return m
+}
+
+// abi asks a node for the driver's ABI.
+func (d *diagnosis) abi(ctx context.Context, n string) error {
+	if d.cfg.Device == nil {
+		return nil
+	}
+	subject := "/" + n
+	v, err := d.cfg.Device.ABI(ctx, n)
+	switch {
+	case ctx.Err() != nil:
+		return ctx.Err()
+	case errors.Is(err, fs.ErrPermission):
+		d.add("driver.abi", subject, Warn, "cannot open: permission denied", "add yourself to group gpufpga (then log in again), or run as root")
+	case err != nil:
+		d.add("driver.abi", subject, Fail, fmt.Sprintf("INFO failed: %v", err), "check dmesg for gpufpga errors")
+	case v != d.cfg.ABI:
+		d.add("driver.abi", subject, Fail, fmt.Sprintf("driver ABI %d, p2pctl speaks %d", v, d.cfg.ABI),
+			"install p2pctl and gpufpga-dkms of the same release")
+	default:
+		d.add("driver.abi", subject, OK, fmt.Sprintf("ABI %d", v), "")
+	}
+	return nil
+}
+
+const noFPGA = "no XDMA device found"
+
+const noFPGAHint = "no PCI function is bound to gpufpga or has Xilinx's vendor ID 10ee: check the card is seated, its bitstream loaded, then rescan (lspci -d 10ee:)"
+
+// fpga checks each FPGA's binding, link, payload sizes, BARs and interrupts.
+func (d *diagnosis) fpga(fpgas []pciDev) {
+	if len(fpgas) == 0 {
+		d.add("fpga.device", "", Warn, noFPGA, noFPGAHint)
+		return
+	}
+	for _, p := range fpgas {
+		d.fpgaDriver(p)
+		d.fpgaLink(p)
+		d.fpgaPayload(p)
+		d.fpgaBARs(p)
+		d.fpgaIRQ(p)
+	}
+}
+
+func (d *diagnosis) fpgaDriver(p pciDev) {
+	id := fmt.Sprintf("%04x:%04x", p.Vendor, p.Device)
+	switch p.Driver {
+	case driverName:
+		d.add("fpga.driver", p.BDF, OK, id+" bound to gpufpga", "")
+	case "":
+		d.add("fpga.driver", p.BDF, Warn, id+" bound to no driver",
+			fmt.Sprintf("if it is the XDMA card: echo %04x %04x > /sys/bus/pci/drivers/gpufpga/new_id", p.Vendor, p.Device))
+	default:
+		d.add("fpga.driver", p.BDF, Warn, fmt.Sprintf("%s bound to %s, not gpufpga", id, p.Driver),
+			fmt.Sprintf("if it is the XDMA card: echo %s > /sys/bus/pci/drivers/%s/unbind, then bind gpufpga", p.BDF, p.Driver))
+	}
+}
+
+func (d *diagnosis) fpgaLink(p pciDev) {
+	l, err := d.h.link(p)
+	if err != nil {
+		d.add("fpga.link", p.BDF, Warn, fmt.Sprintf("link not reported: %v", err), "a PCIe function reports its link in sysfs: is this conventional PCI or a virtual machine's bus?")
+		return
+	}
+	cur := fmt.Sprintf("%.1f GT/s x%d", l.Speed, l.Width)
+	capable := fmt.Sprintf("%.1f GT/s x%d", l.MaxSpeed, l.MaxWidth)
+	if l.Speed < l.MaxSpeed || l.Width < l.MaxWidth {
+		d.add("fpga.link", p.BDF, Warn, fmt.Sprintf("link down-trained: %s, capable of %s", cur, capable),
+			"reseat the card in a slot wired for its width, check the slot's speed setting in the BIOS and the riser; the upstream port may be the slower end")
+		return
+	}
+	d.add("fpga.link", p.BDF, OK, cur, "")
+}
+
+func (d *diagnosis) fpgaPayload(p pciDev) {
+	c, err := d.h.config(p)
+	if err != nil {
+		d.add("fpga.payload", p.BDF, Warn, fmt.Sprintf("MPS and MRRS not read: %v", err), configHint(err))
+		return
+	}
+	e := c.pcie()
+	if !e.Available {
+		d.add("fpga.payload", p.BDF, Warn, "no PCIe capability", "conventional PCI cannot carry peer DMA at speed")
+		return
+	}
+	d.add("fpga.payload", p.BDF, OK, fmt.Sprintf("MPS %d B (supports %d B), MRRS %d B", e.MPS, e.MPSCap, e.MRRS), "")
+}
+
+func configHint(err error) string {
+	if errors.Is(err, errConfigShort) {
+		return "run p2pctl doctor as root to read MPS, MRRS and ACS"
+	}
+	return ""
+}
+
+func (d *diagnosis) fpgaBARs(p pciDev) {
+	bars, err := d.h.bars(p)
+	if err != nil {
+		d.add("fpga.bars", p.BDF, Fail, fmt.Sprintf("BARs not read: %v", err), "")
+		return
+	}
+	var parts []string
+	mem := 0
+	for _, b := range bars {
+		if b.Flags&ioresourceMem == 0 {
+			parts = append(parts, fmt.Sprintf("BAR%d %s I/O", b.Index, fmtBytes(b.Size)))
+			continue
+		}
+		mem++
+		s := fmt.Sprintf("BAR%d %s", b.Index, fmtBytes(b.Size))
+		if b.Mem64 {
+			s += " 64-bit"
+		}
+		if b.Prefetch {
+			s += " prefetchable"
+		}
+		parts = append(parts, s)
+	}
+	if mem == 0 {
+		d.add("fpga.bars", p.BDF, Fail, "no memory BAR assigned",
+			"enable Above 4G Decoding in the BIOS, or boot with pci=realloc")
+		return
+	}
+	d.add("fpga.bars", p.BDF, OK, strings.Join(parts, ", "), "")
+}
+
+func (d *diagnosis) fpgaIRQ(p pciDev) {
+	ents, err := fs.ReadDir(d.h.fsys, p.file("msi_irqs"))
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		d.add("fpga.irq", p.BDF, Warn, fmt.Sprintf("interrupts not read: %v", err), "")
+		return
+	}
+	modes := map[string]int{}
+	for _, e := range ents {
+		m, _ := d.h.read(path.Join(p.file("msi_irqs"), e.Name()))
+		modes[m]++
+	}
+	switch {
+	case modes["msix"] > 0:
+		d.add("fpga.irq", p.BDF, OK, fmt.Sprintf("MSI-X, %d vectors", modes["msix"]), "")
+	case modes["msi"] > 0:
+		d.add("fpga.irq", p.BDF, OK, fmt.Sprintf("MSI, %d vectors", modes["msi"]), "")
+	case p.Driver != driverName:
+		d.add("fpga.irq", p.BDF, Warn, "no MSI or MSI-X vectors: not bound to gpufpga", "bind gpufpga, which allocates them")
+	default:
+		irq, _ := d.h.read(p.file("irq"))
+		d.add("fpga.irq", p.BDF, Warn, fmt.Sprintf("no MSI or MSI-X vectors (legacy irq %s): gpufpga polls for completions", irq),
+			"enable MSI-X or MSI in the XDMA IP, and boot without pci=nomsi")
+	}
+}

@@ -1,0 +1,144 @@
+package doctor
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// minBAR1 is the smallest BAR1 worth peer DMA: GPUs without Resizable BAR
+// expose 256 MiB, shared with the driver's own mappings.
+const minBAR1 = 256 << 20
+
+var nvVersionRE = regexp.MustCompile(`\s(\d+\.\d+(?:\.\d+)?)\s`)
+
+// gpu checks the NVIDIA driver and each NVIDIA GPU.
+func (d *diagnosis) gpu(ctx context.Context, gpus []pciDev) error {
+	if len(gpus) == 0 {
+		d.add("gpu.device", "", Warn, "no NVIDIA GPU found", "check lspci -d 10de: and that the GPU is powered")
+		return nil
+	}
+	d.nvidiaDriver()
+	for _, g := range gpus {
+		var info *GPU
+		var cudaErr error
+		switch {
+		case d.cfg.CUDA == nil:
+			cudaErr = d.cfg.CUDAErr
+			if cudaErr == nil {
+				cudaErr = errors.New("no CUDA driver")
+			}
+		default:
+			gi, err := d.cfg.CUDA.GPU(ctx, g.BDF)
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			if err == nil {
+				info = &gi
+			}
+			cudaErr = err
+		}
+		d.gpuDevice(g, info)
+		d.gpuBAR1(g, info)
+		d.gpuAttrs(g, info, cudaErr)
+	}
+	return nil
+}
+
+// nvidiaDriver reads the kernel driver's version, and whether it is the
+// open kernel module, which alone lets CUDA export dma-bufs.
+func (d *diagnosis) nvidiaDriver() {
+	s, err := d.h.read("proc/driver/nvidia/version")
+	if err != nil {
+		d.add("gpu.driver", "nvidia", Warn, "nvidia kernel module not loaded", "install NVIDIA's driver, the open kernel module flavour (nvidia-open)")
+		return
+	}
+	first, _, _ := strings.Cut(s, "\n")
+	v := "unknown version"
+	if m := nvVersionRE.FindStringSubmatch(first + " "); m != nil {
+		v = m[1]
+	}
+	if strings.Contains(first, "Open Kernel Module") {
+		d.add("gpu.driver", "nvidia", OK, v+", open kernel module", "")
+		return
+	}
+	d.add("gpu.driver", "nvidia", Warn, v+", proprietary kernel module",
+		"CUDA exports dma-bufs only from the open kernel module (nvidia-open); pins fall back to nvidia_p2p, which CUDA 13 deprecates")
+}
+
+func (d *diagnosis) gpuDevice(g pciDev, info *GPU) {
+	kind := "display controller"
+	switch g.Class >> 8 {
+	case 0x0300:
+		kind = "VGA controller"
+	case 0x0302:
+		kind = "3D controller"
+	}
+	summary := fmt.Sprintf("%04x:%04x %s", g.Vendor, g.Device, kind)
+	if info != nil && info.Name != "" {
+		summary = info.Name + ", " + summary
+	}
+	switch g.Driver {
+	case "nvidia":
+		d.add("gpu.device", g.BDF, OK, summary+", driver nvidia", "")
+	case "":
+		d.add("gpu.device", g.BDF, Fail, summary+", bound to no driver", "load nvidia (modprobe nvidia)")
+	default:
+		d.add("gpu.device", g.BDF, Fail, summary+", bound to "+g.Driver, "peer DMA needs NVIDIA's driver: blacklist "+g.Driver+" and load nvidia")
+	}
+}
+
+func (d *diagnosis) gpuBAR1(g pciDev, info *GPU) {
+	bars, err := d.h.bars(g)
+	if err != nil {
+		d.add("gpu.bar1", g.BDF, Warn, fmt.Sprintf("BAR1 not read: %v", err), "")
+		return
+	}
+	var size uint64
+	for _, b := range bars {
+		if b.Index == 1 {
+			size = b.Size
+		}
+	}
+	ring := d.cfg.RingSize
+	summary := fmt.Sprintf("BAR1 %s", fmtBytes(size))
+	if info != nil && info.BAR1Free != 0 {
+		summary += fmt.Sprintf(" (%s free)", fmtBytes(info.BAR1Free))
+	}
+	summary += fmt.Sprintf(", ring %s", fmtBytes(ring))
+	const rebar = "enable Resizable BAR and Above 4G Decoding in the BIOS"
+	switch {
+	case size == 0:
+		d.add("gpu.bar1", g.BDF, Fail, "BAR1 not assigned", rebar)
+	case size < ring:
+		d.add("gpu.bar1", g.BDF, Warn, summary+": the ring does not fit", rebar+", or ask for a smaller --ring-size")
+	case size < minBAR1:
+		d.add("gpu.bar1", g.BDF, Warn, summary+fmt.Sprintf(": under %s", fmtBytes(minBAR1)), rebar)
+	case info != nil && info.BAR1Free != 0 && info.BAR1Free < ring:
+		d.add("gpu.bar1", g.BDF, Warn, summary+": not enough BAR1 free for the ring", "other processes hold BAR1 mappings (nvidia-smi -q -d MEMORY), or "+rebar)
+	default:
+		d.add("gpu.bar1", g.BDF, OK, summary, "")
+	}
+}
+
+func (d *diagnosis) gpuAttrs(g pciDev, info *GPU, cudaErr error) {
+	if info == nil {
+		d.add("gpu.rdma", g.BDF, Warn, fmt.Sprintf("RDMA and dma-buf support not read: %v", cudaErr),
+			"install NVIDIA's user-space driver (libcuda.so.1) to read them")
+		return
+	}
+	yes := map[bool]string{true: "yes", false: "no"}
+	summary := fmt.Sprintf("GPUDirect RDMA %s, dma-buf %s", yes[info.RDMASupported], yes[info.DmaBuf])
+	switch {
+	case !info.RDMASupported && !info.DmaBuf:
+		d.add("gpu.rdma", g.BDF, Fail, summary, "this GPU lends its memory to no peer: GeForce parts refuse GPUDirect RDMA; use a workstation or data-center GPU")
+	case !info.DmaBuf:
+		d.add("gpu.rdma", g.BDF, Warn, summary, "dma-buf export needs the open kernel module and CUDA 12 or later; pins use nvidia_p2p meanwhile")
+	case !info.RDMASupported:
+		d.add("gpu.rdma", g.BDF, Warn, summary, "pins use dma-buf only")
+	default:
+		d.add("gpu.rdma", g.BDF, OK, summary, "")
+	}
+}
