@@ -255,6 +255,27 @@ func TestDeviceAndCUDA(t *testing.T) {
 	}
 }
 
+// BAR1 is the second memory BAR: register 2 behind a 64-bit BAR0, as an
+// H200 shows it (its resource file, read on one).
+func TestBAR1Behind64BitBAR0(t *testing.T) {
+	h := fixture(t, "switch-shared")
+	for i := range h.Devices {
+		if h.Devices[i].BDF() == doctortest.GPU {
+			h.Devices[i].BARs = []doctortest.BAR{
+				{Index: 0, Addr: 0x104002000000, Size: 16 << 20, Flags: 0x0014220c},
+				{Index: 2, Addr: 0x100000000000, Size: 256 << 30, Flags: 0x0014220c},
+				{Index: 4, Addr: 0x104000000000, Size: 32 << 20, Flags: 0x0014220c},
+			}
+		}
+	}
+	r := diagnose(t, h, doctor.Config{Device: device{abi: 1}, CUDA: a100})
+	for _, c := range r.Checks {
+		if c.Key == "gpu.bar1" && (c.Status != doctor.OK || !strings.HasPrefix(c.Summary, "BAR1 256 GiB")) {
+			t.Fatalf("gpu.bar1: %s %s", c.Status, c.Summary)
+		}
+	}
+}
+
 func TestCapIPCLock(t *testing.T) {
 	h := fixture(t, "switch-shared")
 	h.Memlock, h.CapEff = "65536", 1<<14

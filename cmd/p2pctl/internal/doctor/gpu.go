@@ -96,11 +96,12 @@ func (d *diagnosis) gpuBAR1(g pciDev, info *GPU) {
 		d.add("gpu.bar1", g.BDF, Warn, fmt.Sprintf("BAR1 not read: %v", err), "")
 		return
 	}
+	// BAR1 is NVIDIA's name for the second memory BAR, whose register
+	// index is 2 where BAR0 is 64-bit (as on H100 and H200) and 1 where
+	// it is 32-bit.
 	var size uint64
-	for _, b := range bars {
-		if b.Index == 1 {
-			size = b.Size
-		}
+	if mem := memoryBARs(bars); len(mem) > 1 {
+		size = mem[1].Size
 	}
 	ring := d.cfg.RingSize
 	summary := fmt.Sprintf("BAR1 %s", fmtBytes(size))

@@ -241,6 +241,18 @@ func (h host) bars(p pciDev) ([]bar, error) {
 	return bars, nil
 }
 
+// memoryBARs are the assigned memory BARs in register order; a 64-bit
+// BAR takes two registers and appears once.
+func memoryBARs(bars []bar) []bar {
+	var mem []bar
+	for _, b := range bars {
+		if b.Flags&ioresourceMem != 0 {
+			mem = append(mem, b)
+		}
+	}
+	return mem
+}
+
 // errConfigShort reports a config space cut at 64 bytes: sysfs shows the
 // rest to root only.
 var errConfigShort = errors.New("config space past the header is readable by root only")
