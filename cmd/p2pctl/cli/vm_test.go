@@ -321,3 +321,34 @@ func TestCLISilentCorruption(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIDoctor runs doctor against the rig's real sysfs: the driver and
+// the FPGA it binds are found and pass; the simulated GPU is no NVIDIA
+// device, which doctor reports without failing.
+func TestCLIDoctor(t *testing.T) {
+	guestrig.Load(t, "card_mem_size=67108864")
+	r := p2pctl(t, nil, "doctor", "--json")
+	var rep struct {
+		Checks []struct{ Key, Subject, Status, Summary, Hint string }
+	}
+	if err := json.Unmarshal([]byte(r.stdout), &rep); err != nil {
+		t.Fatalf("doctor --json: exit %d: %v\n%s%s", r.code, err, r.stdout, r.stderr)
+	}
+	status := map[string]string{}
+	for _, c := range rep.Checks {
+		status[c.Key] = c.Status
+		if c.Status == "FAIL" {
+			t.Errorf("FAIL %s %s: %s (%s)", c.Key, c.Subject, c.Summary, c.Hint)
+		}
+	}
+	for key, want := range map[string]string{
+		"driver.module": "OK", "driver.abi": "OK", "fpga.driver": "OK", "fpga.bars": "OK", "gpu.device": "WARN",
+	} {
+		if status[key] != want {
+			t.Errorf("%s: %q, want %s\n%s", key, status[key], want, r.stdout)
+		}
+	}
+	if r.code != ExitOK {
+		t.Errorf("doctor exited %d\n%s", r.code, r.stderr)
+	}
+}
