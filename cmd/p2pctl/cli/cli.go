@@ -100,6 +100,37 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // Run is the package's Run with the options' additions.
 func (o *Options) Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{out: stdout, opts: o}
+	root := o.command(g)
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	code := exitCode(err)
+	fmt.Fprintf(stderr, "p2pctl: %v\n", err)
+	var pe *p2p.Error
+	if errors.As(err, &pe) && pe.Hint() != "" {
+		fmt.Fprintf(stderr, "hint: %s\n", pe.Hint())
+	}
+	if code == ExitUsage && !strings.Contains(err.Error(), "--help") {
+		fmt.Fprintln(stderr, "run 'p2pctl --help' for usage")
+	}
+	return code
+}
+
+// Command returns p2pctl's command tree, with cobra's completion command,
+// for generating its man pages and shell completion.
+func Command() *cobra.Command {
+	o := &Options{}
+	root := o.command(&globals{out: io.Discard, opts: o})
+	root.InitDefaultCompletionCmd()
+	return root
+}
+
+// command builds the command tree around g.
+func (o *Options) command(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "p2pctl",
 		Short:         "Operate gpufpga FPGA-GPU peer DMA devices",
@@ -123,23 +154,7 @@ func (o *Options) Run(ctx context.Context, args []string, stdout, stderr io.Writ
 		newBenchCmd(g), newDescCmd(g), newRegsCmd(g), newTraceCmd(g), newStreamCmd(g),
 		newDoctorCmd(g),
 	)
-	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
-	if err == nil {
-		return ExitOK
-	}
-	code := exitCode(err)
-	fmt.Fprintf(stderr, "p2pctl: %v\n", err)
-	var pe *p2p.Error
-	if errors.As(err, &pe) && pe.Hint() != "" {
-		fmt.Fprintf(stderr, "hint: %s\n", pe.Hint())
-	}
-	if code == ExitUsage && !strings.Contains(err.Error(), "--help") {
-		fmt.Fprintln(stderr, "run 'p2pctl --help' for usage")
-	}
-	return code
+	return root
 }
 
 func exitCode(err error) int {
