@@ -25,7 +25,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check deb debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -204,6 +204,10 @@ unit:
 # dkms.conf, as DKMS on a user's machine runs it, for both kernel series.
 dkms-check:
 	hw/testbench/kernel/dkms-check.sh $(KVER_61) $(KVER_612)
+
+# The Debian packages gpufpga-dkms and p2pctl, into build/deb/.
+deb:
+	GO=$(GO) packaging/deb/build.sh build/deb
 
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
