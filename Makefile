@@ -16,7 +16,7 @@ KDIR ?= /lib/modules/$(KVER)/build
 
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
-	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms
+	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser
 # From bookworm-backports, pinned so that nothing else comes from there.
 BPO_PACKAGES := linux-headers-6.12-amd64
 BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
@@ -25,7 +25,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check deb debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check deb deb-check debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -209,9 +209,16 @@ dkms-check:
 deb:
 	GO=$(GO) packaging/deb/build.sh build/deb
 
+# README.md's "On a real host" on this machine (as root): builds and
+# installs both packages, checks that DKMS built the modules for every
+# kernel with headers (both series at least) and that p2pctl runs, then
+# purges them and checks that nothing is left. Loads no module.
+deb-check:
+	hw/testbench/deb/check.sh $(KVER_61) $(KVER_612)
+
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
-TEST_PHASES := deps lint unit dkms-check vmtest-6.1 vmtest-6.12 vmtest-swiotlb debug-kernel vmtest-debug
+TEST_PHASES := deps lint unit dkms-check deb-check vmtest-6.1 vmtest-6.12 vmtest-swiotlb debug-kernel vmtest-debug
 test:
 	@set -e; for p in $(TEST_PHASES); do \
 		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \
