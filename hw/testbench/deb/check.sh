@@ -139,7 +139,7 @@ out=$(p2pctl version) || fail "p2pctl version exited $?"
 echo "$out"
 [ "$out" = "p2pctl $debver" ] || fail "p2pctl version says \"$out\", the package is $debver"
 # What the bash completion script asks p2pctl for.
-out=$(p2pctl __complete 'do')
+out=$(p2pctl __complete 'do' 2>/dev/null)
 grep -q '^doctor' <<<"$out" || fail "completion does not offer doctor: $out"
 out=$(zcat /usr/share/man/man1/p2pctl-doctor.1.gz)
 grep -q '^\.SH NAME' <<<"$out" || fail "p2pctl-doctor.1.gz is not a man page"
