@@ -23,7 +23,7 @@ const (
 func (d *diagnosis) driver(ctx context.Context, fpgas []pciDev) error {
 	if !d.h.exists("sys/module/gpufpga") {
 		d.add("driver.module", "gpufpga", Fail, "gpufpga module not loaded",
-			"modprobe gpufpga (build and install it with DKMS: kmod/gpufpga/dkms.conf)")
+			"modprobe gpufpga; if it is not installed, install the gpufpga-dkms package (README: On a real host)")
 	} else {
 		v, _ := d.h.read("sys/module/gpufpga/version")
 		if v == "" {
