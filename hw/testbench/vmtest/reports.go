@@ -74,6 +74,13 @@ func (s *reportScanner) line(l string) {
 
 func (s *reportScanner) Close() error { return nil }
 
+// started reports whether any guest test has started.
+func (s *reportScanner) started() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.test != "boot"
+}
+
 // Reports returns the reports seen so far.
 func (s *reportScanner) Reports() []Report {
 	s.mu.Lock()

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -132,6 +133,32 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	if opts.TestTimeout == 0 {
 		opts.TestTimeout = 3 * time.Minute
 	}
+	// A guest that fails before its first test starts is booted once
+	// more: QEMU 7.2's multi-threaded TCG has been seen to hang at boot,
+	// and to run stale code after the kernel patched its own text ("Oops:
+	// int3"), about once in twenty boots. Nothing of ours has run by then;
+	// a failure once tests run is never retried.
+	first := &attempt{TB: t}
+	started := make(chan bool, 1)
+	go func() {
+		defer close(started)
+		started <- boot(first, opts, files, kernel, pkgs)
+	}()
+	testsRan := <-started
+	if !first.Failed() {
+		return
+	}
+	if testsRan {
+		first.replay(t)
+		return
+	}
+	t.Logf("the guest failed before its first test; booting it again. It said:\n%s", strings.Join(first.messages(), "\n"))
+	boot(t, opts, files, kernel, pkgs)
+}
+
+// boot runs the guest once and reports whether any guest test started.
+func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []string) bool {
+	var err error
 	cfg := opts.Rig
 	if cfg.GuestRAM == 0 {
 		cfg.GuestRAM = 1 << 30
@@ -218,6 +245,59 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		t.Errorf("kernel report during %s:\n%s", r.Test, r.Text)
 	}
 	t.Logf("phases: %s", phases)
+	return reports.started()
+}
+
+// attempt is the testing.TB of a first boot: it keeps failures to itself,
+// to replay them or to boot again.
+type attempt struct {
+	testing.TB
+	mu     sync.Mutex
+	failed bool
+	msgs   []string
+}
+
+func (a *attempt) record(msg string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.failed = true
+	if msg != "" {
+		a.msgs = append(a.msgs, msg)
+	}
+}
+
+func (a *attempt) Error(args ...any)                 { a.record(fmt.Sprint(args...)) }
+func (a *attempt) Errorf(format string, args ...any) { a.record(fmt.Sprintf(format, args...)) }
+func (a *attempt) Fail()                             { a.record("") }
+func (a *attempt) Fatal(args ...any)                 { a.record(fmt.Sprint(args...)); runtime.Goexit() }
+func (a *attempt) Fatalf(format string, args ...any) {
+	a.record(fmt.Sprintf(format, args...))
+	runtime.Goexit()
+}
+func (a *attempt) FailNow() { a.record(""); runtime.Goexit() }
+
+func (a *attempt) Failed() bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.failed
+}
+
+func (a *attempt) messages() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]string(nil), a.msgs...)
+}
+
+// replay fails t with the attempt's failures.
+func (a *attempt) replay(t testing.TB) {
+	t.Helper()
+	msgs := a.messages()
+	if len(msgs) == 0 {
+		t.Fail()
+	}
+	for _, m := range msgs {
+		t.Error(m)
+	}
 }
 
 // libDir holds what `ldd bin/p2pctl` lists, in Debian's multiarch layout.
