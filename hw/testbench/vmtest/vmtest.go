@@ -11,8 +11,12 @@
 package vmtest
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -183,6 +187,8 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 
 	phases := newPhaseClock()
 	reports := newReportScanner()
+	qmp := filepath.Join(cfg.Dir, "qmp.sock")
+	bootLimit := 2 * time.Minute
 	appendArgs := append([]string{"console=ttyS0", "slub_debug=FZPU", "panic=-1"}, opts.Append...)
 	if DebugKernel() {
 		// Every KASAN report, not only the first; the guest's tests read
@@ -194,6 +200,7 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 		// runs 100 000 operations there.
 		opts.TestTimeout *= 10
 		opts.VMTimeout *= 6
+		bootLimit *= 3
 	}
 	// Which NVIDIA driver the simulated GPU plays (hw/testbench/guest).
 	if v := os.Getenv("GPUFPGA_NVIDIA"); v != "" {
@@ -225,10 +232,11 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 			qemu.WithSerialOutput(reports),
 			qemu.WithTask(func(ctx context.Context, n *qemu.Notifications) error {
 				phases.mark("initramfs")
-				return nil
+				return watchBoot(ctx, phases, bootLimit, qmp)
 			}),
 			func(_ *qemu.IDAllocator, o *qemu.Options) error {
 				o.AppendQEMU(rig.QEMUArgs()...)
+				o.AppendQEMU("-qmp", "unix:"+qmp+",server=on,wait=off")
 				return nil
 			},
 		),
@@ -246,6 +254,57 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 	}
 	t.Logf("phases: %s", phases)
 	return reports.started()
+}
+
+// watchBoot quits the guest through QEMU's QMP socket when its kernel has
+// not started init within limit: a guest hung at boot would otherwise hold
+// the run for the whole VM timeout before it is booted again.
+func watchBoot(ctx context.Context, phases *phaseClock, limit time.Duration, qmp string) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+			if phases.has("boot") {
+				return nil
+			}
+		case <-deadline.C:
+			if err := qmpQuit(qmp); err != nil {
+				return fmt.Errorf("guest did not boot within %v; quitting QEMU: %w", limit, err)
+			}
+			return fmt.Errorf("guest did not boot within %v", limit)
+		}
+	}
+}
+
+// qmpQuit asks QEMU to quit over QMP.
+func qmpQuit(path string) error {
+	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return err
+	}
+	r := bufio.NewReader(c)
+	if _, err := r.ReadString('\n'); err != nil { // the greeting
+		return err
+	}
+	for _, cmd := range []string{`{"execute":"qmp_capabilities"}`, `{"execute":"quit"}`} {
+		if _, err := io.WriteString(c, cmd+"\n"); err != nil {
+			return err
+		}
+		// QEMU may be gone before it answers the quit.
+		if _, err := r.ReadString('\n'); err != nil && !(errors.Is(err, io.EOF) && strings.Contains(cmd, "quit")) {
+			return err
+		}
+	}
+	return nil
 }
 
 // attempt is the testing.TB of a first boot: it keeps failures to itself,
