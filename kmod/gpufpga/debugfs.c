@@ -36,13 +36,19 @@ static int channels_show(struct seq_file *s, void *unused)
 }
 DEFINE_SHOW_ATTRIBUTE(channels);
 
-static int pins_show(struct seq_file *s, void *unused)
+static const char *gpufpga_kind_name(u32 kind)
 {
 	static const char * const kinds[] = {
 		[GPUFPGA_PIN_GPU] = "gpu",
 		[GPUFPGA_PIN_HOST] = "host",
 		[GPUFPGA_PIN_DMABUF] = "dmabuf",
 	};
+
+	return kind < ARRAY_SIZE(kinds) && kinds[kind] ? kinds[kind] : "?";
+}
+
+static int pins_show(struct seq_file *s, void *unused)
+{
 	struct gpufpga_dev *dev = s->private;
 	struct gpufpga_file *f;
 	struct gpufpga_mem *m;
@@ -54,7 +60,7 @@ static int pins_show(struct seq_file *s, void *unused)
 		mutex_lock(&f->lock);
 		xa_for_each(&f->pins, handle, m)
 			seq_printf(s, "%p %lu %s %#llx %llu %u %u %s %d\n", f, handle,
-				   m->kind < ARRAY_SIZE(kinds) && kinds[m->kind] ? kinds[m->kind] : "?", m->addr, m->len, m->npages, m->nruns,
+				   gpufpga_kind_name(m->kind), m->addr, m->len, m->npages, m->nruns,
 				   m->state == GPUFPGA_MEM_ACTIVE ? "active" : "revoked",
 				   atomic_read(&m->inflight));
 		mutex_unlock(&f->lock);

@@ -488,6 +488,11 @@ static void gpufpga_unpin_files(struct gpufpga_dev *dev)
 	wait_var_event(&dev->pinned_total, !atomic64_read(&dev->pinned_total));
 }
 
+/*
+ * The device goes away: stop all DMA; open files see -ENODEV. Failing the
+ * transfers first wakes blocked ioctls, so taking the rwsem waits only for
+ * calls already under way, whose transfers are then failed too.
+ */
 static void gpufpga_remove(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);

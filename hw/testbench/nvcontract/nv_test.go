@@ -270,21 +270,7 @@ func TestCallbackAgainstEngineThatWillNotHalt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultWedged); err != nil {
-		t.Fatal(err)
-	}
-	// Cleared before the modules unload (cleanups run last first).
-	t.Cleanup(func() {
-		if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultNone); err != nil {
-			t.Error(err)
-		}
-	})
-	done := make(chan error, 1)
-	go func() {
-		_, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute})
-		done <- err
-	}()
-	waitInflight(t, p)
+	done := wedgedTransfer(t, d, ctl, p)
 	if err := a.Free(); err != nil {
 		t.Fatal(err)
 	}
@@ -356,27 +342,16 @@ func TestProbeLeavesARunningEngineOffTheBus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultWedged); err != nil {
-		t.Fatal(err)
-	}
-	// Whatever fails, later tests get a reset engine and a bound device
-	// (cleanups run before the modules unload).
+	// Whatever fails, later tests get a bound device; registered first,
+	// this runs after wedgedTransfer's reset of the engine.
 	t.Cleanup(func() {
-		if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultNone); err != nil {
-			t.Error(err)
-		}
 		if _, err := os.Stat("/sys/class/misc/gpufpga0"); err != nil {
 			if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/bind", []byte(bdf), 0); err != nil {
 				t.Errorf("rebind %s: %v", bdf, err)
 			}
 		}
 	})
-	done := make(chan error, 1)
-	go func() {
-		_, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute})
-		done <- err
-	}()
-	waitInflight(t, p)
+	done := wedgedTransfer(t, d, ctl, p)
 	bind := func(op string) {
 		t.Helper()
 		if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/"+op, []byte(bdf), 0); err != nil {
@@ -418,6 +393,28 @@ func TestProbeLeavesARunningEngineOffTheBus(t *testing.T) {
 	if late, err := ctl.LateWrites(); err != nil || late != 0 {
 		t.Fatalf("%d DMA writes landed in freed VRAM (%v)", late, err)
 	}
+}
+
+// wedgedTransfer wedges C2H channel 0 (reset again when the test ends,
+// before the modules unload) and returns once a transfer into p runs on
+// it; the transfer's result arrives on the channel.
+func wedgedTransfer(t *testing.T, d *p2p.Device, ctl *rigctl.Control, p *p2p.Pin) <-chan error {
+	t.Helper()
+	if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultWedged); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := ctl.InjectFault(xdma.C2H, 0, xdmamodel.FaultNone); err != nil {
+			t.Error(err)
+		}
+	})
+	done := make(chan error, 1)
+	go func() {
+		_, err := d.Transfer(context.Background(), p2p.Transfer{Dir: p2p.C2H, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute})
+		done <- err
+	}()
+	waitInflight(t, p)
+	return done
 }
 
 func waitInflight(t *testing.T, p *p2p.Pin) {

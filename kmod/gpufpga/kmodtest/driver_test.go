@@ -452,7 +452,7 @@ func TestMemoryMappedNeedsCardMemSize(t *testing.T) {
 		}
 	}
 	reload("timeout_ms=2000")
-	defer reload("timeout_ms=2000", "card_mem_size=67108864")
+	defer reload(driverParams...)
 
 	d, err := p2p.Open(devPath)
 	if err != nil {

@@ -19,6 +19,9 @@ const devPath = "/dev/gpufpga0"
 
 var loadOnce sync.Once
 
+// driverParams are gpufpga's parameters for the package's tests.
+var driverParams = []string{"timeout_ms=2000", "card_mem_size=67108864"}
+
 // setup loads nvp2p_sim, gpufpga and gpufpga_nv (which hands the simulated
 // GPU's P2P API to gpufpga) once for the package; TestZZUnload takes them
 // out at the end and checks that nothing leaked.
@@ -29,7 +32,7 @@ func setup(t *testing.T) {
 		if err := guest.LoadModule("nvp2p_sim"); err != nil {
 			t.Fatal(err)
 		}
-		if err := guest.LoadModule("gpufpga", "timeout_ms=2000", "card_mem_size=67108864"); err != nil {
+		if err := guest.LoadModule("gpufpga", driverParams...); err != nil {
 			t.Fatal(err)
 		}
 		if err := guest.LoadModule("gpufpga_nv"); err != nil {
