@@ -19,7 +19,7 @@ modver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' kmod/gpufpga/dkms.conf)
 if [ -z "${DEB_VERSION:-}" ]; then
 	if git describe --exact-match --tags --match "v$modver" >/dev/null 2>&1; then
 		DEB_VERSION=$modver
-	elif snap=$(TZ=UTC git log -1 --date=format-local:%Y%m%d --format=%cd.%h 2>/dev/null) && [ -n "$snap" ]; then
+	elif snap=$(TZ=UTC git log -1 --date=format-local:%Y%m%d%H%M%S --format=%cd.%h 2>/dev/null) && [ -n "$snap" ]; then
 		DEB_VERSION=$modver~git$snap
 	else
 		DEB_VERSION=$modver
@@ -44,7 +44,7 @@ rm -f "$out"/gpufpga-dkms_*.deb "$out"/p2pctl_*.deb
 pack() {
 	local dir=$1 name arch
 	(cd "$dir" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | sort -z | xargs -0r md5sum) >"$dir/DEBIAN/md5sums"
-	echo "Installed-Size: $(du -sk --exclude=DEBIAN "$dir" | cut -f1)" >>"$dir/DEBIAN/control"
+	echo "Installed-Size: $(du -sk --apparent-size --exclude=DEBIAN "$dir" | cut -f1)" >>"$dir/DEBIAN/control"
 	name=$(sed -n 's/^Package: //p' "$dir/DEBIAN/control")
 	arch=$(sed -n 's/^Architecture: //p' "$dir/DEBIAN/control")
 	dpkg-deb --root-owner-group -Zxz --build "$dir" "$out/${name}_${DEB_VERSION}_${arch}.deb"
@@ -82,8 +82,9 @@ Description: FPGA XDMA to NVIDIA GPU peer DMA driver (DKMS)
 CONTROL
 pack "$pkg"
 
-# p2pctl: static, so that it runs on any glibc; the docs come from a build
-# for this machine, which may not run the package's GOARCH.
+# p2pctl: built without cgo, but it loads libcuda through purego, which
+# links libc dynamically; the docs come from a build for this machine,
+# which may not run the package's GOARCH.
 pkg=$stage/p2pctl
 mkdir -p "$pkg/DEBIAN" "$pkg/usr/bin" "$pkg/usr/share/man/man1" "$pkg/usr/share/bash-completion/completions"
 CGO_ENABLED=0 GOARCH=$goarch $GO build -trimpath \
@@ -101,6 +102,7 @@ Package: p2pctl
 Version: $DEB_VERSION
 Architecture: $arch
 Maintainer: $maintainer
+Depends: libc6
 Recommends: gpufpga-dkms
 Section: utils
 Priority: optional

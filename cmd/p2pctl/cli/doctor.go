@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -91,16 +92,24 @@ func (c cudaGPUs) GPU(ctx context.Context, bdf string) (doctor.GPU, error) {
 	if err != nil {
 		return doctor.GPU{}, err
 	}
+	var skipped []error
 	for i := range n {
 		if err := ctx.Err(); err != nil {
 			return doctor.GPU{}, err
 		}
+		// A device CUDA cannot open (in use, prohibited, failed) is not
+		// a reason to give up on the others.
 		gi, ok, err := c.gpu(i, bdf)
-		if err != nil || ok {
-			return gi, err
+		if err != nil {
+			skipped = append(skipped, err)
+			continue
+		}
+		if ok {
+			return gi, nil
 		}
 	}
-	return doctor.GPU{}, fmt.Errorf("not among the CUDA driver's %d devices (CUDA_VISIBLE_DEVICES?)", n)
+	err = fmt.Errorf("not among the CUDA driver's %d devices (CUDA_VISIBLE_DEVICES?)", n)
+	return doctor.GPU{}, errors.Join(append([]error{err}, skipped...)...)
 }
 
 // gpu describes CUDA device n if it is at bdf.

@@ -74,7 +74,7 @@ cleanup() {
 	fi
 	# Debian leaves system groups behind on purge; the check does not.
 	if [ -n "$group_created" ] && getent group gpufpga >/dev/null; then
-		groupdel gpufpga
+		groupdel gpufpga || echo "deb-check: groupdel gpufpga failed" >&2
 	fi
 	rm -rf "$tmp"
 	exit "$rc"

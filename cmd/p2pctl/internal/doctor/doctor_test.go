@@ -269,11 +269,42 @@ func TestBAR1Behind64BitBAR0(t *testing.T) {
 		}
 	}
 	r := diagnose(t, h, doctor.Config{Device: device{abi: 1}, CUDA: a100})
+	found := false
 	for _, c := range r.Checks {
-		if c.Key == "gpu.bar1" && (c.Status != doctor.OK || !strings.HasPrefix(c.Summary, "BAR1 256 GiB")) {
-			t.Fatalf("gpu.bar1: %s %s", c.Status, c.Summary)
+		if c.Key == "gpu.bar1" {
+			found = true
+			if c.Status != doctor.OK || !strings.HasPrefix(c.Summary, "BAR1 256 GiB") {
+				t.Fatalf("gpu.bar1: %s %s", c.Status, c.Summary)
+			}
 		}
 	}
+	if !found {
+		t.Fatal("no gpu.bar1 check")
+	}
+}
+
+// A BAR the kernel could not place (Above 4G Decoding off) keeps its size
+// in the resource file, at address 0 and marked unset: it is not assigned.
+func TestUnplacedBAR1(t *testing.T) {
+	h := fixture(t, "switch-shared")
+	for i := range h.Devices {
+		if h.Devices[i].BDF() == doctortest.GPU {
+			h.Devices[i].BARs = []doctortest.BAR{
+				{Index: 0, Addr: 0xf8000000, Size: 16 << 20, Flags: doctortest.Mem32},
+				{Index: 1, Addr: 0, Size: 64 << 30, Flags: doctortest.Mem64Prefetch | 0x20000000},
+			}
+		}
+	}
+	r := diagnose(t, h, doctor.Config{Device: device{abi: 1}, CUDA: a100})
+	for _, c := range r.Checks {
+		if c.Key == "gpu.bar1" {
+			if c.Status != doctor.Fail {
+				t.Fatalf("gpu.bar1 of an unplaced BAR: %s %s", c.Status, c.Summary)
+			}
+			return
+		}
+	}
+	t.Fatal("no gpu.bar1 check")
 }
 
 func TestCapIPCLock(t *testing.T) {

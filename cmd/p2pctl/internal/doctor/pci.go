@@ -212,6 +212,8 @@ const (
 	ioresourceMem      = 0x00000200
 	ioresourcePrefetch = 0x00002000
 	ioresourceMem64    = 0x00100000
+	ioresourceDisabled = 0x10000000
+	ioresourceUnset    = 0x20000000
 )
 
 // bars parses the resource file: one "start end flags" line per region,
@@ -230,7 +232,8 @@ func (h host) bars(p pciDev) ([]bar, error) {
 		if _, err := fmt.Sscanf(line, "0x%x 0x%x 0x%x", &start, &end, &flags); err != nil {
 			return nil, fmt.Errorf("%s: line %d: %w", p.file("resource"), i+1, err)
 		}
-		if end == 0 || end < start {
+		// A BAR the kernel could not place keeps its size but no address.
+		if end == 0 || end < start || start == 0 || flags&(ioresourceUnset|ioresourceDisabled) != 0 {
 			continue
 		}
 		bars = append(bars, bar{
