@@ -16,16 +16,19 @@ KDIR ?= /lib/modules/$(KVER)/build
 
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
-	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser
+	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser \
+	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev
 # From bookworm-backports, pinned so that nothing else comes from there.
 BPO_PACKAGES := linux-headers-6.12-amd64
 BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
+# Debian's QEMU source, which the rig's QEMU is built from.
+SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check deb deb-check debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -36,6 +39,11 @@ deps:
 		printf 'Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm-backports\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > $(BPO_LIST); \
 		printf 'Package: *\nPin: release n=bookworm-backports\nPin-Priority: 100\n' > /etc/apt/preferences.d/gpufpga-backports; \
 		rm -f /var/lib/apt/lists/.gpufpga-updated; \
+	fi
+	@if [ ! -f $(SRC_LIST) ]; then \
+		if [ "$$(id -u)" != 0 ]; then echo "deps: run as root to add deb-src lines" >&2; exit 1; fi; \
+		printf 'Types: deb-src\nURIs: http://deb.debian.org/debian\nSuites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\nTypes: deb-src\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' > $(SRC_LIST); \
+		apt-get update -qq; \
 	fi
 	@missing=$$(for p in $(DEB_PACKAGES) $(BPO_PACKAGES); do \
 		dpkg-query -W -f='$${Status}\n' $$p 2>/dev/null | grep -q '^install ok installed$$' || echo $$p; \
@@ -77,7 +85,7 @@ $(CURDIR)/build/vmlinux-%:
 # $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old;
 # $(6) the host-side test that boots it (default TestRig, the whole suite).
 VMTEST_PKG := ./hw/testbench/vmtest/
-vmtest_on = GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
+vmtest_on = qemu=$$(hw/testbench/qemu/build-qemu.sh) && GPUFPGA_QEMU=$$qemu GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
 	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run '^$(or $(6),TestRig)$$' $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
@@ -218,11 +226,15 @@ deb-check:
 
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
-TEST_PHASES := deps lint unit dkms-check deb-check vmtest-6.1 vmtest-6.12 vmtest-swiotlb debug-kernel vmtest-debug
+TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb debug-kernel vmtest-debug
 test:
 	@set -e; for p in $(TEST_PHASES); do \
 		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \
 		echo "== make $$p: $$(( $$(date +%s) - s )) s"; done
+
+# The rig's QEMU alone (hw/testbench/qemu/build-qemu.sh; cached).
+qemu:
+	hw/testbench/qemu/build-qemu.sh
 
 # The debug kernel alone (hw/testbench/kernel/build-debug.sh; cached).
 debug-kernel:
@@ -237,7 +249,7 @@ demo: deps build kmod
 	@$(BIN)/p2p-testbench selftest
 	@echo
 	@echo "== 2. The driver in a QEMU guest against the simulated FPGA and GPU (log: build/demo.log)"
-	@set -o pipefail; GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) GPUFPGA_KERNEL=/boot/vmlinuz-$(KVER) GPUFPGA_GUEST_KMODS=/lib/modules/$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
+	@set -o pipefail; qemu=$$(hw/testbench/qemu/build-qemu.sh) && GPUFPGA_QEMU=$$qemu GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) GPUFPGA_KERNEL=/boot/vmlinuz-$(KVER) GPUFPGA_GUEST_KMODS=/lib/modules/$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
 		-run TestDemo ./hw/testbench/vmtest/ > build/demo.log 2>&1 \
 		|| { tail -n 40 build/demo.log; echo "demo failed: see build/demo.log" >&2; exit 1; }
 	@sed -n 's/.*DEMO| \{0,1\}//p' build/demo.log

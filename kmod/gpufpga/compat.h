@@ -39,4 +39,9 @@ static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 }
 #endif
 
+/* 6.8: the legacy interrupt's flag is PCI_IRQ_INTX. */
+#ifndef PCI_IRQ_INTX
+#define PCI_IRQ_INTX	PCI_IRQ_LEGACY
+#endif
+
 #endif /* GPUFPGA_COMPAT_H */

@@ -24,13 +24,13 @@ static int channels_show(struct seq_file *s, void *unused)
 
 	seq_puts(s, "channel kind   active queued xfers bytes errors timeouts revoked last_status\n");
 	gpufpga_for_each_chan(dev, ch, ci) {
-		mutex_lock(&ch->lock);
+		spin_lock_irq(&ch->lock);
 		seq_printf(s, "%s%d    %-6s %-6s %6zu %llu %llu %llu %llu %llu %#x\n",
 			   ch->dir ? "c2h" : "h2c", ch->index, ch->stream ? "stream" : "mm",
 			   ch->active ? "yes" : "no", list_count_nodes(&ch->queue),
 			   ch->xfers, ch->bytes, ch->errors, ch->timeouts, ch->revoked,
 			   ch->last_status);
-		mutex_unlock(&ch->lock);
+		spin_unlock_irq(&ch->lock);
 	}
 	return 0;
 }
@@ -132,19 +132,17 @@ static ssize_t chain_read(struct file *file, char __user *buf, size_t count, lof
 	size_t len;
 	ssize_t ret;
 
-	mutex_lock(&ch->lock);
-	len = sizeof(h) + (size_t)ch->last_count * XDMA_DESC_SIZE;
-	snap = kvmalloc(len, GFP_KERNEL);
-	if (!snap) {
-		mutex_unlock(&ch->lock);
+	snap = kvmalloc(sizeof(h) + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
+	if (!snap)
 		return -ENOMEM;
-	}
+	spin_lock_irq(&ch->lock);
+	len = sizeof(h) + (size_t)ch->last_count * XDMA_DESC_SIZE;
 	h.addr = cpu_to_le64(ch->last_addr);
 	h.count = cpu_to_le32(ch->last_count);
 	h.first_adj = cpu_to_le32(ch->last_first_adj);
 	memcpy(snap, &h, sizeof(h));
 	memcpy(snap + sizeof(h), ch->last_chain, len - sizeof(h));
-	mutex_unlock(&ch->lock);
+	spin_unlock_irq(&ch->lock);
 	ret = simple_read_from_buffer(buf, count, ppos, snap, len);
 	kvfree(snap);
 	return ret;

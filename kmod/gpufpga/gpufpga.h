@@ -7,14 +7,21 @@
  *   gpufpga_dev.files_lock      the device's open files
  *   gpufpga_file.lock (mutex)   the file's pins and async requests
  *   NVIDIA's own locks          held by NVIDIA around its free callback
- *   gpufpga_chan.lock (mutex)   the channel's running and queued requests
- *   gpufpga_dev.regs_lock       the register transport (mutex, rig only)
- *   gpufpga_mem.lock (spinlock) a pin's state
+ *   gpufpga_chan.mutex          halting the channel's engine (may sleep)
+ *   gpufpga_mem.lock (spinlock) a pin's state; never taken in IRQ
+ *   gpufpga_chan.lock           the channel's running and queued requests
+ *                               (spinlock, taken in the hard IRQ handler)
+ *   gpufpga_file.pending        its xarray lock (IRQ-safe)
  *   gpufpga_file.done_lock      finished async requests (spinlock, leaf)
+ * Completions run in the hard IRQ handler under chan.lock; nothing under
+ * chan.lock sleeps. Whatever must wait for the engine (a halt, a revoked
+ * transfer's last bytes) holds chan.mutex and sets chan.halting, which
+ * keeps the IRQ handler off the channel, then drops chan.lock to wait.
  * The NVIDIA free callback and dma-buf move_notify run under their
- * provider's locks and take chan.lock and mem.lock only. NVIDIA's entry
- * points are called with no lock held but files_lock (remove unpinning open
- * files): never with file.lock, chan.lock or mem.lock.
+ * provider's locks and take chan.mutex, chan.lock and mem.lock only.
+ * NVIDIA's entry points are called with no lock held but files_lock (remove
+ * unpinning open files): never with file.lock, chan.mutex, chan.lock or
+ * mem.lock.
  */
 #ifndef GPUFPGA_H
 #define GPUFPGA_H
@@ -48,12 +55,6 @@ extern unsigned long gpufpga_card_mem_size;
 extern struct workqueue_struct *gpufpga_wq;
 
 struct gpufpga_dev;
-
-/* How registers are reached: MMIO on hardware, a mailbox on the rig. */
-struct gpufpga_regs_ops {
-	u32 (*read)(struct gpufpga_dev *dev, u32 off);
-	void (*write)(struct gpufpga_dev *dev, u32 off, u32 val);
-};
 
 struct gpufpga_req;
 struct gpufpga_stream_state;
@@ -90,17 +91,26 @@ struct gpufpga_chan {
 	u32 addr_align;		/* bytes; 1: any address */
 	u32 len_gran;		/* bytes; 1: any length */
 
-	struct mutex lock;		/* active, queue, acq, ring, counters */
+	struct mutex mutex;		/* halting the engine; outside lock */
+	spinlock_t lock;		/* all below but the debugfs snapshot */
 	struct gpufpga_req *active;
 	struct list_head queue;
 	struct gpufpga_stream_state *acq;	/* a running stream, or NULL */
+	bool halting;			/* mutex holder owns the engine */
+	int acq_error;			/* the stream must end with it */
+	/* Watchdog: a lost interrupt, a timeout, a stream that must end. */
 	struct delayed_work work;
 	unsigned long deadline;
 
-	/* Descriptors, then one C2H stream result record per descriptor. */
+	/*
+	 * Descriptors, then one C2H stream result record per descriptor, then
+	 * the poll-mode writeback word.
+	 */
 	void *ring;
 	dma_addr_t ring_bus;
 	size_t ring_size;
+	__le32 *wb;
+	dma_addr_t wb_bus;
 
 	/* Last chain run, for debugfs: a copy of its descriptors. */
 	void *last_chain;
@@ -129,12 +139,7 @@ struct gpufpga_dev {
 	char name[24];
 	struct miscdevice misc;
 
-	const struct gpufpga_regs_ops *regs_ops;
-	void __iomem *bar;		/* MMIO: the DMA BAR */
-	void __iomem *mbox;		/* rig: register mailbox */
-	void __iomem *doorbell;		/* rig: ivshmem doorbell */
-	struct mutex regs_lock;		/* the rig's register mailbox */
-	u32 mbox_seq;
+	void __iomem *bar;		/* the DMA BAR: the engine's registers */
 	bool link_down;
 	bool dead;
 	/* Held for reading by every ioctl; remove takes it to wait them out. */
@@ -145,6 +150,9 @@ struct gpufpga_dev {
 	int nchan[2];
 	struct gpufpga_chan chan[2][GPUFPGA_MAX_CHANNELS];
 	int nvecs;
+	const char *irq_kind;		/* "MSI-X", "MSI" or "INTx" */
+	bool intx;			/* a shared line: check the pending bits */
+	u32 irq_enabled;		/* channel interrupt bits set up */
 	struct gpufpga_vec vecs[2 * GPUFPGA_MAX_CHANNELS];
 
 	atomic64_t pinned_total;
@@ -250,6 +258,7 @@ struct gpufpga_req {
 	u64 id;
 	u64 user_data;
 	bool async;
+	bool poll;		/* the waiter spins on the writeback word */
 	struct eventfd_ctx *efd;
 
 	struct gpufpga_mem **mems;	/* one reference per user segment */
@@ -298,7 +307,9 @@ void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error);
 void gpufpga_drain_completions(struct gpufpga_file *f);
 void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m);
 void gpufpga_cancel_file(struct gpufpga_file *f);
-void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector);
+void gpufpga_chan_irq(struct gpufpga_chan *ch);
+bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r);
+void gpufpga_chan_release(struct gpufpga_chan *ch);
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock);
 void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev);
@@ -314,7 +325,8 @@ void gpufpga_start_next(struct gpufpga_chan *ch);
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size);
-void gpufpga_stream_poll(struct gpufpga_chan *ch);
+void gpufpga_stream_irq(struct gpufpga_chan *ch);
+void gpufpga_stream_watchdog(struct gpufpga_chan *ch);
 void gpufpga_stream_end(struct gpufpga_chan *ch, int error);
 void gpufpga_stream_close(struct gpufpga_chan *ch, struct gpufpga_file *f);
 bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m);

@@ -13,6 +13,7 @@
 #include <linux/uaccess.h>
 #include <linux/wait_bit.h>
 
+#include "compat.h"
 #include "gpufpga.h"
 
 #define CREATE_TRACE_POINTS
@@ -45,6 +46,11 @@ MODULE_PARM_DESC(max_queued, "asynchronous transfers per open file, queued or fi
 unsigned int gpufpga_timeout_ms = 5000;
 module_param_named(timeout_ms, gpufpga_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(timeout_ms, "default transfer timeout");
+
+/* Read at probe: a device bound later (or rebound) takes the new value. */
+static char *gpufpga_interrupts = "auto";
+module_param_named(interrupts, gpufpga_interrupts, charp, 0644);
+MODULE_PARM_DESC(interrupts, "interrupt kind to use: auto (MSI-X, else MSI, else INTx), msix, msi or intx");
 
 /* NVIDIA's free callback waits this long with NVIDIA's locks held: bounded. */
 #define GPUFPGA_MAX_REVOKE_WAIT_MS	100
@@ -196,7 +202,7 @@ static int gpufpga_open(struct inode *inode, struct file *file)
 	f->dev = dev;
 	mutex_init(&f->lock);
 	xa_init_flags(&f->pins, XA_FLAGS_ALLOC1);
-	xa_init(&f->pending);
+	xa_init_flags(&f->pending, XA_FLAGS_LOCK_IRQ);
 	spin_lock_init(&f->done_lock);
 	INIT_LIST_HEAD(&f->done);
 	init_waitqueue_head(&f->done_wq);
@@ -238,10 +244,10 @@ static __poll_t gpufpga_poll(struct file *file, poll_table *wait)
 	__poll_t mask = 0;
 
 	poll_wait(file, &f->done_wq, wait);
-	spin_lock(&f->done_lock);
+	spin_lock_irq(&f->done_lock);
 	if (!list_empty(&f->done))
 		mask |= EPOLLIN | EPOLLRDNORM;
-	spin_unlock(&f->done_lock);
+	spin_unlock_irq(&f->done_lock);
 	if (f->dev->dead)
 		mask |= EPOLLERR;
 	return mask;
@@ -259,54 +265,97 @@ static const struct file_operations gpufpga_fops = {
 
 /*
  * Each vector's cookie says which vector it is: IRQ numbers of MSI-X
- * vectors need not be contiguous, and pci_irq_vector() may sleep.
+ * vectors need not be contiguous, and pci_irq_vector() may sleep. A shared
+ * legacy line first asks the engine whether any channel of ours is
+ * pending.
  */
 static irqreturn_t gpufpga_irq(int irq, void *data)
 {
 	struct gpufpga_vec *vec = data;
+	struct gpufpga_dev *dev = vec->dev;
+	struct gpufpga_chan *ch;
+	u32 pending = ~0U;
+	int ci;
 
-	gpufpga_kick_channels(vec->dev, vec->index);
+	if (dev->intx) {
+		pending = gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_PENDING);
+		if (!pending || pending == ~0U)
+			return IRQ_NONE;
+	}
+	gpufpga_for_each_chan(dev, ch, ci) {
+		if ((int)(ch->irq_bit % dev->nvecs) != vec->index || !(pending & BIT(ch->irq_bit)))
+			continue;
+		spin_lock(&ch->lock);
+		gpufpga_chan_irq(ch);
+		spin_unlock(&ch->lock);
+	}
 	return IRQ_HANDLED;
 }
 
-/* Routes channel interrupts to vectors and enables them. */
-static void gpufpga_setup_irqs(struct gpufpga_dev *dev)
+static unsigned int gpufpga_irq_types(struct device *dev)
 {
-	u32 vec[2] = {}, enable = 0, bit;
+	unsigned int types = PCI_IRQ_MSIX | PCI_IRQ_MSI | PCI_IRQ_INTX;
+
+	kernel_param_lock(THIS_MODULE);
+	if (!strcmp(gpufpga_interrupts, "msix"))
+		types = PCI_IRQ_MSIX;
+	else if (!strcmp(gpufpga_interrupts, "msi"))
+		types = PCI_IRQ_MSI;
+	else if (!strcmp(gpufpga_interrupts, "intx"))
+		types = PCI_IRQ_INTX;
+	else if (strcmp(gpufpga_interrupts, "auto"))
+		dev_warn(dev, "interrupts=%s: want auto, msix, msi or intx; using auto\n",
+			 gpufpga_interrupts);
+	kernel_param_unlock(THIS_MODULE);
+	return types;
+}
+
+/*
+ * Allocates the vectors, one per channel where it can, and routes channel
+ * interrupts to them. Every completion comes by interrupt: a device
+ * without one is refused.
+ */
+static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
+{
+	struct pci_dev *pdev = dev->pdev;
 	int i, ret, nvec = dev->nchan[0] + dev->nchan[1];
+	u32 vec[2] = {}, bit;
 	struct gpufpga_chan *ch;
 	int ci;
 
-	ret = pci_alloc_irq_vectors(dev->pdev, 1, nvec, PCI_IRQ_MSIX | PCI_IRQ_MSI);
+	ret = pci_alloc_irq_vectors(pdev, 1, nvec, gpufpga_irq_types(&pdev->dev));
 	if (ret < 0) {
-		dev_notice(&dev->pdev->dev, "no MSI-X/MSI (%d): polling for completions\n", ret);
-		dev->nvecs = 0;
-		return;
+		dev_err(&pdev->dev, "no interrupt (%d)\n", ret);
+		return ret;
 	}
 	dev->nvecs = ret;
+	dev->intx = !pdev->msix_enabled && !pdev->msi_enabled;
+	dev->irq_kind = pdev->msix_enabled ? "MSI-X" : pdev->msi_enabled ? "MSI" : "INTx";
 	for (i = 0; i < dev->nvecs; i++) {
 		dev->vecs[i].dev = dev;
 		dev->vecs[i].index = i;
-		ret = devm_request_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), gpufpga_irq,
-				       0, dev->name, &dev->vecs[i]);
+		ret = request_irq(pci_irq_vector(pdev, i), gpufpga_irq, dev->intx ? IRQF_SHARED : 0,
+				  dev->name, &dev->vecs[i]);
 		if (ret) {
-			dev_notice(&dev->pdev->dev, "vector %d: %d: polling for completions\n", i, ret);
-			dev->nvecs = i;
-			break;
+			dev_err(&pdev->dev, "%s vector %d: %d\n", dev->irq_kind, i, ret);
+			while (i--)
+				free_irq(pci_irq_vector(pdev, i), &dev->vecs[i]);
+			pci_free_irq_vectors(pdev);
+			return ret;
 		}
 	}
-	if (!dev->nvecs)
-		return;
 	gpufpga_for_each_chan(dev, ch, ci) {
 		bit = ch->irq_bit;
 		vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
-		enable |= BIT(bit);
+		dev->irq_enabled |= BIT(bit);
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
 			      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	}
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR, vec[0]);
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4, vec[1]);
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1S, enable);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1S,
+		      dev->irq_enabled);
+	return 0;
 }
 
 static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
@@ -315,9 +364,11 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 
 	if (!dev->link_down)
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+	dev->irq_enabled = 0;
 	for (i = 0; i < dev->nvecs; i++)
-		devm_free_irq(&dev->pdev->dev, pci_irq_vector(dev->pdev, i), &dev->vecs[i]);
+		free_irq(pci_irq_vector(dev->pdev, i), &dev->vecs[i]);
 	pci_free_irq_vectors(dev->pdev);
+	dev->nvecs = 0;
 }
 
 static void gpufpga_fini_channels(struct gpufpga_dev *dev)
@@ -432,7 +483,9 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	ret = gpufpga_init_channels(dev);
 	if (ret)
 		goto err_put;
-	gpufpga_setup_irqs(dev);
+	ret = gpufpga_setup_irqs(dev);
+	if (ret)
+		goto err_channels;
 
 	dev->misc.minor = MISC_DYNAMIC_MINOR;
 	dev->misc.name = dev->name;
@@ -444,9 +497,9 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_irqs;
 	pci_set_drvdata(pdev, dev);
 	gpufpga_debugfs_init(dev);
-	dev_notice(&pdev->dev, "%s: XDMA IP version %u, %d H2C and %d C2H channels, %d interrupt vectors, %s transport\n",
+	dev_notice(&pdev->dev, "%s: XDMA IP version %u, %d H2C and %d C2H channels, %d %s vectors\n",
 		   dev->name, dev->ip_version, dev->nchan[0], dev->nchan[1], dev->nvecs,
-		   dev->bar ? "MMIO" : "rig mailbox");
+		   dev->irq_kind);
 	if (!gpufpga_card_mem_size && gpufpga_has_mm_channel(dev))
 		dev_notice(&pdev->dev, "%s: card_mem_size is not set: memory-mapped transfers are refused\n",
 			   dev->name);
@@ -454,6 +507,7 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 err_irqs:
 	gpufpga_teardown_irqs(dev);
+err_channels:
 	gpufpga_fini_channels(dev);
 err_put:
 	kref_put(&dev->ref, gpufpga_dev_release);
@@ -466,9 +520,9 @@ static void gpufpga_fail_channels(struct gpufpga_dev *dev)
 	int ci;
 
 	gpufpga_for_each_chan(dev, ch, ci) {
-		mutex_lock(&ch->lock);
+		mutex_lock(&ch->mutex);
 		gpufpga_chan_fail_all(ch, -ENODEV);
-		mutex_unlock(&ch->lock);
+		mutex_unlock(&ch->mutex);
 	}
 }
 
@@ -521,7 +575,7 @@ static void gpufpga_shutdown(struct pci_dev *pdev)
 	pci_clear_master(pdev);
 }
 
-/* Xilinx XDMA reference designs (Gen1-4, x1-x16), and the rig's FPGA. */
+/* Xilinx XDMA reference designs (Gen1-4, x1-x16). */
 #define XDMA_DEVICE(id) { PCI_DEVICE(PCI_VENDOR_ID_XILINX, id) }
 static const struct pci_device_id gpufpga_ids[] = {
 	XDMA_DEVICE(0x9011), XDMA_DEVICE(0x9012), XDMA_DEVICE(0x9014), XDMA_DEVICE(0x9018),
@@ -539,18 +593,9 @@ static const struct pci_device_id gpufpga_ids[] = {
 };
 MODULE_DEVICE_TABLE(pci, gpufpga_ids);
 
-/*
- * The rig's simulated FPGA is an ivshmem device (1af4:1110). It is matched
- * here but kept out of MODULE_DEVICE_TABLE, so the module never autoloads
- * for it; probe accepts only the one carrying the rig's mailbox magic.
- */
-static struct pci_device_id gpufpga_all_ids[ARRAY_SIZE(gpufpga_ids) + 1] = {
-	{ PCI_DEVICE(PCI_VENDOR_ID_REDHAT_QUMRANET, 0x1110) },
-};
-
 static struct pci_driver gpufpga_driver = {
 	.name = "gpufpga",
-	.id_table = gpufpga_all_ids,
+	.id_table = gpufpga_ids,
 	.probe = gpufpga_probe,
 	.remove = gpufpga_remove,
 	.shutdown = gpufpga_shutdown,
@@ -568,7 +613,6 @@ static int __init gpufpga_init(void)
 		pr_err("gpufpga: revoke_wait_ms must be at most %u\n", GPUFPGA_MAX_REVOKE_WAIT_MS);
 		return -EINVAL;
 	}
-	memcpy(&gpufpga_all_ids[1], gpufpga_ids, sizeof(gpufpga_ids));
 	gpufpga_wq = alloc_workqueue("gpufpga", WQ_UNBOUND | WQ_HIGHPRI, 0);
 	if (!gpufpga_wq)
 		return -ENOMEM;

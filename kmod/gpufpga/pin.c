@@ -85,13 +85,13 @@ u32 gpufpga_pin_kinds(void)
 static void gpufpga_mem_revoke(struct gpufpga_mem *m)
 {
 	spin_lock(&m->lock);
-	m->state = GPUFPGA_MEM_REVOKING;
+	WRITE_ONCE(m->state, GPUFPGA_MEM_REVOKING);
 	spin_unlock(&m->lock);
 
 	gpufpga_revoke_transfers(m->dev, m);
 
 	spin_lock(&m->lock);
-	m->state = GPUFPGA_MEM_REVOKED;
+	WRITE_ONCE(m->state, GPUFPGA_MEM_REVOKED);
 	spin_unlock(&m->lock);
 	trace_gpufpga_revoke(m->dev->id, m->handle, m->kind, m->len);
 }

@@ -1,85 +1,14 @@
 // SPDX-License-Identifier: GPL-2.0
 /*
- * Register access. On hardware the XDMA registers are MMIO in the DMA BAR.
- * On the test rig the FPGA is simulated by a host process, and the QEMU
- * ivshmem device that stands for it cannot trap MMIO: each access becomes a
- * request in a mailbox in the device's BAR2, announced through its doorbell
- * and answered synchronously (kmod/gpufpga/gpufpga_rig.h). Nothing
- * else in the driver knows which transport it runs on.
+ * Register access: plain MMIO in the DMA BAR. Nothing here sleeps, so
+ * registers may be read and written under spinlocks and in hard IRQ.
  */
 #include <linux/delay.h>
 #include <linux/io.h>
-#include <linux/ktime.h>
 
 #include "gpufpga.h"
-#include "gpufpga_rig.h"
 
-#define GPUFPGA_RIG_TIMEOUT_US	(2 * USEC_PER_SEC)
 #define GPUFPGA_DEAD		0xffffffff
-
-static u32 mmio_read(struct gpufpga_dev *dev, u32 off)
-{
-	return ioread32(dev->bar + off);
-}
-
-static void mmio_write(struct gpufpga_dev *dev, u32 off, u32 val)
-{
-	iowrite32(val, dev->bar + off);
-}
-
-static const struct gpufpga_regs_ops mmio_ops = {
-	.read = mmio_read,
-	.write = mmio_write,
-};
-
-/*
- * One mailbox round trip. A device model that does not answer reads as a
- * device that fell off the bus: all ones.
- */
-static u32 rig_call(struct gpufpga_dev *dev, u32 op, u32 off, u32 val)
-{
-	void __iomem *mb = dev->mbox + RIG_REG_MBOX;
-	ktime_t deadline;
-	u32 seq, ret;
-
-	mutex_lock(&dev->regs_lock);
-	seq = ++dev->mbox_seq;
-	writel(op, mb + RIG_REQ_OP);
-	writel(off, mb + RIG_REQ_ARG0);
-	writel(val, mb + RIG_REQ_ARG1);
-	wmb();	/* the request before its sequence number */
-	writel(seq, mb + RIG_REQ_SEQ);
-	writel(RIG_HOST_PEER << 16 | RIG_VEC_MBOX, dev->doorbell);
-	deadline = ktime_add_us(ktime_get(), GPUFPGA_RIG_TIMEOUT_US);
-	while (readl(mb + RIG_RSP_SEQ) != seq) {
-		if (ktime_after(ktime_get(), deadline)) {
-			dev_err_ratelimited(&dev->pdev->dev, "device model did not answer register op %u at %#x\n",
-					    op, off);
-			mutex_unlock(&dev->regs_lock);
-			return GPUFPGA_DEAD;
-		}
-		cpu_relax();
-	}
-	rmb();	/* the answer after its sequence number */
-	ret = readl(mb + RIG_RSP_STATUS) ? GPUFPGA_DEAD : readl(mb + RIG_RSP_VAL0);
-	mutex_unlock(&dev->regs_lock);
-	return ret;
-}
-
-static u32 rig_read(struct gpufpga_dev *dev, u32 off)
-{
-	return rig_call(dev, RIG_OP_READ32, off, 0);
-}
-
-static void rig_write(struct gpufpga_dev *dev, u32 off, u32 val)
-{
-	rig_call(dev, RIG_OP_WRITE32, off, val);
-}
-
-static const struct gpufpga_regs_ops rig_ops = {
-	.read = rig_read,
-	.write = rig_write,
-};
 
 /*
  * A read that a device off the bus answers with all ones is confirmed before
@@ -89,18 +18,17 @@ static const struct gpufpga_regs_ops rig_ops = {
  */
 static bool gpufpga_link_lost(struct gpufpga_dev *dev)
 {
-	u32 id = dev->regs_ops->read(dev, XDMA_BASE(XDMA_TARGET_CONFIG, 0) + XDMA_REG_IDENTIFIER);
+	u32 id = ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0) + XDMA_REG_IDENTIFIER);
 
 	return id == GPUFPGA_DEAD || !pci_device_is_present(dev->pdev);
 }
 
-/* May sleep on the rig. */
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 {
-	u32 v = dev->regs_ops->read(dev, off);
+	u32 v = ioread32(dev->bar + off);
 
-	if (unlikely(v == GPUFPGA_DEAD) && !dev->link_down && gpufpga_link_lost(dev)) {
-		dev->link_down = true;
+	if (unlikely(v == GPUFPGA_DEAD) && !READ_ONCE(dev->link_down) && gpufpga_link_lost(dev)) {
+		WRITE_ONCE(dev->link_down, true);
 		dev_err(&dev->pdev->dev, "register %#x reads all ones: link down\n", off);
 	}
 	return v;
@@ -108,11 +36,11 @@ u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val)
 {
-	dev->regs_ops->write(dev, off, val);
+	iowrite32(val, dev->bar + off);
 }
 
 /* Finds the BAR whose config block carries the XDMA identifier. */
-static int gpufpga_find_dma_bar(struct gpufpga_dev *dev)
+int gpufpga_regs_init(struct gpufpga_dev *dev)
 {
 	struct pci_dev *pdev = dev->pdev;
 	void __iomem *bar;
@@ -133,49 +61,6 @@ static int gpufpga_find_dma_bar(struct gpufpga_dev *dev)
 		pcim_iounmap_regions(pdev, BIT(i));
 	}
 	return -ENODEV;
-}
-
-static int gpufpga_rig_init(struct gpufpga_dev *dev)
-{
-	struct pci_dev *pdev = dev->pdev;
-
-	if (pci_resource_len(pdev, 2) < RIG_MBOX_SIZE || pci_resource_len(pdev, 0) < 16)
-		return -ENODEV;
-	if (pcim_iomap_regions(pdev, BIT(2), KBUILD_MODNAME))
-		return -EBUSY;
-	dev->mbox = pcim_iomap_table(pdev)[2];
-	/* Every rig device is 1af4:1110: only the FPGA's mailbox is ours. */
-	if (readl(dev->mbox + RIG_MBOX_OFF_MAGIC) != RIG_MBOX_MAGIC) {
-		pcim_iounmap_regions(pdev, BIT(2));
-		dev->mbox = NULL;
-		return -ENODEV;
-	}
-	if (readl(dev->mbox + RIG_MBOX_OFF_VERSION) != RIG_MBOX_VERSION) {
-		dev_err(&pdev->dev, "rig mailbox version %u, want %u\n",
-			readl(dev->mbox + RIG_MBOX_OFF_VERSION), RIG_MBOX_VERSION);
-		return -ENODEV;
-	}
-	if (pcim_iomap_regions(pdev, BIT(0), KBUILD_MODNAME))
-		return -EBUSY;
-	dev->doorbell = pcim_iomap_table(pdev)[0];
-	dev->doorbell += RIG_DOORBELL;
-	dev->mbox_seq = readl(dev->mbox + RIG_REG_MBOX + RIG_RSP_SEQ);
-	return 0;
-}
-
-int gpufpga_regs_init(struct gpufpga_dev *dev)
-{
-	int ret;
-
-	mutex_init(&dev->regs_lock);
-	if (dev->pdev->vendor == PCI_VENDOR_ID_REDHAT_QUMRANET) {
-		ret = gpufpga_rig_init(dev);
-		dev->regs_ops = &rig_ops;
-	} else {
-		ret = gpufpga_find_dma_bar(dev);
-		dev->regs_ops = &mmio_ops;
-	}
-	return ret;
 }
 
 u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
@@ -236,7 +121,8 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
 /*
  * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
  * busy, halts descriptor fetching too. Returns the final status, read-
- * cleared. Called with ch->lock held, or before the channel is in use.
+ * cleared. May sleep: called with ch->mutex held and ch->halting set, or
+ * before the channel is in use.
  */
 u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
 {

@@ -9,7 +9,9 @@
  * still holds: it stops and waits instead, and the FPGA drops (and counts)
  * what it cannot send.
  *
- * Called with ch->lock held unless noted; the lock order is gpufpga.h's.
+ * Filled slots are reported from the hard IRQ handler, under ch->lock;
+ * starting and ending a stream hold ch->mutex. Called with ch->lock held
+ * unless noted; the lock order is gpufpga.h's.
  */
 #include <linux/bitmap.h>
 #include <linux/slab.h>
@@ -105,14 +107,14 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_event *ev
  * slots without reading them would queue them without bound, so past
  * max_queued unread records the stream ends with -EOVERFLOW instead.
  */
-static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 bytes, u32 flags,
-			     gfp_t gfp)
+static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 bytes, u32 flags)
 {
 	struct gpufpga_event *ev;
 
 	if (atomic_read(&ch->acq->file->nevents) >= gpufpga_max_queued)
 		return -EOVERFLOW;
-	ev = kzalloc(sizeof(*ev), gfp);
+	/* In hard IRQ: a failure ends the stream, with -ENOMEM reported. */
+	ev = kzalloc(sizeof(*ev), GFP_ATOMIC);
 	if (!ev)
 		return -ENOMEM;
 	gpufpga_fill_event(ch, ev, GPUFPGA_EVENT_SLOT, slot, seq, bytes, flags, 0, 0);
@@ -123,10 +125,12 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 byt
  * Reports the slots the engine filled since the last look: a slot is filled
  * when its last descriptor completes. Returns -EPROTO when a packet ended
  * short inside a slot of several descriptors, which would leave a hole in
- * it, and -EOVERFLOW when the client lets records pile up unread.
+ * it, and -EOVERFLOW when the client lets records pile up unread. Returns
+ * the number of slots reported otherwise.
  */
-static int gpufpga_stream_collect(struct gpufpga_chan *ch, gfp_t gfp)
+static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 {
+	int slots = 0;
 	int ret;
 
 	struct gpufpga_stream_state *st = ch->acq;
@@ -153,7 +157,7 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch, gfp_t gfp)
 			continue;
 		}
 		ret = gpufpga_post_slot(ch, slot, st->seq, st->fill_bytes + len,
-					status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0, gfp);
+					status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
 		if (ret)
 			return ret;	/* the stream ends with it: nothing unreported */
 		trace_gpufpga_stream_slot(ch->dev->id, ch->index, slot, st->seq, st->fill_bytes + len,
@@ -167,33 +171,39 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch, gfp_t gfp)
 		ch->xfers++;
 		st->fill_descs = 0;
 		st->fill_bytes = 0;
+		slots++;
 	}
-	return 0;
+	return slots;
 }
 
-/* Ends the stream: halt, report what was filled, then STREAM_END. */
+/*
+ * Ends the stream: halt, report what was filled, then STREAM_END. Called
+ * with ch->mutex held and ch->lock not held.
+ */
 void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_dev *dev = ch->dev;
-	struct gpufpga_stream_state *st = ch->acq;
+	struct gpufpga_stream_state *st;
 	u32 status = 0;
+	int collected;
 
-	if (!st)
+	if (!gpufpga_chan_own(ch, NULL))
 		return;
-	if (!dev->link_down) {
-		int collected;
-
+	if (!dev->link_down)
 		status = gpufpga_chan_halt(ch);
-		/* In NVIDIA's free callback, allocate without reclaim. */
-		collected = gpufpga_stream_collect(ch, error == -EKEYREVOKED ?
-						   GFP_NOWAIT | __GFP_ACCOUNT : GFP_KERNEL_ACCOUNT);
-		if (collected && !error)
+	spin_lock_irq(&ch->lock);
+	st = ch->acq;
+	if (!dev->link_down) {
+		collected = gpufpga_stream_collect(ch);
+		if (collected < 0 && !error)
 			error = collected;
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
 			      gpufpga_common_bit(ch));
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
 			      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	}
+	/* What the IRQ handler found wrong is why the stream ended. */
+	error = error ?: ch->acq_error;
 	if (error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
 	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
@@ -201,41 +211,75 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	st->end = NULL;
 	ch->last_status = status;
 	ch->acq = NULL;
-	gpufpga_stream_free(st);
+	ch->acq_error = 0;
 	gpufpga_start_next(ch);
+	gpufpga_chan_release(ch);
+	spin_unlock_irq(&ch->lock);
+	gpufpga_stream_free(st);
 }
 
-/* At close: ends the file's stream on ch, if it has one. */
+/* At close: ends the file's stream on ch, if it has one. Under ch->mutex. */
 void gpufpga_stream_close(struct gpufpga_chan *ch, struct gpufpga_file *f)
 {
 	if (ch->acq && ch->acq->file == f)
 		gpufpga_stream_end(ch, -ECANCELED);
 }
 
-/* The channel's work item, in stream mode. */
-void gpufpga_stream_poll(struct gpufpga_chan *ch)
+/* The IRQ handler found the stream must end: the watchdog ends it. */
+static void gpufpga_stream_fail(struct gpufpga_chan *ch, int error)
+{
+	ch->errors++;
+	if (!ch->acq_error)
+		ch->acq_error = error;
+	mod_delayed_work(gpufpga_wq, &ch->work, 0);
+}
+
+/* A slot filled, or the engine stopped. Hard IRQ, ch->lock held. */
+void gpufpga_stream_irq(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	u32 status;
 	int ret;
 
 	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-	if (dev->link_down) {
-		gpufpga_stream_end(ch, -ENODEV);
+	if (ch->acq_error)
+		return;		/* ending already */
+	if (READ_ONCE(dev->link_down)) {
+		gpufpga_stream_fail(ch, -ENODEV);
 		return;
 	}
-	ret = gpufpga_stream_collect(ch, GFP_KERNEL_ACCOUNT);
-	if (ret) {
-		ch->errors++;
-		gpufpga_stream_end(ch, ret);
-		return;
+	ret = gpufpga_stream_collect(ch);
+	if (ret < 0)
+		gpufpga_stream_fail(ch, ret);
+	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY))
+		gpufpga_stream_fail(ch, -EIO);
+}
+
+/*
+ * The stream's watchdog, every timeout period: ends a stream the IRQ
+ * handler failed, and reports slots whose interrupt never came. Called with
+ * ch->mutex held.
+ */
+void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	int error, found;
+
+	spin_lock_irq(&ch->lock);
+	error = ch->acq_error;
+	if (!error) {
+		found = gpufpga_stream_collect(ch);
+		if (found > 0)
+			dev_warn_ratelimited(&dev->pdev->dev, "C2H channel %u: %d stream slots filled without an interrupt\n",
+					     ch->index, found);
+		if (found < 0)
+			error = found;
+		else
+			queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(gpufpga_timeout_ms));
 	}
-	if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY)) {
-		ch->errors++;
-		gpufpga_stream_end(ch, -EIO);
-		return;
-	}
-	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
+	spin_unlock_irq(&ch->lock);
+	if (error)
+		gpufpga_stream_end(ch, error);
 }
 
 /*
@@ -292,7 +336,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	ch->acq = st;
 	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, st->bytes);
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
-	queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(1));
+	mod_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(gpufpga_timeout_ms));
 }
 
 /* The ring's descriptor limit: the channel's ring and the credit counter. */
@@ -396,7 +440,8 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	if (ret)
 		goto err;
 
-	mutex_lock(&ch->lock);
+	mutex_lock(&ch->mutex);
+	spin_lock_irq(&ch->lock);
 	if (ch->acq || ch->active || !list_empty(&ch->queue)) {
 		ret = -EBUSY;
 	} else {
@@ -407,7 +452,8 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	}
 	if (!ret)
 		gpufpga_stream_run(ch, st);
-	mutex_unlock(&ch->lock);
+	spin_unlock_irq(&ch->lock);
+	mutex_unlock(&ch->mutex);
 	if (ret)
 		goto err;
 	kvfree(us);
@@ -436,7 +482,7 @@ int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsig
 	slots = memdup_user(u64_to_user_ptr(a.slots), (size_t)a.nslots * sizeof(*slots));
 	if (IS_ERR(slots))
 		return PTR_ERR(slots);
-	mutex_lock(&ch->lock);
+	spin_lock_irq(&ch->lock);
 	st = ch->acq;
 	if (!st || st->file != f) {
 		ret = -ENOENT;
@@ -464,7 +510,7 @@ out:
 			clear_bit(slots[i], st->released);
 			set_bit(slots[i], st->held);
 		}
-	mutex_unlock(&ch->lock);
+	spin_unlock_irq(&ch->lock);
 	kfree(slots);
 	return ret;
 }
@@ -481,11 +527,11 @@ int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned
 	ch = gpufpga_stream_chan(f, a.channel);
 	if (!ch || a.flags)
 		return -EINVAL;
-	mutex_lock(&ch->lock);
+	mutex_lock(&ch->mutex);
 	if (ch->acq && ch->acq->file == f)
 		gpufpga_stream_end(ch, 0);
 	else
 		ret = -ENOENT;
-	mutex_unlock(&ch->lock);
+	mutex_unlock(&ch->mutex);
 	return ret;
 }

@@ -30,6 +30,8 @@
 #define XDMA_REG_STATUS_RC	0x44
 #define XDMA_REG_COMPLETED	0x48
 #define XDMA_REG_ALIGNMENTS	0x4c
+#define XDMA_REG_POLL_WB_LO	0x88
+#define XDMA_REG_POLL_WB_HI	0x8c
 #define XDMA_REG_INT_ENABLE	0x90
 
 /* SGDMA registers. */
@@ -77,6 +79,11 @@
 				 XDMA_STAT_WRITE_ERROR | XDMA_STAT_DESC_ERROR)
 /* Control: log every status bit (bits 1-23 enable their status bit). */
 #define XDMA_CTRL_LOG_ALL	GENMASK(23, 1)
+#define XDMA_CTRL_POLL_MODE_WB	BIT(26)
+
+/* Poll-mode writeback word: completed descriptor count, error. */
+#define XDMA_WB_COUNT		GENMASK(23, 0)
+#define XDMA_WB_ERROR		BIT(31)
 
 /* Descriptors. */
 #define XDMA_DESC_SIZE		32

@@ -3,10 +3,11 @@
  * Transfers: user segments (handle, offset, length) are checked against
  * their pins and translated into the minimal list of bus segments, which
  * becomes an XDMA descriptor chain in the channel's coherent ring. A
- * channel runs one chain at a time and queues the rest; completion comes
- * from the channel's interrupt or, failing that, from polling its status,
- * always in the channel's work item. Every transfer ends exactly once, in
- * gpufpga_finish().
+ * channel runs one chain at a time and queues the rest. Completion comes
+ * from the channel's interrupt, in the hard IRQ handler under ch->lock,
+ * which also starts the next chain; a watchdog at the transfer's timeout
+ * catches a lost interrupt or a hung engine. Every transfer ends exactly
+ * once, in gpufpga_finish().
  */
 #include <linux/delay.h>
 #include <linux/eventfd.h>
@@ -16,8 +17,6 @@
 #include "compat.h"
 #include "gpufpga.h"
 #include "trace.h"
-
-#define GPUFPGA_POLL	msecs_to_jiffies(1)
 
 static void gpufpga_req_free(struct kref *ref)
 {
@@ -94,14 +93,14 @@ int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, 
 	return 0;
 }
 
+/*
+ * Lockless, as it is asked under ch->lock, which the IRQ handler takes and
+ * m->lock must not nest in: the state is written under m->lock before the
+ * revoker takes ch->lock, so a reader under ch->lock sees it or is seen.
+ */
 bool gpufpga_mem_active(struct gpufpga_mem *m)
 {
-	bool active;
-
-	spin_lock(&m->lock);
-	active = m->state == GPUFPGA_MEM_ACTIVE;
-	spin_unlock(&m->lock);
-	return active;
+	return READ_ONCE(m->state) == GPUFPGA_MEM_ACTIVE;
 }
 
 /* Looks up and checks every user segment. Called with f->lock held. */
@@ -196,9 +195,11 @@ static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
 /* Queues a record for read(). */
 void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev)
 {
-	spin_lock(&f->done_lock);
+	unsigned long flags;
+
+	spin_lock_irqsave(&f->done_lock, flags);
 	list_add_tail(&ev->node, &f->done);
-	spin_unlock(&f->done_lock);
+	spin_unlock_irqrestore(&f->done_lock, flags);
 	wake_up_interruptible(&f->done_wq);
 }
 
@@ -210,7 +211,10 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 		complete(&r->done);
 		return;
 	}
-	xa_erase(&r->file->pending, r->id);
+	/* Under ch->lock, with interrupts off: the plain xarray lock. */
+	xa_lock(&r->file->pending);
+	__xa_erase(&r->file->pending, r->id);
+	xa_unlock(&r->file->pending);
 	c->kind = GPUFPGA_EVENT_XFER;
 	c->id = r->id;
 	c->user_data = r->user_data;
@@ -229,7 +233,9 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 
 /*
  * Ends a request: records the result, lets its pins go, and tells whoever
- * waits. Called with ch->lock held; r is off the queue and not active.
+ * waits. Called with ch->lock held, maybe in hard IRQ; r is off the queue
+ * and not active. The channel's reference is never the last: the waiting
+ * ioctl, or the completion record, holds one.
  */
 static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 			   int error, u32 status, u64 bytes)
@@ -295,14 +301,21 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	gpufpga_write(dev, sg + XDMA_REG_DESC_LO, lower_32_bits(ch->ring_bus));
 	gpufpga_write(dev, sg + XDMA_REG_DESC_HI, upper_32_bits(ch->ring_bus));
 	gpufpga_write(dev, sg + XDMA_REG_DESC_ADJ, adj);
+	if (r->poll) {
+		WRITE_ONCE(*ch->wb, 0);
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO), lower_32_bits(ch->wb_bus));
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI), upper_32_bits(ch->wb_bus));
+	}
 	/* The chain is in coherent memory; order it before RUN. */
 	wmb();
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
 	ch->deadline = jiffies + r->timeout;
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN |
+		      (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0));
 	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
-	queue_delayed_work(gpufpga_wq, &ch->work, GPUFPGA_POLL);
+	/* Already armed for an earlier request: it re-arms itself for this one. */
+	queue_delayed_work(gpufpga_wq, &ch->work, r->timeout);
 }
 
 void gpufpga_start_next(struct gpufpga_chan *ch)
@@ -316,7 +329,7 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 	}
 }
 
-/* The engine went idle: collect the active request's result. */
+/* The engine went idle: collect the active request's result. Under ch->lock. */
 static void gpufpga_complete_active(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
@@ -337,88 +350,223 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch)
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
 }
 
-static void gpufpga_chan_work(struct work_struct *work)
+/* Ends everything on a channel whose device is gone: nothing can move. */
+static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
 {
-	struct gpufpga_chan *ch = container_of(to_delayed_work(work), struct gpufpga_chan, work);
-	struct gpufpga_dev *dev = ch->dev;
-	struct gpufpga_req *r;
-	u32 status;
+	struct gpufpga_req *r, *tmp;
 
-	mutex_lock(&ch->lock);
-	if (ch->acq) {
-		gpufpga_stream_poll(ch);
-		goto out;
-	}
 	r = ch->active;
-	if (!r)
-		goto out;
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
-	if (dev->link_down) {
+	if (r) {
 		ch->active = NULL;
-		gpufpga_finish(ch, r, -ENODEV, status, 0);
-		gpufpga_chan_fail_all(ch, -ENODEV);
-		goto out;
+		gpufpga_finish(ch, r, error, 0, 0);
 	}
-	if (status & XDMA_STAT_BUSY) {
-		if (time_before(jiffies, ch->deadline)) {
-			queue_delayed_work(gpufpga_wq, &ch->work, GPUFPGA_POLL);
-			goto out;
-		}
-		status = gpufpga_chan_halt(ch);
-		ch->timeouts++;
-		ch->active = NULL;
-		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu timed out, halted (status %#x)\n",
-				     ch->dir ? "C2H" : "H2C", ch->index, r->id, status);
-		gpufpga_finish(ch, r, -ETIMEDOUT, status,
-			       gpufpga_bytes_done(ch, r, gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED))));
-	} else {
-		gpufpga_complete_active(ch);
-	}
-	gpufpga_start_next(ch);
-out:
-	mutex_unlock(&ch->lock);
-}
-
-/* Interrupt: let the channels on this vector look at their status. */
-void gpufpga_kick_channels(struct gpufpga_dev *dev, int vector)
-{
-	struct gpufpga_chan *ch;
-	int ci;
-
-	gpufpga_for_each_chan(dev, ch, ci)
-		if ((int)(ch->irq_bit % dev->nvecs) == vector)
-			mod_delayed_work(gpufpga_wq, &ch->work, 0);
-}
-
-/* Stops r wherever it is and ends it with error. Called with ch->lock held. */
-static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
-{
-	u32 status;
-
-	if (r->finished)
-		return;
-	if (ch->active == r) {
-		status = gpufpga_chan_halt(ch);
-		ch->active = NULL;
-		gpufpga_finish(ch, r, error, status,
-			       gpufpga_bytes_done(ch, r, gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED))));
-	} else {
+	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node) {
 		list_del(&r->chan_node);
 		gpufpga_finish(ch, r, error, 0, 0);
 	}
 }
 
-void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error)
+/*
+ * The channel's interrupt fired, or a vector it shares did. Hard IRQ,
+ * ch->lock held. Every path reads the status to clear, which drops the
+ * channel's request: the next completion raises a fresh edge, and a level
+ * interrupt deasserts.
+ */
+void gpufpga_chan_irq(struct gpufpga_chan *ch)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	u32 status;
+
+	if (ch->halting)
+		return;		/* masked; the mutex holder owns the engine */
+	if (ch->acq) {
+		gpufpga_stream_irq(ch);
+		return;
+	}
+	if (!ch->active) {
+		gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+		return;
+	}
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+	if (READ_ONCE(dev->link_down)) {
+		gpufpga_chan_drop_all(ch, -ENODEV);
+		return;
+	}
+	if (status & XDMA_STAT_BUSY)
+		return;		/* a shared vector: not this channel's */
+	gpufpga_complete_active(ch);
+	gpufpga_start_next(ch);
+}
+
+/* While the mutex holder halts the engine, its interrupt stays off. */
+static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
+{
+	struct gpufpga_dev *dev = ch->dev;
+
+	if (!(dev->irq_enabled & BIT(ch->irq_bit)) || READ_ONCE(dev->link_down))
+		return;
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) +
+		      (mask ? XDMA_REG_CHAN_INT_ENABLE_W1C : XDMA_REG_CHAN_INT_ENABLE_W1S),
+		      BIT(ch->irq_bit));
+}
+
+/*
+ * Takes the engine from the IRQ handler, to halt it: returns false if the
+ * channel is already halting, or stopped running r (r NULL: the stream).
+ * Called with ch->mutex held and ch->lock not held.
+ */
+bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r)
+{
+	bool own;
+
+	spin_lock_irq(&ch->lock);
+	own = !ch->halting && (r ? ch->active == r : !!ch->acq);
+	if (own)
+		ch->halting = true;
+	spin_unlock_irq(&ch->lock);
+	if (own)
+		gpufpga_chan_mask(ch, true);
+	return own;
+}
+
+/* Gives the engine back to the IRQ handler. Called with ch->lock held. */
+void gpufpga_chan_release(struct gpufpga_chan *ch)
+{
+	ch->halting = false;
+	gpufpga_chan_mask(ch, false);
+}
+
+/*
+ * Halts the engine under the active request r and ends r with error; then
+ * the next request starts. Called with ch->mutex held and ch->lock not
+ * held. Returns the status the halt left, or 0 if r was no longer running.
+ */
+static u32 gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
+{
+	u32 status, completed;
+
+	if (!gpufpga_chan_own(ch, r))
+		return 0;
+	status = gpufpga_chan_halt(ch);
+	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	spin_lock_irq(&ch->lock);
+	ch->active = NULL;
+	if (error == -EKEYREVOKED)
+		ch->revoked++;
+	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
+	gpufpga_start_next(ch);
+	gpufpga_chan_release(ch);
+	spin_unlock_irq(&ch->lock);
+	return status;
+}
+
+/* The watchdog of a running transfer. Called with ch->mutex held. */
+static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	struct gpufpga_req *r;
+	u64 id;
+	u32 status;
+
+	spin_lock_irq(&ch->lock);
+	r = ch->active;
+	if (!r || ch->halting)
+		goto out;
+	if (time_before(jiffies, ch->deadline)) {
+		queue_delayed_work(gpufpga_wq, &ch->work, ch->deadline - jiffies);
+		goto out;
+	}
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+	if (dev->link_down) {
+		gpufpga_chan_drop_all(ch, -ENODEV);
+		goto out;
+	}
+	if (!(status & XDMA_STAT_BUSY)) {
+		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu ended without an interrupt\n",
+				     ch->dir ? "C2H" : "H2C", ch->index, r->id);
+		gpufpga_complete_active(ch);
+		gpufpga_start_next(ch);
+		goto out;
+	}
+	ch->timeouts++;
+	id = r->id;
+	spin_unlock_irq(&ch->lock);
+	status = gpufpga_halt_active(ch, r, -ETIMEDOUT);
+	dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu timed out, halted (status %#x)\n",
+			     ch->dir ? "C2H" : "H2C", ch->index, id, status);
+	return;
+out:
+	spin_unlock_irq(&ch->lock);
+}
+
+/*
+ * The channel's watchdog: armed at a transfer's timeout, and every timeout
+ * period while a stream runs; kicked at once when the IRQ handler finds a
+ * stream that must end. Not a poll: interrupts complete everything.
+ */
+static void gpufpga_chan_work(struct work_struct *work)
+{
+	struct gpufpga_chan *ch = container_of(to_delayed_work(work), struct gpufpga_chan, work);
+
+	mutex_lock(&ch->mutex);
+	if (ch->acq)
+		gpufpga_stream_watchdog(ch);
+	else
+		gpufpga_xfer_watchdog(ch);
+	mutex_unlock(&ch->mutex);
+}
+
+/*
+ * Stops r wherever it is and ends it with error. Called with ch->mutex
+ * held and ch->lock not held.
+ */
+static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
+{
+	spin_lock_irq(&ch->lock);
+	if (r->finished) {
+		spin_unlock_irq(&ch->lock);
+		return;
+	}
+	if (ch->active == r) {
+		spin_unlock_irq(&ch->lock);
+		gpufpga_halt_active(ch, r, error);
+		return;
+	}
+	list_del(&r->chan_node);
+	if (error == -EKEYREVOKED)
+		ch->revoked++;
+	gpufpga_finish(ch, r, error, 0, 0);
+	spin_unlock_irq(&ch->lock);
+}
+
+/* Ends the queued requests that match. Called with ch->lock held. */
+static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *f,
+				  struct gpufpga_mem *m, int error)
 {
 	struct gpufpga_req *r, *tmp;
 
-	if (ch->acq)
-		gpufpga_stream_end(ch, error);
+	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node) {
+		if ((f && r->file != f) || (m && !gpufpga_req_uses(r, m)))
+			continue;
+		list_del(&r->chan_node);
+		if (error == -EKEYREVOKED)
+			ch->revoked++;
+		gpufpga_finish(ch, r, error, 0, 0);
+	}
+}
 
-	if (ch->active)
-		gpufpga_stop_req(ch, ch->active, error);
-	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
-		gpufpga_stop_req(ch, r, error);
+/* Called with ch->mutex held and ch->lock not held. */
+void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error)
+{
+	struct gpufpga_req *r;
+
+	gpufpga_stream_end(ch, error);
+	spin_lock_irq(&ch->lock);
+	gpufpga_finish_queued(ch, NULL, NULL, error);
+	r = ch->active;
+	spin_unlock_irq(&ch->lock);
+	if (r)
+		gpufpga_halt_active(ch, r, error);
 }
 
 bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
@@ -432,6 +580,39 @@ bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
 }
 
 /*
+ * Waits, up to until, for the active request r to end by itself; if it
+ * does not, halts it. r is only compared, never dereferenced, once
+ * ch->lock is dropped: the IRQ handler may end and free it meanwhile.
+ * Called with ch->mutex held.
+ */
+static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r,
+				  unsigned long until)
+{
+	struct gpufpga_dev *dev = ch->dev;
+
+	for (;;) {
+		spin_lock_irq(&ch->lock);
+		if (ch->active != r || ch->halting) {
+			spin_unlock_irq(&ch->lock);
+			return;
+		}
+		if (!dev->link_down &&
+		    !(gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY)) {
+			gpufpga_complete_active(ch);
+			gpufpga_start_next(ch);
+			spin_unlock_irq(&ch->lock);
+			return;
+		}
+		spin_unlock_irq(&ch->lock);
+		if (dev->link_down || !time_before(jiffies, until)) {
+			gpufpga_halt_active(ch, r, -EKEYREVOKED);
+			return;
+		}
+		usleep_range(200, 500);
+	}
+}
+
+/*
  * The memory of m is being revoked. A running transfer on it gets
  * gpufpga_revoke_wait_ms to finish; then its channel is halted. Queued ones
  * never start. Afterwards no DMA touches m's pages.
@@ -439,36 +620,27 @@ bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
 void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 {
 	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
-	struct gpufpga_req *r, *tmp;
+	struct gpufpga_req *r;
 	struct gpufpga_chan *ch;
 	int ci;
 
 	gpufpga_for_each_chan(dev, ch, ci) {
-		mutex_lock(&ch->lock);
+		mutex_lock(&ch->mutex);
 		if (gpufpga_stream_uses(ch, m)) {
+			spin_lock_irq(&ch->lock);
 			ch->revoked++;
+			spin_unlock_irq(&ch->lock);
 			gpufpga_stream_end(ch, -EKEYREVOKED);
 		}
-		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
-			if (gpufpga_req_uses(r, m)) {
-				ch->revoked++;
-				gpufpga_stop_req(ch, r, -EKEYREVOKED);
-			}
+		spin_lock_irq(&ch->lock);
+		gpufpga_finish_queued(ch, NULL, m, -EKEYREVOKED);
 		r = ch->active;
-		if (r && gpufpga_req_uses(r, m)) {
-			while (!dev->link_down && time_before(jiffies, until) &&
-			       gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY)
-				usleep_range(200, 500);
-			if (dev->link_down ||
-			    gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY) {
-				ch->revoked++;
-				gpufpga_stop_req(ch, r, -EKEYREVOKED);
-			} else {
-				gpufpga_complete_active(ch);
-			}
-			gpufpga_start_next(ch);
-		}
-		mutex_unlock(&ch->lock);
+		if (r && !gpufpga_req_uses(r, m))
+			r = NULL;
+		spin_unlock_irq(&ch->lock);
+		if (r)
+			gpufpga_revoke_active(ch, r, until);
+		mutex_unlock(&ch->mutex);
 	}
 }
 
@@ -476,29 +648,30 @@ static void gpufpga_cancel_req(struct gpufpga_req *r, int error)
 {
 	struct gpufpga_chan *ch = r->chan;
 
-	mutex_lock(&ch->lock);
+	mutex_lock(&ch->mutex);
 	gpufpga_stop_req(ch, r, error);
-	gpufpga_start_next(ch);
-	mutex_unlock(&ch->lock);
+	mutex_unlock(&ch->mutex);
 }
 
 /* At close: stop everything the file started. */
 void gpufpga_cancel_file(struct gpufpga_file *f)
 {
-	struct gpufpga_req *r, *tmp;
+	struct gpufpga_req *r;
 	struct gpufpga_chan *ch;
 	int ci;
 
 	gpufpga_for_each_chan(f->dev, ch, ci) {
-		mutex_lock(&ch->lock);
+		mutex_lock(&ch->mutex);
 		gpufpga_stream_close(ch, f);
-		list_for_each_entry_safe(r, tmp, &ch->queue, chan_node)
-			if (r->file == f)
-				gpufpga_stop_req(ch, r, -ECANCELED);
-		if (ch->active && ch->active->file == f)
-			gpufpga_stop_req(ch, ch->active, -ECANCELED);
-		gpufpga_start_next(ch);
-		mutex_unlock(&ch->lock);
+		spin_lock_irq(&ch->lock);
+		gpufpga_finish_queued(ch, f, NULL, -ECANCELED);
+		r = ch->active;
+		if (r && r->file != f)
+			r = NULL;
+		spin_unlock_irq(&ch->lock);
+		if (r)
+			gpufpga_halt_active(ch, r, -ECANCELED);
+		mutex_unlock(&ch->mutex);
 	}
 }
 
@@ -519,9 +692,9 @@ void gpufpga_drain_completions(struct gpufpga_file *f)
 	struct gpufpga_event *ev, *tmp;
 	LIST_HEAD(done);
 
-	spin_lock(&f->done_lock);
+	spin_lock_irq(&f->done_lock);
 	list_splice_init(&f->done, &done);
-	spin_unlock(&f->done_lock);
+	spin_unlock_irq(&f->done_lock);
 	list_for_each_entry_safe(ev, tmp, &done, node)
 		gpufpga_event_free(f, ev);
 }
@@ -542,6 +715,8 @@ static int gpufpga_check_xfer_arg(struct gpufpga_dev *dev, const struct gpufpga_
 		return -E2BIG;
 	if (a->eventfd < -1 || (!(a->flags & GPUFPGA_XFER_ASYNC) && a->eventfd != -1))
 		return -EINVAL;
+	if ((a->flags & GPUFPGA_XFER_ASYNC) && (a->flags & GPUFPGA_XFER_POLL))
+		return -EINVAL;
 	if (!ch->stream && !gpufpga_card_mem_size)
 		return -ENXIO;
 	return 0;
@@ -560,6 +735,7 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 	r->file = f;
 	r->chan = &f->dev->chan[a->dir][a->channel];
 	r->async = a->flags & GPUFPGA_XFER_ASYNC;
+	r->poll = a->flags & GPUFPGA_XFER_POLL;
 	r->user_data = a->user_data;
 	r->card_addr = a->card_addr;
 	r->timeout = msecs_to_jiffies(a->timeout_ms ?: gpufpga_timeout_ms);
@@ -609,15 +785,22 @@ bad:
  * Queues r on its channel, unless a pin was revoked meanwhile. An
  * asynchronous request enters f->pending here, under ch->lock, once it is
  * queued: CANCEL finds only requests the channel owns, and the completion,
- * which erases the entry under the same lock, cannot come first.
+ * which erases the entry under the same lock, cannot come first. Its slot
+ * is reserved beforehand, as nothing under ch->lock may sleep.
  */
 static int gpufpga_submit(struct gpufpga_req *r)
 {
 	struct gpufpga_chan *ch = r->chan;
+	struct xarray *pending = &r->file->pending;
 	int ret = 0;
 	u32 i;
 
-	mutex_lock(&ch->lock);
+	if (r->async) {
+		ret = xa_reserve_irq(pending, r->id, GFP_KERNEL_ACCOUNT);
+		if (ret)
+			return ret;
+	}
+	spin_lock_irq(&ch->lock);
 	if (ch->acq) {
 		ret = -EBUSY;
 		goto out;
@@ -633,7 +816,9 @@ static int gpufpga_submit(struct gpufpga_req *r)
 		}
 	}
 	if (r->async) {
-		ret = xa_insert(&r->file->pending, r->id, r, GFP_KERNEL_ACCOUNT);
+		xa_lock(pending);
+		ret = xa_err(__xa_store(pending, r->id, r, GFP_NOWAIT));
+		xa_unlock(pending);
 		if (ret)
 			goto out;
 	}
@@ -641,8 +826,42 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	list_add_tail(&r->chan_node, &ch->queue);
 	gpufpga_start_next(ch);
 out:
-	mutex_unlock(&ch->lock);
+	spin_unlock_irq(&ch->lock);
+	if (ret && r->async)
+		xa_erase_irq(pending, r->id);
 	return ret;
+}
+
+/*
+ * Poll mode: spins on the engine's writeback word until r's last
+ * descriptor completes or the engine reports an error, and completes r
+ * here, without waiting for the interrupt. The word is r's only while r is
+ * active: a hit for another request sends us back to spinning. Gives up,
+ * leaving r to the interrupt and the watchdog, at r's timeout or on a fatal
+ * signal.
+ */
+static void gpufpga_poll_done(struct gpufpga_req *r)
+{
+	struct gpufpga_chan *ch = r->chan;
+	unsigned long until = jiffies + r->timeout;
+	u32 wb;
+
+	while (!READ_ONCE(r->finished)) {
+		wb = le32_to_cpu(READ_ONCE(*ch->wb));
+		if (wb & XDMA_WB_ERROR || (wb & XDMA_WB_COUNT) >= r->nsegs) {
+			spin_lock_irq(&ch->lock);
+			if (ch->active == r && !ch->halting) {
+				rmb();	/* the writeback before what the engine wrote ahead of it */
+				gpufpga_complete_active(ch);
+				gpufpga_start_next(ch);
+			}
+			spin_unlock_irq(&ch->lock);
+		}
+		if (fatal_signal_pending(current) || time_after(jiffies, until))
+			return;
+		cond_resched();
+		cpu_relax();
+	}
 }
 
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size)
@@ -721,6 +940,8 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	ret = gpufpga_submit(r);
 	if (ret)
 		goto out;
+	if (r->poll)
+		gpufpga_poll_done(r);
 	/*
 	 * Only a fatal signal ends the wait: any other (a profiler's SIGPROF,
 	 * Go's preemption signal) must not cancel a transfer the engine runs.
@@ -758,11 +979,11 @@ int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int 
 		return ret;
 	if (a.flags || a.pad)
 		return -EINVAL;
-	xa_lock(&f->pending);
+	xa_lock_irq(&f->pending);
 	r = xa_load(&f->pending, a.id);
 	if (r)
 		kref_get(&r->ref);
-	xa_unlock(&f->pending);
+	xa_unlock_irq(&f->pending);
 	if (!r)
 		return -ENOENT;
 	gpufpga_cancel_req(r, -ECANCELED);
@@ -780,11 +1001,11 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 	if (count < sizeof(ev->rec))
 		return -EINVAL;
 	while (done + sizeof(ev->rec) <= count) {
-		spin_lock(&f->done_lock);
+		spin_lock_irq(&f->done_lock);
 		ev = list_first_entry_or_null(&f->done, struct gpufpga_event, node);
 		if (ev)
 			list_del(&ev->node);
-		spin_unlock(&f->done_lock);
+		spin_unlock_irq(&f->done_lock);
 		if (!ev) {
 			if (done)
 				break;
@@ -797,9 +1018,9 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 		}
 		if (copy_to_user(buf + done, &ev->rec, sizeof(ev->rec))) {
 			/* Put it back: nothing is lost. */
-			spin_lock(&f->done_lock);
+			spin_lock_irq(&f->done_lock);
 			list_add(&ev->node, &f->done);
-			spin_unlock(&f->done_lock);
+			spin_unlock_irq(&f->done_lock);
 			return done ? done : -EFAULT;
 		}
 		gpufpga_event_free(f, ev);
@@ -811,14 +1032,20 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 int gpufpga_chan_init(struct gpufpga_chan *ch)
 {
 	struct device *dev = &ch->dev->pdev->dev;
+	size_t wb;
 
-	mutex_init(&ch->lock);
+	mutex_init(&ch->mutex);
+	spin_lock_init(&ch->lock);
 	INIT_LIST_HEAD(&ch->queue);
 	INIT_DELAYED_WORK(&ch->work, gpufpga_chan_work);
-	ch->ring_size = (size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE);
+	/* Descriptors, stream results, then the poll-mode writeback word. */
+	wb = ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE), SMP_CACHE_BYTES);
+	ch->ring_size = wb + SMP_CACHE_BYTES;
 	ch->ring = dma_alloc_coherent(dev, ch->ring_size, &ch->ring_bus, GFP_KERNEL);
 	if (!ch->ring)
 		return -ENOMEM;
+	ch->wb = ch->ring + wb;
+	ch->wb_bus = ch->ring_bus + wb;
 	ch->last_chain = kvzalloc((size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
 	if (!ch->last_chain) {
 		dma_free_coherent(dev, ch->ring_size, ch->ring, ch->ring_bus);

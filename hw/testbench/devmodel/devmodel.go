@@ -1,13 +1,14 @@
-// Package devmodel is the simulated FPGA: it serves an ivshmem-doorbell
-// device to QEMU, answers the driver's register mailbox with the XDMA engine
-// model of pkg/xdma, and moves data between the guest's RAM, the simulated
-// GPU's VRAM (an ivshmem-plain BAR) and its own card memory and stream
-// endpoints. It also owns the files that back guest RAM and VRAM.
+// Package devmodel is the simulated FPGA: it serves QEMU's xdma-model PCI
+// device (hw/testbench/qemu), whose register accesses it answers with the
+// XDMA engine model, raising the engine's interrupts as MSI-X, MSI or INTx;
+// and it moves data between the guest's RAM, the simulated GPU's VRAM (an
+// ivshmem-plain BAR) and its own card memory and stream endpoints. It also
+// owns the files that back guest RAM and VRAM, and answers the test
+// equipment's control port (an ivshmem-doorbell mailbox that no driver
+// binds).
 //
-// The only thing a driver can tell apart from hardware is the register
-// transport: MMIO becomes a mailbox in the device's BAR2 plus a doorbell
-// (kmod/gpufpga/gpufpga_rig.h). Everything behind the registers
-// follows PG195 through the engine model.
+// The driver sees a PCI function with plain MMIO registers: everything
+// behind them follows PG195 through the engine model.
 package devmodel
 
 import (
@@ -57,7 +58,9 @@ type Rig struct {
 
 	ramPath, vramPath string
 	ram, vram         []byte
-	fpga, ctl         *port
+	fpga              *pciServer
+	ctl               *port
+	userRegs          sync.Map // the user BAR's registers: offset -> uint64
 
 	engine *xdmamodel.Engine
 	source switchableSource
@@ -116,7 +119,7 @@ func New(cfg Config) (*Rig, error) {
 	binary.LittleEndian.PutUint32(r.vram[rl.VramOffVersion:], rl.VramVersion)
 	binary.LittleEndian.PutUint32(r.vram[rl.VramOffPages:], uint32(cfg.VRAM/rl.VramPage))
 
-	if r.fpga, err = newPort(filepath.Join(cfg.Dir, "fpga.sock"), rl.MboxMagic, rl.GuestVectors); err != nil {
+	if r.fpga, err = listenPCI(filepath.Join(cfg.Dir, "fpga.sock")); err != nil {
 		return nil, err
 	}
 	if r.ctl, err = newPort(filepath.Join(cfg.Dir, "ctl.sock"), rl.CtlMagic, 1); err != nil {
@@ -128,6 +131,7 @@ func New(cfg Config) (*Rig, error) {
 		Bus:   &guestBus{r},
 		Card:  cardMemory(r.card),
 		Raise: r.raise,
+		Level: r.level,
 	})
 	if err != nil {
 		return nil, err
@@ -166,16 +170,15 @@ func mapFile(path string, size int64) ([]byte, error) {
 }
 
 // QEMUArgs returns the QEMU options that attach the rig: guest RAM backed
-// by the shared file, the FPGA (ivshmem-doorbell) and the GPU
-// (ivshmem-plain).
+// by the shared file, the FPGA (xdma-model, which needs the rig's QEMU),
+// the control port (ivshmem-doorbell) and the GPU (ivshmem-plain).
 func (r *Rig) QEMUArgs() []string {
 	mib := func(n int64) string { return fmt.Sprintf("%dM", n>>20) }
 	return []string{
 		"-machine", "q35,memory-backend=ram0",
 		"-m", mib(r.cfg.GuestRAM),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram0,size=%s,mem-path=%s,share=on", mib(r.cfg.GuestRAM), r.ramPath),
-		"-chardev", fmt.Sprintf("socket,id=fpga,path=%s", r.fpga.sock),
-		"-device", fmt.Sprintf("ivshmem-doorbell,chardev=fpga,vectors=%d", rl.GuestVectors),
+		"-device", fmt.Sprintf("xdma-model,socket=%s", r.fpga.sock),
 		"-chardev", fmt.Sprintf("socket,id=ctl,path=%s", r.ctl.sock),
 		"-device", "ivshmem-doorbell,chardev=ctl,vectors=1",
 		"-object", fmt.Sprintf("memory-backend-file,id=vram,size=%s,mem-path=%s,share=on", mib(r.cfg.VRAM), r.vramPath),
@@ -183,19 +186,19 @@ func (r *Rig) QEMUArgs() []string {
 	}
 }
 
-// Serve accepts QEMU's connection, then answers the mailboxes and runs the
-// engine until ctx ends or Close is called.
+// Serve accepts QEMU's connections, then answers the device and the
+// control mailbox and runs the engine until ctx ends or Close is called.
 func (r *Rig) Serve(ctx context.Context) error {
 	ctx, r.cancel = context.WithCancel(ctx)
 	// QEMU connects to the sockets in the order the devices appear.
-	if err := r.fpga.server.Serve(ctx); err != nil {
+	if err := r.fpga.accept(); err != nil {
 		return err
 	}
 	if err := r.ctl.server.Serve(ctx); err != nil {
 		return err
 	}
-	r.wg.Add(3)
-	go r.serveMailbox(ctx, r.fpga, rl.RegMbox, r.register)
+	r.fpga.serve(r, r.fail)
+	r.wg.Add(2)
 	go r.serveMailbox(ctx, r.ctl, rl.CtlMbox, r.control)
 	go r.runEngine(ctx)
 	return nil
@@ -221,11 +224,12 @@ func (r *Rig) Close() error {
 	if r.cancel != nil {
 		r.cancel()
 	}
+	if r.fpga != nil {
+		r.fpga.close()
+	}
 	r.wg.Wait()
-	for _, p := range []*port{r.fpga, r.ctl} {
-		if p != nil {
-			p.close()
-		}
+	if r.ctl != nil {
+		r.ctl.close()
 	}
 	for _, b := range [][]byte{r.ram, r.vram} {
 		if b != nil {
@@ -333,17 +337,36 @@ func waitReadable(ctx context.Context, fd int) error {
 	}
 }
 
-func (r *Rig) register(op, off, val, _ uint32) (uint32, uint32, uint32) {
-	switch op {
-	case rl.OpRead32:
-		return 0, r.engine.ReadReg(off), 0
-	case rl.OpWrite32:
-		r.engine.WriteReg(off, val)
-		r.wake()
-		return 0, 0, 0
+// readBAR answers a read of the FPGA's BARs: the DMA BAR is the engine's
+// register space, 32 bits at a time; the user BAR is plain registers.
+func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
+	if bar == pciBarUser {
+		v, _ := r.userRegs.Load(addr)
+		u, _ := v.(uint64)
+		return u
 	}
-	return uint32(unix.EINVAL), 0, 0
+	v := uint64(r.engine.ReadReg(uint32(addr)))
+	if size == 8 {
+		v |= uint64(r.engine.ReadReg(uint32(addr+4))) << 32
+	}
+	return v
 }
+
+func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
+	if bar == pciBarUser {
+		r.userRegs.Store(addr, v)
+		return
+	}
+	r.engine.WriteReg(uint32(addr), uint32(v))
+	if size == 8 {
+		r.engine.WriteReg(uint32(addr+4), uint32(v>>32))
+	}
+	r.wake()
+}
+
+func (r *Rig) setMode(mode int) { r.engine.SetInterruptMode(xdmamodel.InterruptMode(mode)) }
+
+func (r *Rig) reset() { r.engine.Reset() }
 
 func split(v uint64) (uint32, uint32, uint32) { return 0, uint32(v), uint32(v >> 32) }
 
@@ -398,8 +421,18 @@ func (r *Rig) wake() {
 }
 
 func (r *Rig) raise(vec int) {
-	if err := r.fpga.server.Interrupt(vec); err != nil {
+	if err := r.fpga.send(pciIRQEdge, uint32(vec)); err != nil {
 		r.fail(fmt.Errorf("devmodel: interrupt %d: %w", vec, err))
+	}
+}
+
+func (r *Rig) level(asserted bool) {
+	var v uint32
+	if asserted {
+		v = 1
+	}
+	if err := r.fpga.send(pciIRQLevel, v); err != nil {
+		r.fail(fmt.Errorf("devmodel: INTx: %w", err))
 	}
 }
 

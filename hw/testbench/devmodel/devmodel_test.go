@@ -3,6 +3,7 @@ package devmodel
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"net"
 	"sync/atomic"
 	"testing"
@@ -17,24 +18,83 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
-// fakeQEMU is the guest side of the ivshmem protocol, played in-process.
+// fakeQEMU plays QEMU's side of the rig in-process: the xdma-model
+// device's two connections, and the ivshmem protocol of the control port.
 type fakeQEMU struct {
+	req, irq net.Conn
+}
+
+func dialDevice(t *testing.T, sock string) *fakeQEMU {
+	t.Helper()
+	q := &fakeQEMU{}
+	for role, c := range []*net.Conn{&q.req, &q.irq} {
+		conn, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := conn.Write(append([]byte(pciHello), byte(role))); err != nil {
+			t.Fatal(err)
+		}
+		*c = conn
+	}
+	return q
+}
+
+func (q *fakeQEMU) send(t *testing.T, op, bar byte, addr, data uint64) {
+	t.Helper()
+	var m [pciReqSize]byte
+	m[0], m[1], m[2] = op, bar, 4
+	binary.LittleEndian.PutUint64(m[8:], addr)
+	binary.LittleEndian.PutUint64(m[16:], data)
+	if _, err := q.req.Write(m[:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (q *fakeQEMU) read(t *testing.T, bar byte, addr uint64) uint32 {
+	t.Helper()
+	q.send(t, pciOpRead, bar, addr, 0)
+	var v [8]byte
+	if _, err := io.ReadFull(q.req, v[:]); err != nil {
+		t.Fatal(err)
+	}
+	return uint32(binary.LittleEndian.Uint64(v[:]))
+}
+
+func (q *fakeQEMU) write(t *testing.T, bar byte, addr uint64, v uint32) {
+	t.Helper()
+	q.send(t, pciOpWrite, bar, addr, uint64(v))
+}
+
+// interrupt reads the next interrupt message.
+func (q *fakeQEMU) interrupt(t *testing.T) (kind byte, value uint32) {
+	t.Helper()
+	var m [8]byte
+	q.irq.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.ReadFull(q.irq, m[:]); err != nil {
+		t.Fatal(err)
+	}
+	return m[0], binary.LittleEndian.Uint32(m[4:])
+}
+
+type fakeCtl struct {
 	mbox    []byte
 	hostFds []int // the host's doorbell eventfds
 	seq     uint32
 }
 
-func dialRig(t *testing.T, sock string, vectors int) *fakeQEMU {
+func dialCtl(t *testing.T, sock string) *fakeCtl {
 	t.Helper()
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	q := &fakeQEMU{}
+	q := &fakeCtl{}
 	oob := make([]byte, 64)
 	var b [8]byte
-	for i := range 3 + 2*vectors {
+	for i := range 3 + 2 {
 		_, oobn, _, _, err := c.ReadMsgUnix(b[:], oob)
 		if err != nil {
 			t.Fatalf("message %d: %v", i, err)
@@ -61,9 +121,9 @@ func dialRig(t *testing.T, sock string, vectors int) *fakeQEMU {
 	return q
 }
 
-func (q *fakeQEMU) call(t *testing.T, base int, op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
+func (q *fakeCtl) call(t *testing.T, op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	t.Helper()
-	w := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&q.mbox[base+off])) }
+	w := func(off int) *uint32 { return (*uint32)(unsafe.Pointer(&q.mbox[rl.CtlMbox+off])) }
 	q.seq++
 	atomic.StoreUint32(w(rl.ReqOp), op)
 	atomic.StoreUint32(w(rl.ReqArg0), a0)
@@ -85,7 +145,7 @@ func (q *fakeQEMU) call(t *testing.T, base int, op, a0, a1, a2 uint32) (uint32, 
 	return atomic.LoadUint32(w(rl.RspStatus)), atomic.LoadUint32(w(rl.RspVal0)), atomic.LoadUint32(w(rl.RspVal1))
 }
 
-func TestMailboxes(t *testing.T) {
+func TestDeviceAndControlPort(t *testing.T) {
 	rig, err := New(Config{Dir: t.TempDir(), GuestRAM: 16 << 20, VRAM: 1 << 20, CardMem: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
@@ -95,37 +155,69 @@ func TestMailboxes(t *testing.T) {
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- rig.Serve(ctx) }()
-	q := dialRig(t, rig.fpga.sock, rl.GuestVectors)
-	c := dialRig(t, rig.ctl.sock, 1)
+	q := dialDevice(t, rig.fpga.sock)
+	c := dialCtl(t, rig.ctl.sock)
 	if err := <-served; err != nil {
 		t.Fatal(err)
-	}
-	if m := binary.LittleEndian.Uint32(q.mbox); m != rl.MboxMagic {
-		t.Fatalf("FPGA mailbox magic %#x", m)
 	}
 	if m := binary.LittleEndian.Uint32(c.mbox); m != rl.CtlMagic {
 		t.Fatalf("control port magic %#x", m)
 	}
-	st, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, xdma.Base(xdma.TargetC2H, 1)+xdma.RegIdentifier, 0, 0)
-	if id, ok := xdma.DecodeIdentifier(v); st != 0 || !ok || !id.Stream || id.Channel != 1 {
-		t.Fatalf("C2H 1 identifier: status %d value %#x", st, v)
+	v := q.read(t, pciBarDMA, uint64(xdma.Base(xdma.TargetC2H, 1)+xdma.RegIdentifier))
+	if id, ok := xdma.DecodeIdentifier(v); !ok || !id.Stream || id.Channel != 1 {
+		t.Fatalf("C2H 1 identifier %#x", v)
 	}
-	ctl := xdma.Base(xdma.TargetH2C, 0) + xdma.RegControl
-	q.call(t, rl.RegMbox, rl.OpWrite32, ctl, 0x1E, 0)
-	if _, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, ctl, 0, 0); v != 0x1E {
+	ctl := uint64(xdma.Base(xdma.TargetH2C, 0) + xdma.RegControl)
+	q.write(t, pciBarDMA, ctl, 0x1E)
+	if v := q.read(t, pciBarDMA, ctl); v != 0x1E {
 		t.Fatalf("control reads %#x after writing 0x1e", v)
 	}
+	// The config block reports the interrupt mode QEMU announces.
+	msiEnable := uint64(xdma.Base(xdma.TargetConfig, 0) + xdma.RegConfigMSIEnable)
+	q.send(t, pciOpMode, 0, 0, uint64(xdmamodel.InterruptMSIX))
+	if v := q.read(t, pciBarDMA, msiEnable); v != 2 {
+		t.Fatalf("MSI enable register %#x in MSI-X mode, want 2", v)
+	}
+	// The user BAR is plain registers.
+	q.write(t, pciBarUser, 0x40, 0xC0FFEE)
+	if v := q.read(t, pciBarUser, 0x40); v != 0xC0FFEE {
+		t.Fatalf("user register reads %#x", v)
+	}
+	// A channel interrupt that becomes pending is an edge on its vector
+	// and asserts the legacy line; read-clearing the status drops it.
+	irq := uint64(xdma.Base(xdma.TargetIRQ, 0))
+	q.write(t, pciBarDMA, irq+xdma.RegChanVector, 3) // H2C 0 on vector 3
+	q.write(t, pciBarDMA, uint64(xdma.Base(xdma.TargetH2C, 0)+xdma.RegIntEnable), xdma.StatDescStopped|xdma.StatErrorMask)
+	q.write(t, pciBarDMA, irq+xdma.RegChanIntEnableW1S, 1)
+	q.write(t, pciBarDMA, ctl, xdma.CtrlRun) // zeroed memory at 0: a bad magic stops it
+	q.read(t, pciBarDMA, ctl)                // the writes are posted; this one is not
+	rig.engine.RunUntilIdle()
+	if k, v := q.interrupt(t); k != pciIRQEdge || v != 3 {
+		t.Fatalf("interrupt message %d %d, want an edge on vector 3", k, v)
+	}
+	if k, v := q.interrupt(t); k != pciIRQLevel || v != 1 {
+		t.Fatalf("interrupt message %d %d, want INTx asserted", k, v)
+	}
+	q.read(t, pciBarDMA, uint64(xdma.Base(xdma.TargetH2C, 0)+xdma.RegStatusRC))
+	if k, v := q.interrupt(t); k != pciIRQLevel || v != 0 {
+		t.Fatalf("interrupt message %d %d, want INTx deasserted", k, v)
+	}
+	// A reset stops the engine and forgets its settings.
+	q.send(t, pciOpReset, 0, 0, 0)
+	if v := q.read(t, pciBarDMA, ctl); v != 0 {
+		t.Fatalf("control reads %#x after reset", v)
+	}
 	// The control mailbox: link down makes registers read all ones.
-	if st, _, _ := c.call(t, rl.CtlMbox, rl.CtlLink, 1, 0, 0); st != 0 {
+	if st, _, _ := c.call(t, rl.CtlLink, 1, 0, 0); st != 0 {
 		t.Fatalf("link down: status %d", st)
 	}
-	if _, v, _ := q.call(t, rl.RegMbox, rl.OpRead32, ctl, 0, 0); v != 0xFFFFFFFF {
+	if v := q.read(t, pciBarDMA, ctl); v != 0xFFFFFFFF {
 		t.Fatalf("register reads %#x with the link down", v)
 	}
-	if st, _, _ := c.call(t, rl.CtlMbox, rl.CtlFault, 1, 7, uint32(xdmamodel.FaultStall)); st != uint32(unix.ENODEV) {
+	if st, _, _ := c.call(t, rl.CtlFault, 1, 7, uint32(xdmamodel.FaultStall)); st != uint32(unix.ENODEV) {
 		t.Fatalf("fault on a missing channel: status %d", st)
 	}
-	if st, _, _ := q.call(t, rl.RegMbox, 99, 0, 0, 0); st != uint32(unix.EINVAL) {
+	if st, _, _ := c.call(t, 99, 0, 0, 0); st != uint32(unix.EINVAL) {
 		t.Fatalf("unknown op: status %d", st)
 	}
 	if err := rig.Err(); err != nil {

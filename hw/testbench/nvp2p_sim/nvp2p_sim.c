@@ -46,7 +46,7 @@
 
 #include "compat.h"
 #include "gpufpga_nv_p2p.h"
-#include "gpufpga_rig.h"
+#include "rig_layout.h"
 #include "nvp2p_sim_uapi.h"
 
 #define SIM_PAGE	SZ_64K

@@ -1,7 +1,7 @@
-// Package rigctl is the guest side of the rig's mailboxes: the control port
-// of the test equipment (fault injection, the acquisition source's settings
-// and counters, late DMA writes), and a user-space register transport for
-// tests that drive the simulated XDMA before any driver binds it.
+// Package rigctl is the guest side of the rig's test equipment: the control
+// port's mailbox (fault injection, the acquisition source's settings and
+// counters, late DMA writes), and the simulated XDMA's registers mapped into
+// user space for tests that drive it before any driver binds it.
 package rigctl
 
 import (
@@ -177,30 +177,37 @@ func (c *Control) LateWrites() (uint64, error) {
 	return c.read64(rl.CtlLateWrites, 0)
 }
 
-// Registers is a user-space transport to the simulated XDMA's registers,
-// for use while no driver has claimed the device. It implements
-// xdma.Registers; a failed call reads as all ones, like a dead link.
-type Registers struct{ mb *Mailbox }
+// Registers is the simulated XDMA's register space, mapped into user space
+// through sysfs, for tests that drive the engine while no driver has
+// claimed it. It implements xdma.Registers with plain MMIO, as a user-space
+// driver would.
+type Registers struct{ mem []byte }
 
-// OpenRegisters finds the simulated FPGA.
+// OpenRegisters finds the simulated FPGA and maps the BAR that holds the
+// XDMA register space.
 func OpenRegisters() (*Registers, error) {
-	mb, err := openMailbox(rl.MboxMagic, rl.RegMbox)
+	devs, err := guest.FindPCI(rl.FPGAVendor, rl.FPGADevice)
 	if err != nil {
 		return nil, err
 	}
-	return &Registers{mb}, nil
+	for _, d := range devs {
+		for bar := 0; bar < 6; bar++ {
+			mem, err := d.MapBAR(bar, xdma.RegSpaceSize)
+			if err != nil {
+				continue // no such BAR, or a smaller one
+			}
+			id := atomic.LoadUint32(word(mem, xdma.TargetConfig<<12))
+			if cfg, ok := xdma.DecodeIdentifier(id); ok && cfg.Target == xdma.TargetConfig {
+				return &Registers{mem}, nil
+			}
+			syscall.Munmap(mem)
+		}
+	}
+	return nil, fmt.Errorf("%w: %04x:%04x", ErrNoDevice, rl.FPGAVendor, rl.FPGADevice)
 }
 
 // ReadReg implements xdma.Registers.
-func (r *Registers) ReadReg(off uint32) uint32 {
-	v, _, err := r.mb.Call(rl.OpRead32, off, 0, 0)
-	if err != nil {
-		return 0xFFFFFFFF
-	}
-	return v
-}
+func (r *Registers) ReadReg(off uint32) uint32 { return atomic.LoadUint32(word(r.mem, int(off))) }
 
 // WriteReg implements xdma.Registers.
-func (r *Registers) WriteReg(off, v uint32) {
-	_, _, _ = r.mb.Call(rl.OpWrite32, off, v, 0)
-}
+func (r *Registers) WriteReg(off, v uint32) { atomic.StoreUint32(word(r.mem, int(off)), v) }

@@ -1,16 +1,21 @@
 // Package riglayout holds the layouts the rig's host and guest share: the
-// mirror of kmod/gpufpga/gpufpga_rig.h. A test keeps the two equal.
+// mirror of hw/testbench/nvp2p_sim/rig_layout.h. A test keeps the two equal.
 package riglayout
 
+// The simulated FPGA's PCI IDs: the xdma-model device's defaults, those of
+// a Gen3 x8 XDMA reference design.
 const (
-	MboxMagic   = 0x584f424d
+	FPGAVendor = 0x10ee
+	FPGADevice = 0x9038
+)
+
+const (
 	CtlMagic    = 0x4c525443
 	MboxVersion = 1
 	MboxSize    = 0x10000
 
 	MboxOffMagic   = 0x00
 	MboxOffVersion = 0x04
-	RegMbox        = 0x0100
 	CtlMbox        = 0x0100
 	DoorbellReg    = 0x0c
 	HostPeer       = 0
@@ -26,9 +31,6 @@ const (
 	RspVal1   = 0x4c
 
 	VecMbox = 0
-
-	OpRead32  = 1
-	OpWrite32 = 2
 
 	CtlFault       = 1
 	CtlLink        = 2
@@ -50,8 +52,6 @@ const (
 	SinkCRCFailures = 3
 	SinkPackets     = 4
 
-	GuestVectors = 8
-
 	VramMagic      = 0x4d49535032505653
 	VramVersion    = 1
 	VramPage       = 0x10000
@@ -65,14 +65,13 @@ const (
 
 // HeaderConstants names each mirror after its #define, for the layout test.
 var HeaderConstants = map[string]uint64{
-	"RIG_MBOX_MAGIC": MboxMagic, "RIG_CTL_MAGIC": CtlMagic, "RIG_MBOX_VERSION": MboxVersion, "RIG_MBOX_SIZE": MboxSize,
+	"RIG_CTL_MAGIC": CtlMagic, "RIG_MBOX_VERSION": MboxVersion, "RIG_MBOX_SIZE": MboxSize,
 	"RIG_MBOX_OFF_MAGIC": MboxOffMagic, "RIG_MBOX_OFF_VERSION": MboxOffVersion,
-	"RIG_REG_MBOX": RegMbox, "RIG_CTL_MBOX": CtlMbox,
+	"RIG_CTL_MBOX": CtlMbox,
 	"RIG_DOORBELL": DoorbellReg, "RIG_HOST_PEER": HostPeer,
 	"RIG_REQ_SEQ": ReqSeq, "RIG_REQ_OP": ReqOp, "RIG_REQ_ARG0": ReqArg0, "RIG_REQ_ARG1": ReqArg1, "RIG_REQ_ARG2": ReqArg2,
 	"RIG_RSP_SEQ": RspSeq, "RIG_RSP_STATUS": RspStatus, "RIG_RSP_VAL0": RspVal0, "RIG_RSP_VAL1": RspVal1,
 	"RIG_VEC_MBOX":  VecMbox,
-	"RIG_OP_READ32": OpRead32, "RIG_OP_WRITE32": OpWrite32,
 	"RIG_CTL_FAULT": CtlFault, "RIG_CTL_LINK": CtlLink, "RIG_CTL_SOURCE": CtlSource,
 	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats, "RIG_CTL_SOURCE_SNAPSHOT": CtlSourceSnap,
 	"RIG_SRC_GENERATED": SrcGenerated, "RIG_SRC_DELIVERED": SrcDelivered, "RIG_SRC_DROPPED": SrcDropped,
@@ -81,8 +80,7 @@ var HeaderConstants = map[string]uint64{
 	"RIG_SINK_CRC_FAILURES": SinkCRCFailures, "RIG_SINK_PACKETS": SinkPackets,
 	"RIG_FAULT_NONE": 0, "RIG_FAULT_BAD_MAGIC": 1, "RIG_FAULT_DESC_READ": 2, "RIG_FAULT_DATA_READ": 3,
 	"RIG_FAULT_DATA_WRITE": 4, "RIG_FAULT_STALL": 5,
-	"RIG_GUEST_VECTORS": GuestVectors,
-	"RIG_VRAM_MAGIC":    VramMagic, "RIG_VRAM_VERSION": VramVersion, "RIG_VRAM_PAGE": VramPage,
+	"RIG_VRAM_MAGIC": VramMagic, "RIG_VRAM_VERSION": VramVersion, "RIG_VRAM_PAGE": VramPage,
 	"RIG_VRAM_OFF_MAGIC": VramOffMagic, "RIG_VRAM_OFF_VERSION": VramOffVersion, "RIG_VRAM_OFF_PAGES": VramOffPages,
 	"RIG_VRAM_OFF_BAR": VramOffBar, "RIG_VRAM_OFF_LATE": VramOffLate, "RIG_VRAM_OFF_STATE": VramOffState,
 }

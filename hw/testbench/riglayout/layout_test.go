@@ -7,7 +7,7 @@ import (
 )
 
 func TestLayoutMatchesHeader(t *testing.T) {
-	diffs, err := cdefs.Diff("../../../kmod/gpufpga/gpufpga_rig.h", "RIG_", HeaderConstants)
+	diffs, err := cdefs.Diff("../nvp2p_sim/rig_layout.h", "RIG_", HeaderConstants)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
+	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
@@ -49,8 +50,15 @@ func TestDevicesEnumerate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(devs) != 3 {
-		t.Fatalf("%d ivshmem devices, want 3 (FPGA, control port, GPU)", len(devs))
+	if len(devs) != 2 {
+		t.Fatalf("%d ivshmem devices, want 2 (control port, GPU)", len(devs))
+	}
+	fpga, err := guest.FindPCI(rl.FPGAVendor, rl.FPGADevice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fpga) != 1 {
+		t.Fatalf("%d FPGAs %04x:%04x, want 1", len(fpga), rl.FPGAVendor, rl.FPGADevice)
 	}
 	if _, err := rigctl.OpenControl(); err != nil {
 		t.Fatal(err)

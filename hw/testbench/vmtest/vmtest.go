@@ -18,7 +18,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"sort"
@@ -114,9 +113,13 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	if _, err := os.Stat(kernel); err != nil {
 		t.Fatalf("guest kernel %s missing: run `make deps` (apt-get install linux-image-amd64): %v", kernel, err)
 	}
-	qemuBin, err := exec.LookPath("qemu-system-x86_64")
-	if err != nil {
-		t.Fatal("qemu-system-x86_64 not found: run `make deps` (apt-get install qemu-system-x86)")
+	// The rig's QEMU, with the xdma-model device (hw/testbench/qemu).
+	qemuBin := os.Getenv("GPUFPGA_QEMU")
+	if qemuBin == "" {
+		t.Fatal("GPUFPGA_QEMU is not set: run through make, which builds the rig's QEMU (hw/testbench/qemu/build-qemu.sh)")
+	}
+	if _, err := os.Stat(qemuBin); err != nil {
+		t.Fatalf("the rig's QEMU: %v", err)
 	}
 	modDir, err := ModuleDir()
 	if err != nil {
@@ -128,7 +131,9 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	}
 	if os.Getenv("VMTEST_QEMU") == "" {
 		// KVM hangs on these machines; TCG always works.
-		t.Setenv("VMTEST_QEMU", fmt.Sprintf("%s -accel tcg,thread=multi -cpu max -smp %d -no-reboot", qemuBin, GuestCPUs))
+		// The rig's QEMU has only the devices the rig uses: no default
+		// VGA, NIC or parallel port.
+		t.Setenv("VMTEST_QEMU", fmt.Sprintf("%s -accel tcg,thread=multi -cpu max -smp %d -no-reboot -vga none -net none -parallel none", qemuBin, GuestCPUs))
 	}
 	t.Setenv("GOFLAGS", "-tags=vmguest")
 	if opts.VMTimeout == 0 {

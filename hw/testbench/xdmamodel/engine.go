@@ -35,9 +35,13 @@ type Config struct {
 	H2C, C2H []ChannelConfig // at most xdma.MaxChannels each
 	Bus      xdma.Memory     // host bus addresses (descriptors, data)
 	Card     xdma.Memory     // card AXI memory for memory-mapped channels
-	// Raise delivers an interrupt vector (MSI-X). It is called with the
-	// engine locked and must not call back into the engine.
+	// Raise delivers an interrupt vector (MSI-X or MSI): an edge, once per
+	// channel interrupt that becomes pending. Level follows the legacy
+	// interrupt line, asserted while any enabled channel interrupt is
+	// pending. Both are called with the engine locked and must not call
+	// back into the engine.
 	Raise func(vector int)
+	Level func(asserted bool)
 	// Version is the IP version in the identifier registers; 0 means 6.
 	Version int
 	// Chunk is the most bytes a channel moves per Step; 0 means 64 KiB.
@@ -126,6 +130,8 @@ type Engine struct {
 	halt          uint32 // descriptor halt, xdma.RegDescHalt layout
 	creditMode    uint32
 	pendingRaised uint32 // channel interrupts already delivered
+	levelAsserted bool
+	irqMode       InterruptMode
 	linkDown      bool
 	pollWBScratch [4]byte
 	resultScratch [8]byte
@@ -220,6 +226,43 @@ func (e *Engine) InjectFault(dir xdma.Direction, ch int, f Fault) error {
 	c.fault = f
 	c.stalled = false
 	return nil
+}
+
+// InterruptMode is how the PCIe function's interrupts are enabled, as the
+// config block's MSI enable register reports it.
+type InterruptMode int
+
+// Interrupt modes.
+const (
+	InterruptINTx InterruptMode = iota
+	InterruptMSI
+	InterruptMSIX
+)
+
+// SetInterruptMode records which interrupts the host enabled in the
+// function's config space.
+func (e *Engine) SetInterruptMode(m InterruptMode) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.irqMode = m
+}
+
+// Reset returns the engine to its power-on state, as a PCIe reset does:
+// every channel stops and forgets its chain, credits and faults, and all
+// interrupts are disabled. The link state is the bus's, not the engine's.
+func (e *Engine) Reset() {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, list := range [][]*channel{e.h2c, e.c2h} {
+		for i, c := range list {
+			list[i] = e.newChannel(c.dir, c.index, c.cfg, c.irq)
+		}
+	}
+	e.chanIntEnable, e.userIntEnable = 0, 0
+	e.userVectors, e.chanVectors = [4]uint32{}, [2]uint32{}
+	e.halt, e.creditMode = 0, 0
+	e.irqMode = InterruptINTx
+	e.updateIRQ()
 }
 
 // SetLinkDown makes every register read return all ones and every write
@@ -503,7 +546,13 @@ func (e *Engine) readConfig(reg uint32) uint32 {
 	case xdma.RegConfigDataWidth:
 		return 3 // 512 bits
 	case xdma.RegConfigMSIEnable:
-		return 1 << 1 // MSI-X
+		switch e.irqMode {
+		case InterruptMSI:
+			return 1 << 0
+		case InterruptMSIX:
+			return 1 << 1
+		}
+		return 0
 	}
 	return 0
 }
@@ -573,15 +622,13 @@ func (e *Engine) chanRequest() uint32 {
 
 // updateIRQ raises the vector of every channel whose interrupt has become
 // pending: MSI-X is edge-triggered, so a pending channel raises once until
-// its request drops (its status is read-cleared) or it is masked.
+// its request drops (its status is read-cleared) or it is masked. The
+// legacy line is a level: asserted while any enabled request is pending.
 func (e *Engine) updateIRQ() {
 	pending := e.chanRequest() & e.chanIntEnable
 	fresh := pending &^ e.pendingRaised
 	e.pendingRaised = pending
-	if e.cfg.Raise == nil {
-		return
-	}
-	for bit := uint32(0); fresh != 0; bit++ {
+	for bit := uint32(0); fresh != 0 && e.cfg.Raise != nil; bit++ {
 		if fresh&(1<<bit) == 0 {
 			continue
 		}
@@ -589,6 +636,12 @@ func (e *Engine) updateIRQ() {
 		reg := e.chanVectors[bit/vectorsPerRegister]
 		vec := reg >> (bit % vectorsPerRegister * vectorFieldBitStride) & vectorFieldMask
 		e.cfg.Raise(int(vec))
+	}
+	if asserted := pending != 0; asserted != e.levelAsserted {
+		e.levelAsserted = asserted
+		if e.cfg.Level != nil {
+			e.cfg.Level(asserted)
+		}
 	}
 }
 

@@ -194,7 +194,8 @@ struct gpufpga_seg {
 
 /* Transfer flags. */
 #define GPUFPGA_XFER_ASYNC	(1U << 0)	/* return at once; complete through read() */
-#define GPUFPGA_XFER_FLAGS	GPUFPGA_XFER_ASYNC
+#define GPUFPGA_XFER_POLL	(1U << 1)	/* sync: spin on the engine's writeback */
+#define GPUFPGA_XFER_FLAGS	(GPUFPGA_XFER_ASYNC | GPUFPGA_XFER_POLL)
 
 /**
  * struct gpufpga_xfer - GPUFPGA_IOC_XFER: move data between pinned memory
@@ -220,11 +221,14 @@ struct gpufpga_seg {
  * @descs:	out: descriptors the transfer used.
  *
  * A synchronous transfer returns when it is done, failed, timed out or was
- * interrupted by a signal (the channel is halted first). An asynchronous
+ * interrupted by a signal (the channel is halted first). With
+ * GPUFPGA_XFER_POLL it waits by spinning on the engine's poll-mode
+ * writeback word (PG195) instead of sleeping until the interrupt: the
+ * lowest latency, for a busy CPU. Not with GPUFPGA_XFER_ASYNC. An asynchronous
  * one fails with -EAGAIN while gpufpga_info.max_queued of the file's
  * transfers are queued or finished but unread: read completions first.
  * Errors: -EINVAL
- * (bad direction, channel, flags, card address, eventfd, or a segment
+ * (bad direction, channel, flags or their combination, card address, eventfd, or a segment
  * outside its pin, zero-length or overflowing), -ENXIO (a memory-mapped
  * channel while gpufpga_info.card_mem_size is 0), -EBADF (@eventfd is not
  * open), -ENOENT (unknown handle),

@@ -1,32 +1,30 @@
 /* SPDX-License-Identifier: GPL-2.0 OR MIT */
 /*
  * Layouts shared between the simulated rig's host process (Go, package
- * hw/testbench/devmodel, which checks these values against its own) and
- * the guest: the XDMA register mailbox that replaces MMIO in simulation,
- * the rig control mailbox, and the header of the simulated VRAM.
+ * hw/testbench/riglayout, which checks these values against its own) and
+ * the guest: the test equipment's control mailbox, and the header of the
+ * simulated VRAM. The FPGA itself is a PCI function with plain registers
+ * (hw/testbench/qemu/xdma-model.c); nothing here is the driver's.
  *
  * All fields are little-endian. A mailbox request is published by writing
  * its seq last; the host answers by writing the response seq last.
  */
-#ifndef GPUFPGA_RIG_H
-#define GPUFPGA_RIG_H
+#ifndef RIG_LAYOUT_H
+#define RIG_LAYOUT_H
 
 /*
- * BAR2 of each ivshmem-doorbell device of the rig starts with a magic: the
- * FPGA carries the register mailbox that the driver's transport uses; a
- * second device, which no driver binds, is the test equipment's control
- * port (fault injection, source settings), mapped by tests through sysfs.
+ * The control port is an ivshmem-doorbell device, which no driver binds;
+ * tests map its BAR2 through sysfs. Its mailbox is answered by the device
+ * model: fault injection, link state, source settings and statistics.
  */
-#define RIG_MBOX_MAGIC		0x584f424dU	/* "MBOX": the FPGA */
-#define RIG_CTL_MAGIC		0x4c525443U	/* "CTRL": the control port */
+#define RIG_CTL_MAGIC		0x4c525443U	/* "CTRL" */
 #define RIG_MBOX_VERSION	1
 #define RIG_MBOX_SIZE		0x10000		/* BAR2 bytes */
 
 #define RIG_MBOX_OFF_MAGIC	0x00
 #define RIG_MBOX_OFF_VERSION	0x04
 
-#define RIG_REG_MBOX		0x0100	/* register mailbox, FPGA device */
-#define RIG_CTL_MBOX		0x0100	/* control mailbox, control device */
+#define RIG_CTL_MBOX		0x0100	/* the control mailbox */
 
 /* ivshmem doorbell register (BAR0) and the host's peer ID. */
 #define RIG_DOORBELL		0x0c
@@ -43,11 +41,7 @@
 #define RIG_RSP_VAL0		0x48
 #define RIG_RSP_VAL1		0x4c
 
-#define RIG_VEC_MBOX		0	/* host doorbell vector of either device */
-
-/* Register mailbox operations. */
-#define RIG_OP_READ32		1	/* arg0 offset -> val0 */
-#define RIG_OP_WRITE32		2	/* arg0 offset, arg1 value */
+#define RIG_VEC_MBOX		0	/* the host's doorbell vector */
 
 /* Control mailbox operations. */
 #define RIG_CTL_FAULT		1	/* arg0 dir (0 H2C, 1 C2H), arg1 channel, arg2 fault */
@@ -80,9 +74,6 @@
 #define RIG_FAULT_DATA_WRITE	4
 #define RIG_FAULT_STALL		5
 
-/* MSI-X vectors of the doorbell device: channel interrupts. */
-#define RIG_GUEST_VECTORS	8
-
 /* BAR2 of the ivshmem-plain device that stands for the GPU's BAR1. */
 #define RIG_VRAM_MAGIC		0x4d49535032505653ULL	/* "SVP2PSIM" */
 #define RIG_VRAM_VERSION	1
@@ -95,4 +86,4 @@
 #define RIG_VRAM_OFF_LATE	0x18	/* u64 late writes seen, host */
 #define RIG_VRAM_OFF_STATE	0x100	/* u8 per page: 1 allocated, guest */
 
-#endif /* GPUFPGA_RIG_H */
+#endif /* RIG_LAYOUT_H */

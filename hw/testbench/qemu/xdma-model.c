@@ -1,0 +1,446 @@
+/*
+ * xdma-model: a PCI device whose registers live in another process.
+ *
+ * The rig's XDMA engine is simulated by a Go process (hw/testbench/devmodel).
+ * This device gives it a real PCI function in the guest: Xilinx's IDs,
+ * PG195's BAR layout (an optional AXI-Lite user BAR at BAR0, then the 64 KiB
+ * DMA BAR with the MSI-X table at 0x8000 and its PBA at 0x8fe0), an MSI-X
+ * capability, an MSI capability and INTx pin A. Every access to the BARs
+ * outside the MSI-X structures is forwarded, synchronously, to the model
+ * over a socket; the model raises interrupts over a second connection, and
+ * the device delivers them through whichever of MSI-X, MSI or INTx the
+ * guest enabled. DMA needs nothing from here: the model reaches guest RAM
+ * through the shared memory backend, as a device reaches it over the bus.
+ *
+ * Protocol (hw/testbench/devmodel/pcidev.go), little-endian:
+ *   request connection, device to model: 24-byte requests
+ *     { u8 op; u8 bar; u8 size; u8 pad[5]; u64 addr; u64 data }
+ *     op 1 read (answered by a u64), 2 write (posted, not answered),
+ *     3 interrupt mode changed (data: 0 INTx, 1 MSI, 2 MSI-X), 4 reset;
+ *   interrupt connection, model to device: 8-byte messages
+ *     { u8 kind; u8 pad[3]; u32 value }
+ *     kind 1 edge on vector value (MSI-X, MSI), 2 INTx level value.
+ * Each connection starts with an 8-byte hello from the device:
+ *   { "XDMAMDL"; u8 role } with role 0 for requests, 1 for interrupts.
+ *
+ * A model that has gone away reads as a device that fell off the bus: all
+ * ones, as PCIe returns for a request nobody completes.
+ *
+ * SPDX-License-Identifier: GPL-2.0-or-later
+ */
+
+#include "qemu/osdep.h"
+#include "qemu/error-report.h"
+#include "qemu/main-loop.h"
+#include "qemu/module.h"
+#include "qemu/sockets.h"
+#include "qapi/error.h"
+#include "hw/pci/pci.h"
+#include "hw/pci/pcie.h"
+#include "hw/pci/msi.h"
+#include "hw/pci/msix.h"
+#include "hw/qdev-properties.h"
+#include "qom/object.h"
+
+#define TYPE_XDMA_MODEL "xdma-model"
+OBJECT_DECLARE_SIMPLE_TYPE(XdmaModelState, XDMA_MODEL)
+
+#define XDMA_DMA_BAR_SIZE       0x10000
+#define XDMA_MSIX_TABLE         0x8000
+#define XDMA_MSIX_PBA           0x8fe0
+#define XDMA_MAX_VECTORS        32
+
+enum {
+    OP_READ = 1,
+    OP_WRITE = 2,
+    OP_MODE = 3,
+    OP_RESET = 4,
+};
+
+enum {
+    IRQ_EDGE = 1,
+    IRQ_LEVEL = 2,
+};
+
+enum {
+    MODE_INTX = 0,
+    MODE_MSI = 1,
+    MODE_MSIX = 2,
+};
+
+typedef struct XdmaBar {
+    XdmaModelState *s;
+    MemoryRegion mr;
+    uint8_t index;          /* the model's BAR number: 0 DMA, 1 user */
+} XdmaBar;
+
+struct XdmaModelState {
+    PCIDevice parent_obj;
+
+    XdmaBar dma;
+    XdmaBar user;
+    int req_fd;
+    int irq_fd;
+    uint8_t irq_buf[8];
+    unsigned irq_have;
+    bool intx_level;
+    int mode;
+    bool gone;
+
+    char *socket;
+    uint16_t device_id;
+    uint32_t user_bar_size;
+    uint32_t msix_vectors;
+    uint32_t msi_vectors;
+    bool bar64;
+};
+
+static void xdma_model_lost(XdmaModelState *s, const char *what)
+{
+    if (!s->gone) {
+        error_report("xdma-model: %s: model connection lost: the device "
+                     "reads as removed from now on", what);
+        s->gone = true;
+    }
+}
+
+static bool xdma_model_send(XdmaModelState *s, uint8_t op, uint8_t bar,
+                            uint8_t size, uint64_t addr, uint64_t data)
+{
+    uint8_t req[24] = { op, bar, size };
+
+    if (s->gone) {
+        return false;
+    }
+    stq_le_p(req + 8, addr);
+    stq_le_p(req + 16, data);
+    if (qemu_write_full(s->req_fd, req, sizeof(req)) != sizeof(req)) {
+        xdma_model_lost(s, "write");
+        return false;
+    }
+    return true;
+}
+
+static bool xdma_model_recv(XdmaModelState *s, void *buf, size_t len)
+{
+    uint8_t *p = buf;
+    ssize_t n;
+
+    while (len) {
+        n = read(s->req_fd, p, len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            xdma_model_lost(s, "read");
+            return false;
+        }
+        p += n;
+        len -= n;
+    }
+    return true;
+}
+
+static uint64_t xdma_bar_read(void *opaque, hwaddr addr, unsigned size)
+{
+    XdmaBar *bar = opaque;
+    XdmaModelState *s = bar->s;
+    uint8_t rsp[8];
+
+    if (!xdma_model_send(s, OP_READ, bar->index, size, addr, 0) ||
+        !xdma_model_recv(s, rsp, sizeof(rsp))) {
+        return ~0ULL >> (64 - 8 * size);
+    }
+    return ldq_le_p(rsp);
+}
+
+static void xdma_bar_write(void *opaque, hwaddr addr, uint64_t val,
+                           unsigned size)
+{
+    XdmaBar *bar = opaque;
+
+    xdma_model_send(bar->s, OP_WRITE, bar->index, size, addr, val);
+}
+
+static const MemoryRegionOps xdma_bar_ops = {
+    .read = xdma_bar_read,
+    .write = xdma_bar_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+    .impl = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+};
+
+static int xdma_model_mode(XdmaModelState *s)
+{
+    PCIDevice *pdev = PCI_DEVICE(s);
+
+    if (msix_enabled(pdev)) {
+        return MODE_MSIX;
+    }
+    if (msi_enabled(pdev)) {
+        return MODE_MSI;
+    }
+    return MODE_INTX;
+}
+
+/* INTx follows the model's level only while neither MSI kind is on. */
+static void xdma_model_update_intx(XdmaModelState *s)
+{
+    pci_set_irq(PCI_DEVICE(s), s->mode == MODE_INTX && s->intx_level);
+}
+
+static void xdma_model_irq(XdmaModelState *s, uint8_t kind, uint32_t value)
+{
+    PCIDevice *pdev = PCI_DEVICE(s);
+
+    switch (kind) {
+    case IRQ_EDGE:
+        if (s->mode == MODE_MSIX) {
+            if (value < s->msix_vectors) {
+                msix_notify(pdev, value);
+            }
+        } else if (s->mode == MODE_MSI) {
+            /* Multiple Message: the low bits the OS granted. */
+            msi_notify(pdev, value & (msi_nr_vectors_allocated(pdev) - 1));
+        }
+        break;
+    case IRQ_LEVEL:
+        s->intx_level = value;
+        xdma_model_update_intx(s);
+        break;
+    default:
+        error_report("xdma-model: unknown interrupt message %u", kind);
+    }
+}
+
+/* Main loop, with the BQL held: the model's interrupt messages. */
+static void xdma_model_irq_readable(void *opaque)
+{
+    XdmaModelState *s = opaque;
+    ssize_t n;
+
+    n = read(s->irq_fd, s->irq_buf + s->irq_have,
+             sizeof(s->irq_buf) - s->irq_have);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+        return;
+    }
+    if (n <= 0) {
+        qemu_set_fd_handler(s->irq_fd, NULL, NULL, NULL);
+        xdma_model_lost(s, "interrupts");
+        return;
+    }
+    s->irq_have += n;
+    if (s->irq_have == sizeof(s->irq_buf)) {
+        s->irq_have = 0;
+        xdma_model_irq(s, s->irq_buf[0], ldl_le_p(s->irq_buf + 4));
+    }
+}
+
+static void xdma_model_write_config(PCIDevice *pdev, uint32_t addr,
+                                    uint32_t val, int len)
+{
+    XdmaModelState *s = XDMA_MODEL(pdev);
+    int mode;
+
+    pci_default_write_config(pdev, addr, val, len);
+    if (msix_present(pdev)) {
+        msix_write_config(pdev, addr, val, len);
+    }
+    if (msi_present(pdev)) {
+        msi_write_config(pdev, addr, val, len);
+    }
+    mode = xdma_model_mode(s);
+    if (mode != s->mode) {
+        s->mode = mode;
+        xdma_model_update_intx(s);
+        xdma_model_send(s, OP_MODE, 0, 0, 0, mode);
+    }
+}
+
+static int xdma_model_connect(XdmaModelState *s, uint8_t role, Error **errp)
+{
+    static const char magic[7] = "XDMAMDL";
+    uint8_t hello[8];
+    int fd;
+
+    fd = unix_connect(s->socket, errp);
+    if (fd < 0) {
+        return -1;
+    }
+    memcpy(hello, magic, sizeof(magic));
+    hello[7] = role;
+    if (qemu_write_full(fd, hello, sizeof(hello)) != sizeof(hello)) {
+        error_setg_errno(errp, errno, "xdma-model: hello to %s", s->socket);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static void xdma_model_realize(PCIDevice *pdev, Error **errp)
+{
+    XdmaModelState *s = XDMA_MODEL(pdev);
+    uint8_t type = PCI_BASE_ADDRESS_SPACE_MEMORY;
+    int dma_bar = 0;
+
+    if (!s->socket) {
+        error_setg(errp, "xdma-model: socket is required");
+        return;
+    }
+    if (s->msix_vectors > XDMA_MAX_VECTORS || s->msi_vectors > XDMA_MAX_VECTORS ||
+        (s->msi_vectors & (s->msi_vectors - 1))) {
+        error_setg(errp, "xdma-model: at most %d MSI-X vectors, and a power "
+                   "of two of at most %d MSI vectors", XDMA_MAX_VECTORS,
+                   XDMA_MAX_VECTORS);
+        return;
+    }
+    if (s->user_bar_size && (s->user_bar_size < 4096 ||
+                             (s->user_bar_size & (s->user_bar_size - 1)))) {
+        error_setg(errp, "xdma-model: user-bar-size must be a power of two "
+                   "of at least 4096");
+        return;
+    }
+    if (s->bar64) {
+        type |= PCI_BASE_ADDRESS_MEM_TYPE_64;
+    }
+
+    pci_config_set_device_id(pdev->config, s->device_id);
+    pci_config_set_interrupt_pin(pdev->config, 1);
+
+    s->req_fd = xdma_model_connect(s, 0, errp);
+    if (s->req_fd < 0) {
+        return;
+    }
+    s->irq_fd = xdma_model_connect(s, 1, errp);
+    if (s->irq_fd < 0) {
+        goto err_req;
+    }
+    qemu_socket_set_nonblock(s->irq_fd);
+    qemu_set_fd_handler(s->irq_fd, xdma_model_irq_readable, NULL, s);
+
+    /* PG195: with the AXI-Lite master, it is BAR0 and the DMA BAR follows. */
+    if (s->user_bar_size) {
+        s->user.s = s;
+        s->user.index = 1;
+        memory_region_init_io(&s->user.mr, OBJECT(s), &xdma_bar_ops, &s->user,
+                              "xdma-model-user", s->user_bar_size);
+        pci_register_bar(pdev, 0, type, &s->user.mr);
+        dma_bar = s->bar64 ? 2 : 1;
+    }
+    s->dma.s = s;
+    s->dma.index = 0;
+    memory_region_init_io(&s->dma.mr, OBJECT(s), &xdma_bar_ops, &s->dma,
+                          "xdma-model-dma", XDMA_DMA_BAR_SIZE);
+    pci_register_bar(pdev, dma_bar, type, &s->dma.mr);
+
+    if (pcie_endpoint_cap_init(pdev, 0) < 0) {
+        error_setg(errp, "xdma-model: PCIe capability");
+        goto err_irq;
+    }
+    if (s->msi_vectors &&
+        msi_init(pdev, 0, s->msi_vectors, true, false, errp) < 0) {
+        goto err_irq;
+    }
+    if (s->msix_vectors) {
+        if (msix_init(pdev, s->msix_vectors, &s->dma.mr, dma_bar,
+                      XDMA_MSIX_TABLE, &s->dma.mr, dma_bar, XDMA_MSIX_PBA,
+                      0, errp) < 0) {
+            goto err_msi;
+        }
+        for (unsigned i = 0; i < s->msix_vectors; i++) {
+            msix_vector_use(pdev, i);
+        }
+    }
+    s->mode = MODE_INTX;
+    return;
+
+err_msi:
+    msi_uninit(pdev);
+err_irq:
+    qemu_set_fd_handler(s->irq_fd, NULL, NULL, NULL);
+    close(s->irq_fd);
+err_req:
+    close(s->req_fd);
+}
+
+static void xdma_model_exit(PCIDevice *pdev)
+{
+    XdmaModelState *s = XDMA_MODEL(pdev);
+
+    if (msix_present(pdev)) {
+        msix_unuse_all_vectors(pdev);
+        msix_uninit(pdev, &s->dma.mr, &s->dma.mr);
+    }
+    msi_uninit(pdev);
+    qemu_set_fd_handler(s->irq_fd, NULL, NULL, NULL);
+    close(s->irq_fd);
+    close(s->req_fd);
+}
+
+static void xdma_model_reset(DeviceState *dev)
+{
+    XdmaModelState *s = XDMA_MODEL(dev);
+    PCIDevice *pdev = PCI_DEVICE(dev);
+
+    if (msix_present(pdev)) {
+        msix_reset(pdev);
+    }
+    if (msi_present(pdev)) {
+        msi_reset(pdev);
+    }
+    s->mode = MODE_INTX;
+    s->intx_level = false;
+    pci_set_irq(pdev, 0);
+    xdma_model_send(s, OP_RESET, 0, 0, 0, 0);
+}
+
+static Property xdma_model_properties[] = {
+    DEFINE_PROP_STRING("socket", XdmaModelState, socket),
+    DEFINE_PROP_UINT16("device-id", XdmaModelState, device_id, 0x9038),
+    DEFINE_PROP_UINT32("user-bar-size", XdmaModelState, user_bar_size, 0),
+    DEFINE_PROP_UINT32("msix-vectors", XdmaModelState, msix_vectors, 32),
+    DEFINE_PROP_UINT32("msi-vectors", XdmaModelState, msi_vectors, 32),
+    DEFINE_PROP_BOOL("bar64", XdmaModelState, bar64, false),
+    DEFINE_PROP_END_OF_LIST(),
+};
+
+static void xdma_model_class_init(ObjectClass *klass, void *data)
+{
+    DeviceClass *dc = DEVICE_CLASS(klass);
+    PCIDeviceClass *k = PCI_DEVICE_CLASS(klass);
+
+    k->realize = xdma_model_realize;
+    k->exit = xdma_model_exit;
+    k->config_write = xdma_model_write_config;
+    k->vendor_id = 0x10ee;          /* Xilinx */
+    k->device_id = 0x9038;
+    k->class_id = PCI_CLASS_MEMORY_OTHER; /* not 0x0700: 8250_pci claims serial-class functions */
+    dc->reset = xdma_model_reset;
+    dc->desc = "XDMA engine served by an outside device model";
+    device_class_set_props(dc, xdma_model_properties);
+    set_bit(DEVICE_CATEGORY_MISC, dc->categories);
+}
+
+static const TypeInfo xdma_model_info = {
+    .name = TYPE_XDMA_MODEL,
+    .parent = TYPE_PCI_DEVICE,
+    .instance_size = sizeof(XdmaModelState),
+    .class_init = xdma_model_class_init,
+    .interfaces = (InterfaceInfo[]) {
+        { INTERFACE_PCIE_DEVICE },
+        { },
+    },
+};
+
+static void xdma_model_register_types(void)
+{
+    type_register_static(&xdma_model_info);
+}
+
+type_init(xdma_model_register_types)
