@@ -28,7 +28,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -242,6 +242,14 @@ debug-kernel:
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem ./pkg/...
+
+# The driver's guest CPU cost per operation against a null ioctl, on an
+# instruction-counting guest (6.1); the figures go to build/icount.json.
+bench-icount: $(CURDIR)/build/vmlinux-$(KVER_61)
+	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
+	@set -o pipefail; $(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),open,TestICount) > build/icount.log 2>&1 \
+		|| { tail -n 40 build/icount.log; exit 1; }
+	@sed -n 's/.*ICOUNT| //p' build/icount.log | tee build/icount.json
 
 # The engine model alone, then the whole rig: driver, simulated FPGA and GPU.
 demo: deps build kmod

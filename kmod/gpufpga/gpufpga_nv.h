@@ -3,8 +3,8 @@
  * The bridge between gpufpga and NVIDIA's P2P API.
  *
  * gpufpga.ko never references NVIDIA's symbols, so it loads on any machine.
- * gpufpga_nv.ko links against them (and so loads only after nvidia.ko, or
- * the rig's nvp2p_sim.ko) and registers them here; until it does, GPU pins
+ * gpufpga_nv.ko links against them (and so loads only after nvidia.ko, or a
+ * module standing in for it) and registers them here; until it does, GPU pins
  * report -EOPNOTSUPP. Kernels since 6.6 (and their stable backports) refuse
  * symbol_get() of NVIDIA's non-GPL exports, which rules out resolving them
  * from gpufpga.ko itself.

@@ -6,7 +6,7 @@
  * these declarations must agree with it (the compiler checks).
  *
  * The symbols are resolved at run time (symbol_get), never linked, so the
- * module loads without nvidia.ko. The simulated GPU of the test rig
+ * module loads without nvidia.ko. A stand-in for nvidia.ko
  * (hw/testbench/nvp2p_sim) exports the same symbols from this header.
  */
 #ifndef GPUFPGA_NV_P2P_H

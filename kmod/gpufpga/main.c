@@ -278,7 +278,8 @@ static irqreturn_t gpufpga_irq(int irq, void *data)
 	int ci;
 
 	if (dev->intx) {
-		pending = gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_PENDING);
+		pending = gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) +
+				       XDMA_REG_CHAN_INT_PENDING);
 		if (!pending || pending == ~0U)
 			return IRQ_NONE;
 	}

@@ -275,7 +275,8 @@ void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 		if (found < 0)
 			error = found;
 		else
-			queue_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(gpufpga_timeout_ms));
+			queue_delayed_work(gpufpga_wq, &ch->work,
+					   msecs_to_jiffies(gpufpga_timeout_ms));
 	}
 	spin_unlock_irq(&ch->lock);
 	if (error)

@@ -303,16 +303,18 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	gpufpga_write(dev, sg + XDMA_REG_DESC_ADJ, adj);
 	if (r->poll) {
 		WRITE_ONCE(*ch->wb, 0);
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO), lower_32_bits(ch->wb_bus));
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI), upper_32_bits(ch->wb_bus));
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO),
+			      lower_32_bits(ch->wb_bus));
+		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI),
+			      upper_32_bits(ch->wb_bus));
 	}
 	/* The chain is in coherent memory; order it before RUN. */
 	wmb();
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
 	ch->deadline = jiffies + r->timeout;
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN |
-		      (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0));
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL),
+		      XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN | (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0));
 	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
 	/* Already armed for an earlier request: it re-arms itself for this one. */
 	queue_delayed_work(gpufpga_wq, &ch->work, r->timeout);
@@ -1039,7 +1041,8 @@ int gpufpga_chan_init(struct gpufpga_chan *ch)
 	INIT_LIST_HEAD(&ch->queue);
 	INIT_DELAYED_WORK(&ch->work, gpufpga_chan_work);
 	/* Descriptors, stream results, then the poll-mode writeback word. */
-	wb = ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE), SMP_CACHE_BYTES);
+	wb = ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE),
+		   SMP_CACHE_BYTES);
 	ch->ring_size = wb + SMP_CACHE_BYTES;
 	ch->ring = dma_alloc_coherent(dev, ch->ring_size, &ch->ring_bus, GFP_KERNEL);
 	if (!ch->ring)

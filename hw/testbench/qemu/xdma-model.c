@@ -293,7 +293,8 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "xdma-model: socket is required");
         return;
     }
-    if (s->msix_vectors > XDMA_MAX_VECTORS || s->msi_vectors > XDMA_MAX_VECTORS ||
+    if (s->msix_vectors > XDMA_MAX_VECTORS ||
+        s->msi_vectors > XDMA_MAX_VECTORS ||
         (s->msi_vectors & (s->msi_vectors - 1))) {
         error_setg(errp, "xdma-model: at most %d MSI-X vectors, and a power "
                    "of two of at most %d MSI vectors", XDMA_MAX_VECTORS,
@@ -420,7 +421,8 @@ static void xdma_model_class_init(ObjectClass *klass, void *data)
     k->config_write = xdma_model_write_config;
     k->vendor_id = 0x10ee;          /* Xilinx */
     k->device_id = 0x9038;
-    k->class_id = PCI_CLASS_MEMORY_OTHER; /* not 0x0700: 8250_pci claims serial-class functions */
+    /* Not 0x0700: 8250_pci claims serial-class functions. */
+    k->class_id = PCI_CLASS_MEMORY_OTHER;
     dc->reset = xdma_model_reset;
     dc->desc = "XDMA engine served by an outside device model";
     device_class_set_props(dc, xdma_model_properties);

@@ -4,6 +4,8 @@ package vmtest
 
 import (
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,7 +26,7 @@ func TestRig(t *testing.T) {
 // rigPackages are the guest test packages of the rig, run in path order.
 var rigPackages = []string{
 	"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
-	"github.com/gpufpga/gpufpga/kmod/gpufpga/kmodtest",
+	"github.com/gpufpga/gpufpga/hw/testbench/kmodtest",
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/cli",
 	"github.com/gpufpga/gpufpga/pkg/trace",
 	"github.com/gpufpga/gpufpga/pkg/stream",
@@ -42,4 +44,18 @@ func TestBounceBuffers(t *testing.T) {
 // TestDemo boots the rig for `make demo` alone.
 func TestDemo(t *testing.T) {
 	Run(t, Options{TestTimeout: 100 * time.Second}, "github.com/gpufpga/gpufpga/hw/testbench/demo")
+}
+
+// TestICount boots a guest whose clock counts instructions and measures
+// the driver's guest CPU cost per operation (hw/testbench/icount), for
+// `make bench-icount`.
+func TestICount(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "gpufpga-cost")
+	cc := exec.Command("gcc", "-O2", "-Wall", "-Werror", "-static", "-o", bin, "../icount/cost/gpufpga-cost.c")
+	if out, err := cc.CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	Run(t, Options{ICount: true, TestTimeout: 15 * time.Minute, VMTimeout: 20 * time.Minute,
+		Files: []string{bin + ":usr/bin/gpufpga-cost"}},
+		"github.com/gpufpga/gpufpga/hw/testbench/icount")
 }

@@ -47,6 +47,12 @@ type Options struct {
 	VMTimeout   time.Duration   // whole VM; default 4 minutes
 	TestTimeout time.Duration   // each guest test binary; default 3 minutes
 	Append      []string        // more kernel command line
+	// Files are more files for the guest, as "host:guest" pairs.
+	Files []string
+	// ICount runs one vCPU whose clock counts instructions (QEMU -icount,
+	// 1 ns each; idle time passes in real time), so that guest CPU costs
+	// do not depend on the host's load.
+	ICount bool
 }
 
 // KernelVersion returns the Debian kernel release the rig boots: $KVER, or
@@ -129,11 +135,16 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	files = append(files, opts.Files...)
 	if os.Getenv("VMTEST_QEMU") == "" {
 		// KVM hangs on these machines; TCG always works.
 		// The rig's QEMU has only the devices the rig uses: no default
 		// VGA, NIC or parallel port.
-		t.Setenv("VMTEST_QEMU", fmt.Sprintf("%s -accel tcg,thread=multi -cpu max -smp %d -no-reboot -vga none -net none -parallel none", qemuBin, GuestCPUs))
+		cpus := fmt.Sprintf("-accel tcg,thread=multi -cpu max -smp %d", GuestCPUs)
+		if opts.ICount {
+			cpus = "-accel tcg,thread=single -icount shift=0 -cpu max -smp 1"
+		}
+		t.Setenv("VMTEST_QEMU", fmt.Sprintf("%s %s -no-reboot -vga none -net none -parallel none", qemuBin, cpus))
 	}
 	t.Setenv("GOFLAGS", "-tags=vmguest")
 	if opts.VMTimeout == 0 {

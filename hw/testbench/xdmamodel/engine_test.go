@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/busmem"
@@ -536,5 +537,67 @@ func BenchmarkEngine(b *testing.B) {
 	for b.Loop() {
 		xdma.Start(r.e, xdma.C2H, 0, c, xdma.ControlDefault)
 		r.e.RunUntilIdle()
+	}
+}
+
+// TestEngineLegacyLevelAndReset: the legacy interrupt is a level, asserted
+// while an enabled channel request is pending and dropped by masking it or
+// by read-clearing the status; the config block reports the interrupt
+// mode; a reset stops everything and disables interrupts.
+func TestEngineLegacyLevelAndReset(t *testing.T) {
+	r := newRig(t, 2)
+	var levels []bool
+	e, err := xdmamodel.NewEngine(xdmamodel.Config{
+		H2C:   []xdmamodel.ChannelConfig{{}},
+		C2H:   []xdmamodel.ChannelConfig{{}},
+		Bus:   &r.bus,
+		Card:  &r.card,
+		Level: func(on bool) { levels = append(levels, on) },
+	})
+	must(t, err)
+	irq := xdma.Base(xdma.TargetIRQ, 0)
+	ch := xdma.Base(xdma.TargetC2H, 0)
+	e.WriteReg(irq+xdma.RegChanIntEnableW1S, 1<<1)
+	e.WriteReg(ch+xdma.RegIntEnable, xdma.StatDescStopped|xdma.StatErrorMask)
+	segs := r.segments(t, 0, sgl.PageSize64K, sgl.Limits{})
+	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H})
+	must(t, err)
+	start := func() {
+		xdma.Start(e, xdma.C2H, 0, c, xdma.ControlDefault)
+		e.RunUntilIdle()
+	}
+	start()
+	if len(levels) != 1 || !levels[0] {
+		t.Fatalf("levels %v after a completion, want [true]", levels)
+	}
+	e.WriteReg(irq+xdma.RegChanIntEnableW1C, 1<<1) // masked: the line drops
+	e.WriteReg(irq+xdma.RegChanIntEnableW1S, 1<<1) // unmasked: it rises again
+	e.ReadReg(ch + xdma.RegStatusRC)               // read-cleared: it drops
+	if want := []bool{true, false, true, false}; !slices.Equal(levels, want) {
+		t.Fatalf("levels %v, want %v", levels, want)
+	}
+	cfg := xdma.Base(xdma.TargetConfig, 0) + xdma.RegConfigMSIEnable
+	for mode, want := range map[xdmamodel.InterruptMode]uint32{
+		xdmamodel.InterruptINTx: 0, xdmamodel.InterruptMSI: 1, xdmamodel.InterruptMSIX: 2,
+	} {
+		e.SetInterruptMode(mode)
+		if got := e.ReadReg(cfg); got != want {
+			t.Fatalf("MSI enable register %#x in mode %d, want %#x", got, mode, want)
+		}
+	}
+	must(t, e.InjectFault(xdma.C2H, 0, xdmamodel.FaultStall))
+	xdma.Start(e, xdma.C2H, 0, c, xdma.ControlDefault)
+	e.RunUntilIdle()
+	e.Reset()
+	if e.Busy() || e.ReadReg(ch+xdma.RegControl) != 0 || e.ReadReg(irq+xdma.RegChanIntEnable) != 0 ||
+		e.ReadReg(cfg) != 0 {
+		t.Fatal("reset left the engine running or configured")
+	}
+	// The fault went with the reset: the chain runs to its end.
+	e.WriteReg(irq+xdma.RegChanIntEnableW1S, 1<<1)
+	e.WriteReg(ch+xdma.RegIntEnable, xdma.StatDescStopped)
+	start()
+	if st := e.ReadReg(ch + xdma.RegStatusRC); st&xdma.StatDescStopped == 0 {
+		t.Fatalf("status %#x after reset and a new chain", st)
 	}
 }

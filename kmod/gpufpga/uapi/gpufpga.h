@@ -52,7 +52,7 @@
  * @h2c:		per H2C channel, GPUFPGA_CHAN_* flags.
  * @c2h:		per C2H channel, GPUFPGA_CHAN_* flags.
  * @pin_kinds:		bit (1 << GPUFPGA_PIN_*) for each kind that works now;
- *			GPU pins need nvidia.ko (or the rig's simulated GPU).
+ *			GPU pins need nvidia.ko (or a stand-in for it).
  * @card_mem_size:	end of the card (AXI) address window of memory-mapped
  *			channels, which starts at 0 (module parameter
  *			card_mem_size); 0 when not set, and memory-mapped

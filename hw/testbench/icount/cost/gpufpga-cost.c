@@ -1,0 +1,214 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * gpufpga-cost: the guest CPU cost of gpufpga's operations, as a C program
+ * sees them (no language runtime's threads wake meanwhile). Run in a guest
+ * whose clock counts instructions (QEMU -icount), busy time is
+ * instructions: the monotonic clock less every CPU's idle time
+ * (/proc/timer_list keeps it in ns).
+ *
+ *   gpufpga-cost all|xfer
+ *
+ * prints one JSON object: per operation, "busy" (every context: the
+ * caller, the interrupt handler, kernel threads) and "thread" (the caller's
+ * CPU time), in ns, the least of three rounds.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../../../../kmod/gpufpga/uapi/gpufpga.h"
+
+#define SLOT		4096
+#define NSLOTS		64
+
+struct cost {
+	double busy;
+	double thread;
+};
+
+static void die(const char *what)
+{
+	fprintf(stderr, "gpufpga-cost: %s: %s\n", what, strerror(errno));
+	exit(1);
+}
+
+static int64_t clock_ns(clockid_t id)
+{
+	struct timespec ts;
+
+	clock_gettime(id, &ts);
+	return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static int64_t idle_ns(void)
+{
+	FILE *f = fopen("/proc/timer_list", "r");
+	char line[256];
+	int64_t sum = 0, v;
+	int found = 0;
+
+	if (!f)
+		die("/proc/timer_list");
+	while (fgets(line, sizeof(line), f)) {
+		if (sscanf(line, " .idle_sleeptime : %ld nsecs", &v) == 1 ||
+		    sscanf(line, " .iowait_sleeptime : %ld nsecs", &v) == 1) {
+			sum += v;
+			found = 1;
+		}
+	}
+	fclose(f);
+	if (!found) {
+		fprintf(stderr, "gpufpga-cost: no idle_sleeptime in /proc/timer_list\n");
+		exit(1);
+	}
+	return sum;
+}
+
+static struct cost measure(int n, void (*op)(void))
+{
+	struct cost best = { 0, 0 };
+	int r, i;
+
+	for (i = 0; i < n / 10; i++)
+		op();
+	for (r = 0; r < 3; r++) {
+		int64_t b0 = clock_ns(CLOCK_MONOTONIC) - idle_ns();
+		int64_t t0 = clock_ns(CLOCK_THREAD_CPUTIME_ID);
+		double busy, thread;
+
+		for (i = 0; i < n; i++)
+			op();
+		busy = (double)(clock_ns(CLOCK_MONOTONIC) - idle_ns() - b0) / n;
+		thread = (double)(clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0) / n;
+		if (!best.busy || busy < best.busy)
+			best.busy = busy;
+		if (!best.thread || thread < best.thread)
+			best.thread = thread;
+	}
+	return best;
+}
+
+static int fd;
+static struct gpufpga_xfer xfer;
+static struct gpufpga_seg seg;
+static __u32 xfer_flags;
+static __u32 released;
+
+static void op_null(void)
+{
+	if (ioctl(fd, _IO(GPUFPGA_IOC_MAGIC, 0x3f)) != -1 || errno != ENOTTY)
+		die("null ioctl");
+}
+
+static void op_sleep(void)
+{
+	struct timespec ts = { 0, 100000 };
+
+	nanosleep(&ts, NULL);
+}
+
+static void op_xfer(void)
+{
+	memset(&xfer, 0, sizeof(xfer));
+	xfer.dir = GPUFPGA_H2C;
+	xfer.flags = xfer_flags;
+	xfer.nsegs = 1;
+	xfer.segs = (uintptr_t)&seg;
+	xfer.eventfd = -1;
+	if (ioctl(fd, GPUFPGA_IOC_XFER, &xfer))
+		die("transfer");
+}
+
+/* One stream slot: its record, then its release. */
+static void op_slot(void)
+{
+	struct gpufpga_completion c;
+	struct gpufpga_release rel = { .channel = 1, .nslots = 1 };
+
+	do {
+		if (read(fd, &c, sizeof(c)) != sizeof(c))
+			die("read");
+	} while (c.kind != GPUFPGA_EVENT_SLOT);
+	released = c.slot;
+	rel.slots = (uintptr_t)&released;
+	if (ioctl(fd, GPUFPGA_IOC_STREAM_RELEASE, &rel))
+		die("release");
+}
+
+static __u64 pin_host(void *p, size_t n)
+{
+	struct gpufpga_pin pin = {
+		.kind = GPUFPGA_PIN_HOST, .addr = (uintptr_t)p, .len = n, .fd = -1,
+	};
+
+	if (ioctl(fd, GPUFPGA_IOC_PIN, &pin))
+		die("pin");
+	return pin.handle;
+}
+
+static void print(const char *name, struct cost c, const char *sep)
+{
+	printf("\"%s\":{\"busy_ns\":%.1f,\"thread_ns\":%.1f}%s", name, c.busy, c.thread, sep);
+}
+
+static struct cost stream_slot(void)
+{
+	static struct gpufpga_seg slots[NSLOTS];
+	struct gpufpga_stream st = { .channel = 1, .nslots = NSLOTS };
+	struct gpufpga_stream_stop stop = { .channel = 1 };
+	struct cost c;
+	__u64 h;
+	void *ring;
+	int i;
+
+	ring = mmap(NULL, SLOT * NSLOTS, PROT_READ | PROT_WRITE,
+		    MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (ring == MAP_FAILED)
+		die("mmap");
+	h = pin_host(ring, SLOT * NSLOTS);
+	for (i = 0; i < NSLOTS; i++)
+		slots[i] = (struct gpufpga_seg){ h, (__u64)i * SLOT, SLOT };
+	st.slots = (uintptr_t)slots;
+	if (ioctl(fd, GPUFPGA_IOC_STREAM_START, &st))
+		die("stream start");
+	c = measure(4000, op_slot);
+	if (ioctl(fd, GPUFPGA_IOC_STREAM_STOP, &stop))
+		die("stream stop");
+	return c;
+}
+
+int main(int argc, char **argv)
+{
+	int all = argc > 1 && !strcmp(argv[1], "all");
+	void *buf;
+
+	fd = open("/dev/gpufpga0", O_RDWR);
+	if (fd < 0)
+		die("/dev/gpufpga0");
+	buf = mmap(NULL, SLOT, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	if (buf == MAP_FAILED)
+		die("mmap");
+	seg = (struct gpufpga_seg){ pin_host(buf, SLOT), 0, SLOT };
+	printf("{");
+	print("xfer_4k", measure(2000, op_xfer), all ? "," : "");
+	if (all) {
+		print("null_ioctl", measure(20000, op_null), ",");
+		print("sleep_100us", measure(2000, op_sleep), ",");
+#ifdef GPUFPGA_XFER_POLL
+		xfer_flags = GPUFPGA_XFER_POLL;
+		print("xfer_4k_poll", measure(2000, op_xfer), ",");
+#endif
+		print("stream_slot", stream_slot(), "");
+	}
+	printf("}\n");
+	return 0;
+}

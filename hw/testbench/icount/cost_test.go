@@ -1,0 +1,93 @@
+//go:build vmguest
+
+package icount
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+	"testing"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
+	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/trace"
+)
+
+// CostBinary is where vmtest's TestICount puts gpufpga-cost (cost/gpufpga-cost.c).
+const CostBinary = "/usr/bin/gpufpga-cost"
+
+// Cost is what one operation costs: the guest's busy time (every CPU,
+// every context) and the calling thread's own CPU time, in ns.
+type Cost struct {
+	Busy   float64 `json:"busy_ns"`
+	Thread float64 `json:"thread_ns"`
+}
+
+// Costs are gpufpga-cost's figures and the ratios the driver is held to.
+type Costs struct {
+	NullIoctl   Cost  `json:"null_ioctl"`
+	Sleep       Cost  `json:"sleep_100us"` // the method's floor: waiting costs nothing
+	Xfer4K      Cost  `json:"xfer_4k"`
+	Xfer4KPoll  *Cost `json:"xfer_4k_poll,omitempty"`
+	StreamSlot  Cost  `json:"stream_slot"`
+	Xfer4KTrace Cost  `json:"xfer_4k_traced"`
+
+	XferRatio       Cost    `json:"xfer_4k_per_null_ioctl"`
+	PollRatio       *Cost   `json:"xfer_4k_poll_per_null_ioctl,omitempty"`
+	SlotRatio       Cost    `json:"stream_slot_per_null_ioctl"`
+	TracingOverhead float64 `json:"tracing_overhead_busy"`
+}
+
+func ratio(a, b Cost) Cost { return Cost{a.Busy / b.Busy, a.Thread / b.Thread} }
+
+func runCost(t *testing.T, mode string, into *Costs) {
+	t.Helper()
+	out, err := exec.Command(CostBinary, mode).Output()
+	if err != nil {
+		t.Fatalf("%s %s: %v (%s)", CostBinary, mode, err, out)
+	}
+	if err := json.Unmarshal(out, into); err != nil {
+		t.Fatalf("%s %s: %v: %s", CostBinary, mode, err, out)
+	}
+}
+
+func TestGuestCosts(t *testing.T) {
+	r := guestrig.Open(t, "card_mem_size=67108864")
+	// Stream slots of one 4 KiB frame each, produced on demand.
+	if err := r.Ctl.ConfigureSource(4096-frame.HeaderSize, 0, 256); err != nil {
+		t.Fatal(err)
+	}
+	var c Costs
+	runCost(t, "all", &c)
+
+	// The same transfers with p2pctl trace's programs attached and their
+	// events consumed, as p2pctl trace does.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := trace.Start(ctx, trace.Options{Device: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for range s.Events() {
+		}
+	}()
+	var traced Costs
+	runCost(t, "xfer", &traced)
+	s.Close()
+	c.Xfer4KTrace = traced.Xfer4K
+
+	c.XferRatio = ratio(c.Xfer4K, c.NullIoctl)
+	c.SlotRatio = ratio(c.StreamSlot, c.NullIoctl)
+	if c.Xfer4KPoll != nil {
+		p := ratio(*c.Xfer4KPoll, c.NullIoctl)
+		c.PollRatio = &p
+	}
+	c.TracingOverhead = c.Xfer4KTrace.Busy/c.Xfer4K.Busy - 1
+	j, err := json.Marshal(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("ICOUNT| %s\n", j)
+}
