@@ -42,6 +42,7 @@
 #include "xdma_regs.h"
 
 #define GPUFPGA_GPU_PAGE	SZ_64K
+#define GPUFPGA_INLINE_SEGS	4	/* segments a request holds in itself */
 
 extern unsigned int gpufpga_max_descs;
 extern unsigned int gpufpga_max_segs;
@@ -94,9 +95,11 @@ struct gpufpga_chan {
 	struct mutex mutex;		/* halting the engine; outside lock */
 	spinlock_t lock;		/* all below but the debugfs snapshot */
 	struct gpufpga_req *active;
+	u64 runs;			/* chains started: names the active one */
 	struct list_head queue;
 	struct gpufpga_stream_state *acq;	/* a running stream, or NULL */
 	bool halting;			/* mutex holder owns the engine */
+	bool quiet;			/* interrupt off, for polled chains */
 	int acq_error;			/* the stream must end with it */
 	/* Watchdog: a lost interrupt, a timeout, a stream that must end. */
 	struct delayed_work work;
@@ -265,6 +268,9 @@ struct gpufpga_req {
 	u32 nmems;
 	struct gpufpga_busseg *segs;
 	u32 nsegs;
+	/* Where a short transfer keeps them: no allocation per transfer. */
+	struct gpufpga_mem *mem_inline[GPUFPGA_INLINE_SEGS];
+	struct gpufpga_busseg seg_inline[GPUFPGA_INLINE_SEGS];
 	u64 card_addr;
 	u64 total;
 	unsigned long timeout;
@@ -308,11 +314,12 @@ void gpufpga_drain_completions(struct gpufpga_file *f);
 void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m);
 void gpufpga_cancel_file(struct gpufpga_file *f);
 void gpufpga_chan_irq(struct gpufpga_chan *ch);
-bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r);
+bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
 void gpufpga_chan_release(struct gpufpga_chan *ch);
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock);
-void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev);
+void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
+			struct eventfd_ctx *efd);
 int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
 int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
 				  u64 len, u32 max);

@@ -99,7 +99,7 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_event *ev
 	ev->rec.dir = ch->dir;
 	ev->rec.channel = ch->index;
 	atomic_inc(&ch->acq->file->nevents);
-	gpufpga_post_event(ch->acq->file, ev);
+	gpufpga_post_event(ch->acq->file, ev, NULL);
 }
 
 /*
@@ -132,7 +132,6 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 {
 	int slots = 0;
 	int ret;
-
 	struct gpufpga_stream_state *st = ch->acq;
 	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
 	u32 count, n, slot, d, status, len;
@@ -187,7 +186,7 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	u32 status = 0;
 	int collected;
 
-	if (!gpufpga_chan_own(ch, NULL))
+	if (!gpufpga_chan_own(ch, NULL, 0))
 		return;
 	if (!dev->link_down)
 		status = gpufpga_chan_halt(ch);
@@ -264,16 +263,25 @@ void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	int error, found;
+	u32 status;
 
 	spin_lock_irq(&ch->lock);
 	error = ch->acq_error;
-	if (!error) {
+	if (!error && !ch->halting) {
+		/* As the IRQ handler would have: its stop may be what was lost. */
+		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
 		found = gpufpga_stream_collect(ch);
 		if (found > 0)
 			dev_warn_ratelimited(&dev->pdev->dev, "C2H channel %u: %d stream slots filled without an interrupt\n",
 					     ch->index, found);
-		if (found < 0)
+		if (dev->link_down)
+			error = -ENODEV;
+		else if (found < 0)
 			error = found;
+		else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY))
+			error = -EIO;
+		if (error)
+			ch->errors++;
 		else
 			queue_delayed_work(gpufpga_wq, &ch->work,
 					   msecs_to_jiffies(gpufpga_timeout_ms));
@@ -333,6 +341,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), st->ndescs);
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
 		      XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
+	ch->quiet = false;
 	wmb();	/* the ring before RUN */
 	ch->acq = st;
 	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, st->bytes);

@@ -27,8 +27,10 @@ static void gpufpga_req_free(struct kref *ref)
 		gpufpga_mem_put(r->mems[i]);
 	if (r->efd)
 		eventfd_ctx_put(r->efd);
-	kfree(r->mems);
-	kvfree(r->segs);
+	if (r->mems != r->mem_inline)
+		kfree(r->mems);
+	if (r->segs != r->seg_inline)
+		kvfree(r->segs);
 	kfree(r);
 }
 
@@ -38,10 +40,26 @@ static void gpufpga_req_put(struct gpufpga_req *r)
 }
 
 /* Appends n bytes at bus address addr, merging with the last segment. */
+/*
+ * Most chains are a few descriptors: they are built in the request itself,
+ * and only a longer one moves to an array of the most it may take.
+ */
+static int gpufpga_req_grow(struct gpufpga_req *r, u32 max)
+{
+	struct gpufpga_busseg *segs = kvmalloc_array(max, sizeof(*segs), GFP_KERNEL_ACCOUNT);
+
+	if (!segs)
+		return -ENOMEM;
+	memcpy(segs, r->segs, r->nsegs * sizeof(*segs));
+	r->segs = segs;
+	return 0;
+}
+
 static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32 max)
 {
 	struct gpufpga_busseg *last = r->nsegs ? &r->segs[r->nsegs - 1] : NULL;
 	u64 take;
+	int ret;
 
 	if (last && last->addr + last->len == addr) {
 		take = min_t(u64, XDMA_DESC_MAX_LEN - last->len, n);
@@ -52,6 +70,11 @@ static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32
 	while (n) {
 		if (r->nsegs == max)
 			return -E2BIG;
+		if (r->segs == r->seg_inline && r->nsegs == ARRAY_SIZE(r->seg_inline)) {
+			ret = gpufpga_req_grow(r, max);
+			if (ret)
+				return ret;
+		}
 		take = min_t(u64, XDMA_DESC_MAX_LEN, n);
 		r->segs[r->nsegs].addr = addr;
 		r->segs[r->nsegs].len = take;
@@ -192,13 +215,20 @@ static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	return ch->last_first_adj;
 }
 
-/* Queues a record for read(). */
-void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev)
+/*
+ * Queues a record for read(), and signals efd if given. Both happen under
+ * done_lock, which read() takes to dequeue: the record, and what it
+ * points to, outlive the signal.
+ */
+void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
+			struct eventfd_ctx *efd)
 {
 	unsigned long flags;
 
 	spin_lock_irqsave(&f->done_lock, flags);
 	list_add_tail(&ev->node, &f->done);
+	if (efd)
+		gpufpga_eventfd_signal(efd);
 	spin_unlock_irqrestore(&f->done_lock, flags);
 	wake_up_interruptible(&f->done_wq);
 }
@@ -225,17 +255,16 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 	c->timestamp_ns = ktime_get_ns();
 	c->dir = r->chan->dir;
 	c->channel = r->chan->index;
-	r->ev.req = r;		/* takes the ioctl's reference */
-	gpufpga_post_event(r->file, &r->ev);
-	if (r->efd)
-		gpufpga_eventfd_signal(r->efd);
+	r->ev.req = r;		/* takes the ioctl's and the channel's references */
+	gpufpga_post_event(r->file, &r->ev, r->efd);
 }
 
 /*
  * Ends a request: records the result, lets its pins go, and tells whoever
  * waits. Called with ch->lock held, maybe in hard IRQ; r is off the queue
- * and not active. The channel's reference is never the last: the waiting
- * ioctl, or the completion record, holds one.
+ * and not active. The channel's reference passes to the waiting ioctl or
+ * to the completion record, whose owner drops it in process context:
+ * freeing a request may sleep (its pins' last references).
  */
 static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 			   int error, u32 status, u64 bytes)
@@ -246,7 +275,7 @@ static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 	r->status = status;
 	r->bytes = bytes;
 	r->duration_ns = r->start_ns ? ktime_get_ns() - r->start_ns : 0;
-	r->finished = true;
+	WRITE_ONCE(r->finished, true);
 	for (i = 0; i < r->nmems; i++)
 		atomic_dec(&r->mems[i]->inflight);
 	ch->last_status = status;
@@ -260,7 +289,6 @@ static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 	trace_gpufpga_xfer_complete(ch->dev->id, r->id, ch->dir, ch->index, bytes,
 				    r->duration_ns, status, error);
 	gpufpga_req_signal(r);
-	gpufpga_req_put(r);	/* the channel's reference */
 }
 
 /* Bytes moved by the first completed descriptors of the chain. */
@@ -285,6 +313,23 @@ static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u3
 	return bytes;
 }
 
+/*
+ * Poll mode keeps the channel's interrupt off (a quiet channel), so that
+ * polled chains raise none; leaving it, the status the polled chains left
+ * is cleared before their stop could raise one. Under ch->lock, the
+ * channel idle.
+ */
+static void gpufpga_set_quiet(struct gpufpga_chan *ch, bool quiet)
+{
+	struct gpufpga_dev *dev = ch->dev;
+
+	if (!quiet)
+		gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
+		      quiet ? 0 : XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
+	ch->quiet = quiet;
+}
+
 /* Runs r on the idle channel. Called with ch->lock held. */
 static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 {
@@ -296,28 +341,27 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 		gpufpga_finish(ch, r, -ENODEV, 0, 0);
 		return;
 	}
+	/*
+	 * Each register read is a round trip over PCIe: the status was read
+	 * clean when the last chain ended, and the ring's address is set once
+	 * (gpufpga_chan_init), so a chain costs two posted writes here.
+	 */
 	adj = gpufpga_load_chain(ch, r);
-	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-	gpufpga_write(dev, sg + XDMA_REG_DESC_LO, lower_32_bits(ch->ring_bus));
-	gpufpga_write(dev, sg + XDMA_REG_DESC_HI, upper_32_bits(ch->ring_bus));
 	gpufpga_write(dev, sg + XDMA_REG_DESC_ADJ, adj);
-	if (r->poll) {
+	if (r->poll != ch->quiet)
+		gpufpga_set_quiet(ch, r->poll);
+	if (r->poll)
 		WRITE_ONCE(*ch->wb, 0);
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO),
-			      lower_32_bits(ch->wb_bus));
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI),
-			      upper_32_bits(ch->wb_bus));
-	}
 	/* The chain is in coherent memory; order it before RUN. */
 	wmb();
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
+	ch->runs++;
 	ch->deadline = jiffies + r->timeout;
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL),
 		      XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN | (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0));
 	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
-	/* Already armed for an earlier request: it re-arms itself for this one. */
-	queue_delayed_work(gpufpga_wq, &ch->work, r->timeout);
+	mod_delayed_work(gpufpga_wq, &ch->work, r->timeout);
 }
 
 void gpufpga_start_next(struct gpufpga_chan *ch)
@@ -331,26 +375,32 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 	}
 }
 
-/* The engine went idle: collect the active request's result. Under ch->lock. */
-static void gpufpga_complete_active(struct gpufpga_chan *ch)
+/*
+ * The engine went idle: collect the active request's result, given the
+ * status the caller read (and so cleared). Only the last descriptor stops
+ * the engine: a chain that stopped without an error completed all of its
+ * descriptors, and only a failed one needs its count read. Under ch->lock.
+ */
+static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_req *r = ch->active;
-	u32 status, completed;
+	u32 completed = r->nsegs;
 	int error = 0;
 
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-	completed = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
-	/* Read the results the engine wrote after seeing it stop. */
-	rmb();
 	if (dev->link_down)
 		error = -ENODEV;
 	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_DESC_STOPPED))
 		error = -EIO;
+	if (error == -EIO)
+		completed = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
+	/* Read the results the engine wrote before it stopped. */
+	rmb();
 	ch->active = NULL;
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
 }
+
 
 /* Ends everything on a channel whose device is gone: nothing can move. */
 static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
@@ -385,18 +435,22 @@ void gpufpga_chan_irq(struct gpufpga_chan *ch)
 		gpufpga_stream_irq(ch);
 		return;
 	}
-	if (!ch->active) {
-		gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	/*
+	 * One read: it clears what it returns. While the engine runs, that
+	 * is at most progress bits: the stop and the errors come with its
+	 * halt.
+	 */
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	if (!ch->active)
 		return;
-	}
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
 	if (READ_ONCE(dev->link_down)) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		return;
 	}
-	if (status & XDMA_STAT_BUSY)
-		return;		/* a shared vector: not this channel's */
-	gpufpga_complete_active(ch);
+	/* A shared vector, or a stale edge: not this chain's end. */
+	if (status & XDMA_STAT_BUSY || !(status & (XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS)))
+		return;
+	gpufpga_complete_active(ch, status);
 	gpufpga_start_next(ch);
 }
 
@@ -414,20 +468,24 @@ static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
 
 /*
  * Takes the engine from the IRQ handler, to halt it: returns false if the
- * channel is already halting, or stopped running r (r NULL: the stream).
- * Called with ch->mutex held and ch->lock not held.
+ * channel is already halting, or no longer runs r as its run'th chain (r
+ * NULL: the stream). r is only compared: it may have ended and been freed,
+ * and run tells a new request at the same address apart. The interrupt
+ * is masked before the lock is dropped, so that a level one cannot fire
+ * at a handler that leaves the channel alone. Called with ch->mutex held
+ * and ch->lock not held.
  */
-bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r)
+bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run)
 {
 	bool own;
 
 	spin_lock_irq(&ch->lock);
-	own = !ch->halting && (r ? ch->active == r : !!ch->acq);
-	if (own)
+	own = !ch->halting && (r ? ch->active == r && ch->runs == run : !!ch->acq);
+	if (own) {
 		ch->halting = true;
-	spin_unlock_irq(&ch->lock);
-	if (own)
 		gpufpga_chan_mask(ch, true);
+	}
+	spin_unlock_irq(&ch->lock);
 	return own;
 }
 
@@ -439,27 +497,32 @@ void gpufpga_chan_release(struct gpufpga_chan *ch)
 }
 
 /*
- * Halts the engine under the active request r and ends r with error; then
- * the next request starts. Called with ch->mutex held and ch->lock not
- * held. Returns the status the halt left, or 0 if r was no longer running.
+ * Halts the engine under the active request r, its run'th chain, and ends
+ * r with error; then the next request starts. Called with ch->mutex held
+ * and ch->lock not held. Returns false if r was no longer running.
  */
-static u32 gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
+static bool gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run,
+				int error, u32 *halted)
 {
 	u32 status, completed;
 
-	if (!gpufpga_chan_own(ch, r))
-		return 0;
+	if (!gpufpga_chan_own(ch, r, run))
+		return false;
 	status = gpufpga_chan_halt(ch);
 	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	spin_lock_irq(&ch->lock);
 	ch->active = NULL;
 	if (error == -EKEYREVOKED)
 		ch->revoked++;
+	if (error == -ETIMEDOUT)
+		ch->timeouts++;
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
 	gpufpga_start_next(ch);
 	gpufpga_chan_release(ch);
 	spin_unlock_irq(&ch->lock);
-	return status;
+	if (halted)
+		*halted = status;
+	return true;
 }
 
 /* The watchdog of a running transfer. Called with ch->mutex held. */
@@ -467,35 +530,36 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_req *r;
-	u64 id;
+	u64 id, run;
 	u32 status;
 
 	spin_lock_irq(&ch->lock);
 	r = ch->active;
+	run = ch->runs;
 	if (!r || ch->halting)
 		goto out;
 	if (time_before(jiffies, ch->deadline)) {
 		queue_delayed_work(gpufpga_wq, &ch->work, ch->deadline - jiffies);
 		goto out;
 	}
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 	if (dev->link_down) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		goto out;
 	}
 	if (!(status & XDMA_STAT_BUSY)) {
-		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu ended without an interrupt\n",
-				     ch->dir ? "C2H" : "H2C", ch->index, r->id);
-		gpufpga_complete_active(ch);
+		if (!r->poll)
+			dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu ended without an interrupt\n",
+					     ch->dir ? "C2H" : "H2C", ch->index, r->id);
+		gpufpga_complete_active(ch, status);
 		gpufpga_start_next(ch);
 		goto out;
 	}
-	ch->timeouts++;
 	id = r->id;
 	spin_unlock_irq(&ch->lock);
-	status = gpufpga_halt_active(ch, r, -ETIMEDOUT);
-	dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu timed out, halted (status %#x)\n",
-			     ch->dir ? "C2H" : "H2C", ch->index, id, status);
+	if (gpufpga_halt_active(ch, r, run, -ETIMEDOUT, &status))
+		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu timed out, halted (status %#x)\n",
+				     ch->dir ? "C2H" : "H2C", ch->index, id, status);
 	return;
 out:
 	spin_unlock_irq(&ch->lock);
@@ -530,8 +594,10 @@ static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int
 		return;
 	}
 	if (ch->active == r) {
+		u64 run = ch->runs;
+
 		spin_unlock_irq(&ch->lock);
-		gpufpga_halt_active(ch, r, error);
+		gpufpga_halt_active(ch, r, run, error, NULL);
 		return;
 	}
 	list_del(&r->chan_node);
@@ -561,14 +627,16 @@ static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *
 void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_req *r;
+	u64 run;
 
 	gpufpga_stream_end(ch, error);
 	spin_lock_irq(&ch->lock);
 	gpufpga_finish_queued(ch, NULL, NULL, error);
 	r = ch->active;
+	run = ch->runs;
 	spin_unlock_irq(&ch->lock);
 	if (r)
-		gpufpga_halt_active(ch, r, error);
+		gpufpga_halt_active(ch, r, run, error, NULL);
 }
 
 bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
@@ -587,27 +655,29 @@ bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
  * ch->lock is dropped: the IRQ handler may end and free it meanwhile.
  * Called with ch->mutex held.
  */
-static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r,
+static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run,
 				  unsigned long until)
 {
 	struct gpufpga_dev *dev = ch->dev;
+	u32 status;
 
 	for (;;) {
 		spin_lock_irq(&ch->lock);
-		if (ch->active != r || ch->halting) {
+		if (ch->active != r || ch->runs != run || ch->halting) {
 			spin_unlock_irq(&ch->lock);
 			return;
 		}
-		if (!dev->link_down &&
-		    !(gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS)) & XDMA_STAT_BUSY)) {
-			gpufpga_complete_active(ch);
+		status = dev->link_down ? XDMA_STAT_BUSY :
+			 gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+		if (!(status & XDMA_STAT_BUSY)) {
+			gpufpga_complete_active(ch, status);
 			gpufpga_start_next(ch);
 			spin_unlock_irq(&ch->lock);
 			return;
 		}
 		spin_unlock_irq(&ch->lock);
 		if (dev->link_down || !time_before(jiffies, until)) {
-			gpufpga_halt_active(ch, r, -EKEYREVOKED);
+			gpufpga_halt_active(ch, r, run, -EKEYREVOKED, NULL);
 			return;
 		}
 		usleep_range(200, 500);
@@ -624,6 +694,7 @@ void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
 	struct gpufpga_req *r;
 	struct gpufpga_chan *ch;
+	u64 run;
 	int ci;
 
 	gpufpga_for_each_chan(dev, ch, ci) {
@@ -637,11 +708,12 @@ void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 		spin_lock_irq(&ch->lock);
 		gpufpga_finish_queued(ch, NULL, m, -EKEYREVOKED);
 		r = ch->active;
+		run = ch->runs;
 		if (r && !gpufpga_req_uses(r, m))
 			r = NULL;
 		spin_unlock_irq(&ch->lock);
 		if (r)
-			gpufpga_revoke_active(ch, r, until);
+			gpufpga_revoke_active(ch, r, run, until);
 		mutex_unlock(&ch->mutex);
 	}
 }
@@ -660,6 +732,7 @@ void gpufpga_cancel_file(struct gpufpga_file *f)
 {
 	struct gpufpga_req *r;
 	struct gpufpga_chan *ch;
+	u64 run;
 	int ci;
 
 	gpufpga_for_each_chan(f->dev, ch, ci) {
@@ -668,11 +741,12 @@ void gpufpga_cancel_file(struct gpufpga_file *f)
 		spin_lock_irq(&ch->lock);
 		gpufpga_finish_queued(ch, f, NULL, -ECANCELED);
 		r = ch->active;
+		run = ch->runs;
 		if (r && r->file != f)
 			r = NULL;
 		spin_unlock_irq(&ch->lock);
 		if (r)
-			gpufpga_halt_active(ch, r, -ECANCELED);
+			gpufpga_halt_active(ch, r, run, -ECANCELED, NULL);
 		mutex_unlock(&ch->mutex);
 	}
 }
@@ -680,7 +754,8 @@ void gpufpga_cancel_file(struct gpufpga_file *f)
 static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
 {
 	if (ev->req) {
-		gpufpga_req_put(ev->req);
+		gpufpga_req_put(ev->req);	/* the channel's */
+		gpufpga_req_put(ev->req);	/* the ioctl's */
 		atomic_dec(&f->nasync);
 	} else {
 		atomic_dec(&f->nevents);
@@ -741,11 +816,15 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 	r->user_data = a->user_data;
 	r->card_addr = a->card_addr;
 	r->timeout = msecs_to_jiffies(a->timeout_ms ?: gpufpga_timeout_ms);
-	r->mems = kcalloc(a->nsegs, sizeof(*r->mems), GFP_KERNEL_ACCOUNT);
-	r->segs = kvmalloc_array(gpufpga_max_descs, sizeof(*r->segs), GFP_KERNEL_ACCOUNT);
-	if (!r->mems || !r->segs) {
-		gpufpga_req_put(r);
-		return NULL;
+	r->segs = r->seg_inline;
+	r->mems = r->mem_inline;
+	if (a->nsegs > ARRAY_SIZE(r->mem_inline)) {
+		r->mems = kcalloc(a->nsegs, sizeof(*r->mems), GFP_KERNEL_ACCOUNT);
+		if (!r->mems) {
+			r->mems = r->mem_inline;
+			gpufpga_req_put(r);
+			return NULL;
+		}
 	}
 	return r;
 }
@@ -753,8 +832,11 @@ static struct gpufpga_req *gpufpga_req_new(struct gpufpga_file *f, const struct 
 /* Keeps only the segments the chain uses: requests can sit in queues. */
 static int gpufpga_req_shrink(struct gpufpga_req *r)
 {
-	struct gpufpga_busseg *segs = kvmalloc_array(r->nsegs, sizeof(*segs), GFP_KERNEL_ACCOUNT);
+	struct gpufpga_busseg *segs;
 
+	if (r->segs == r->seg_inline)
+		return 0;
+	segs = kvmalloc_array(r->nsegs, sizeof(*segs), GFP_KERNEL_ACCOUNT);
 	if (!segs)
 		return -ENOMEM;
 	memcpy(segs, r->segs, r->nsegs * sizeof(*segs));
@@ -846,15 +928,24 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 {
 	struct gpufpga_chan *ch = r->chan;
 	unsigned long until = jiffies + r->timeout;
-	u32 wb;
+	u32 wb, status;
 
 	while (!READ_ONCE(r->finished)) {
 		wb = le32_to_cpu(READ_ONCE(*ch->wb));
 		if (wb & XDMA_WB_ERROR || (wb & XDMA_WB_COUNT) >= r->nsegs) {
 			spin_lock_irq(&ch->lock);
-			if (ch->active == r && !ch->halting) {
-				rmb();	/* the writeback before what the engine wrote ahead of it */
-				gpufpga_complete_active(ch);
+			/*
+			 * The word read unlocked may be the last chain's: r
+			 * started since zeroed it, under this lock. Read again.
+			 */
+			wb = le32_to_cpu(READ_ONCE(*ch->wb));
+			if (ch->active == r && !ch->halting &&
+			    (wb & XDMA_WB_ERROR || (wb & XDMA_WB_COUNT) >= r->nsegs)) {
+				/* The status register is read only when it failed. */
+				status = wb & XDMA_WB_ERROR ?
+					 gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC)) :
+					 XDMA_STAT_DESC_STOPPED;
+				gpufpga_complete_active(ch, status);
 				gpufpga_start_next(ch);
 			}
 			spin_unlock_irq(&ch->lock);
@@ -868,8 +959,9 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
+	struct gpufpga_seg us_inline[GPUFPGA_INLINE_SEGS];
 	struct gpufpga_dev *dev = f->dev;
-	struct gpufpga_seg *us;
+	struct gpufpga_seg *us = us_inline;
 	struct gpufpga_xfer a;
 	struct gpufpga_req *r;
 	int ret;
@@ -883,13 +975,16 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 		return ret;
 	if (dev->dead || dev->link_down)
 		return -ENODEV;
-	us = vmemdup_user(u64_to_user_ptr(a.segs), (size_t)a.nsegs * sizeof(*us));
+	if (a.nsegs > ARRAY_SIZE(us_inline))
+		us = vmemdup_user(u64_to_user_ptr(a.segs), (size_t)a.nsegs * sizeof(*us));
+	else if (copy_from_user(us, u64_to_user_ptr(a.segs), (size_t)a.nsegs * sizeof(*us)))
+		us = ERR_PTR(-EFAULT);
 	if (IS_ERR(us))
 		return PTR_ERR(us);
 	r = gpufpga_req_new(f, &a);
 	if (!r) {
-		kvfree(us);
-		return -ENOMEM;
+		ret = -ENOMEM;
+		goto out_segs;
 	}
 	if (r->async && a.eventfd >= 0) {
 		r->efd = eventfd_ctx_fdget(a.eventfd);
@@ -935,7 +1030,8 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 			atomic_dec(&f->nasync);
 			goto out;
 		}
-		kvfree(us);
+		if (us != us_inline)
+			kvfree(us);
 		/* The ioctl's reference now belongs to the completion queue. */
 		return gpufpga_copy_out(arg, size, &a, sizeof(a));
 	}
@@ -953,6 +1049,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 		gpufpga_cancel_req(r, -EINTR);
 		wait_for_completion(&r->done);
 	}
+	gpufpga_req_put(r);	/* the channel's, handed over at completion */
 	a.bytes = r->bytes;
 	a.status = r->status;
 	a.error = r->error;
@@ -966,7 +1063,9 @@ out:
 		trace_gpufpga_error(dev->id, "xfer", ret, 0);
 	}
 	gpufpga_req_put(r);
-	kvfree(us);
+out_segs:
+	if (us != us_inline)
+		kvfree(us);
 	return ret;
 }
 
@@ -1035,6 +1134,7 @@ int gpufpga_chan_init(struct gpufpga_chan *ch)
 {
 	struct device *dev = &ch->dev->pdev->dev;
 	size_t wb;
+	u32 sg;
 
 	mutex_init(&ch->mutex);
 	spin_lock_init(&ch->lock);
@@ -1049,6 +1149,12 @@ int gpufpga_chan_init(struct gpufpga_chan *ch)
 		return -ENOMEM;
 	ch->wb = ch->ring + wb;
 	ch->wb_bus = ch->ring_bus + wb;
+	/* Every chain starts at the ring, and every polled one writes back here. */
+	sg = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
+	gpufpga_write(ch->dev, sg + XDMA_REG_DESC_LO, lower_32_bits(ch->ring_bus));
+	gpufpga_write(ch->dev, sg + XDMA_REG_DESC_HI, upper_32_bits(ch->ring_bus));
+	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO), lower_32_bits(ch->wb_bus));
+	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI), upper_32_bits(ch->wb_bus));
 	ch->last_chain = kvzalloc((size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
 	if (!ch->last_chain) {
 		dma_free_coherent(dev, ch->ring_size, ch->ring, ch->ring_bus);

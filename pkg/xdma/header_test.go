@@ -15,7 +15,8 @@ var cHeader = map[string]uint64{
 	"XDMA_CHANNEL_STRIDE": ChannelStride, "XDMA_REG_IDENTIFIER": RegIdentifier, "XDMA_REG_CONTROL": RegControl,
 	"XDMA_REG_CONTROL_W1S": RegControlW1S, "XDMA_REG_CONTROL_W1C": RegControlW1C, "XDMA_REG_STATUS": RegStatus,
 	"XDMA_REG_STATUS_RC": RegStatusRC, "XDMA_REG_COMPLETED": RegCompletedCount, "XDMA_REG_ALIGNMENTS": RegAlignments,
-	"XDMA_REG_INT_ENABLE": RegIntEnable, "XDMA_REG_DESC_LO": RegDescLo, "XDMA_REG_DESC_HI": RegDescHi,
+	"XDMA_REG_INT_ENABLE": RegIntEnable, "XDMA_REG_POLL_WB_LO": RegPollWBLo, "XDMA_REG_POLL_WB_HI": RegPollWBHi,
+	"XDMA_REG_DESC_LO": RegDescLo, "XDMA_REG_DESC_HI": RegDescHi,
 	"XDMA_REG_DESC_ADJ": RegDescAdjacent, "XDMA_REG_DESC_CREDITS": RegDescCredits, "XDMA_REG_DESC_HALT": RegDescHalt,
 	"XDMA_REG_DESC_HALT_W1S": RegDescHaltW1S, "XDMA_REG_DESC_HALT_W1C": RegDescHaltW1C,
 	"XDMA_REG_CREDIT_MODE": RegCreditMode, "XDMA_REG_CREDIT_MODE_W1S": RegCreditModeW1S,
@@ -38,7 +39,8 @@ func TestDriverHeaderAgrees(t *testing.T) {
 	}
 	// The BIT()/GENMASK() fields, by value.
 	if uint32(StatReadErrorMask) != 0x3e00 || uint32(StatWriteErrorMask) != 0x7c000 || uint32(StatDescErrorMask) != 0xf80000 ||
-		MaxDescLen != 1<<28-1 || CtrlInterruptsAll != 0xfffffe {
+		MaxDescLen != 1<<28-1 || CtrlInterruptsAll != 0xfffffe || CtrlPollModeWB != 1<<26 ||
+		(PollWriteback{Completed: 0xFFFFFF, Error: true}).Encode() != 0x80FFFFFF {
 		t.Error("bit fields differ from xdma_regs.h's GENMASK definitions")
 	}
 }

@@ -106,12 +106,14 @@ func (s *pciServer) serve(dev pciDevice, fail func(error)) {
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.serveRequests(dev); err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		if err := s.serveRequests(dev); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 			fail(err)
 		}
 	}()
 }
 
+// serveRequests returns when the device goes away (io.EOF, or
+// net.ErrClosed when the rig closes), or with the protocol error it met.
 func (s *pciServer) serveRequests(dev pciDevice) error {
 	r := bufio.NewReader(s.req)
 	var req [pciReqSize]byte

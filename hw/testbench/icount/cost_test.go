@@ -41,14 +41,14 @@ type Costs struct {
 
 func ratio(a, b Cost) Cost { return Cost{a.Busy / b.Busy, a.Thread / b.Thread} }
 
-func runCost(t *testing.T, mode string, into *Costs) {
+func runCost(t *testing.T, into *Costs, args ...string) {
 	t.Helper()
-	out, err := exec.Command(CostBinary, mode).Output()
+	out, err := exec.Command(CostBinary, args...).Output()
 	if err != nil {
-		t.Fatalf("%s %s: %v (%s)", CostBinary, mode, err, out)
+		t.Fatalf("%s %s: %v (%s)", CostBinary, args, err, out)
 	}
 	if err := json.Unmarshal(out, into); err != nil {
-		t.Fatalf("%s %s: %v: %s", CostBinary, mode, err, out)
+		t.Fatalf("%s %s: %v: %s", CostBinary, args, err, out)
 	}
 }
 
@@ -59,7 +59,7 @@ func TestGuestCosts(t *testing.T) {
 		t.Fatal(err)
 	}
 	var c Costs
-	runCost(t, "all", &c)
+	runCost(t, &c, "all")
 
 	// The same transfers with p2pctl trace's programs attached and their
 	// events consumed, as p2pctl trace does.
@@ -74,7 +74,7 @@ func TestGuestCosts(t *testing.T) {
 		}
 	}()
 	var traced Costs
-	runCost(t, "xfer", &traced)
+	runCost(t, &traced, "xfer")
 	s.Close()
 	c.Xfer4KTrace = traced.Xfer4K
 

@@ -205,7 +205,12 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 	reports := newReportScanner()
 	qmp := filepath.Join(cfg.Dir, "qmp.sock")
 	bootLimit := 2 * time.Minute
-	appendArgs := append([]string{"console=ttyS0", "slub_debug=FZPU", "panic=-1"}, opts.Append...)
+	appendArgs := append([]string{"console=ttyS0", "panic=-1"}, opts.Append...)
+	// Slab debugging catches corruption, at tens of thousands of
+	// instructions per allocation: not where costs are measured.
+	if !opts.ICount {
+		appendArgs = append(appendArgs, "slub_debug=FZPU")
+	}
 	if DebugKernel() {
 		// Every KASAN report, not only the first; the guest's tests read
 		// kmemleak at the end.

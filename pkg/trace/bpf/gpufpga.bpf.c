@@ -90,15 +90,33 @@ static __always_inline __u32 chan_index(__u32 dir, __u32 chan)
 	return (dir ? 4 : 0) + (chan & 3);
 }
 
+/* floor(log2(v)), 0 for v < 2: six halvings, not a loop per bit. */
 static __always_inline __u32 log2_bucket(__u64 v)
 {
 	__u32 b = 0;
 
-	/* Bounded for the verifier: at most 64 steps. */
-	for (int i = 0; i < 64 && v > 1; i++) {
-		v >>= 1;
-		b++;
+	if (v >> 32) {
+		v >>= 32;
+		b += 32;
 	}
+	if (v >> 16) {
+		v >>= 16;
+		b += 16;
+	}
+	if (v >> 8) {
+		v >>= 8;
+		b += 8;
+	}
+	if (v >> 4) {
+		v >>= 4;
+		b += 4;
+	}
+	if (v >> 2) {
+		v >>= 2;
+		b += 2;
+	}
+	if (v >> 1)
+		b += 1;
 	return b;
 }
 

@@ -7,7 +7,6 @@
  * (/proc/timer_list keeps it in ns).
  *
  *   gpufpga-cost all|xfer
- *
  * prints one JSON object: per operation, "busy" (every context: the
  * caller, the interrupt handler, kernel threads) and "thread" (the caller's
  * CPU time), in ns, the least of three rounds.
