@@ -8,6 +8,7 @@
 
 #include <linux/eventfd.h>
 #include <linux/mm.h>
+#include <linux/pci.h>
 #include <linux/version.h>
 
 /* 6.8 dropped eventfd_signal()'s count: it always adds one. */

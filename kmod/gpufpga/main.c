@@ -64,6 +64,7 @@ MODULE_PARM_DESC(card_mem_size, "end of the card (AXI) address window of memory-
 
 struct workqueue_struct *gpufpga_wq;
 static DEFINE_IDA(gpufpga_ida);
+static struct lock_class_key gpufpga_pending_key;
 
 /*
  * Copies an ioctl struct of usize bytes into one of ksize: a shorter one
@@ -203,6 +204,8 @@ static int gpufpga_open(struct inode *inode, struct file *file)
 	mutex_init(&f->lock);
 	xa_init_flags(&f->pins, XA_FLAGS_ALLOC1);
 	xa_init_flags(&f->pending, XA_FLAGS_LOCK_IRQ);
+	/* Taken under ch->lock, in hard IRQ: not the class of f->pins's lock. */
+	lockdep_set_class(&f->pending.xa_lock, &gpufpga_pending_key);
 	spin_lock_init(&f->done_lock);
 	INIT_LIST_HEAD(&f->done);
 	init_waitqueue_head(&f->done_wq);
