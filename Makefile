@@ -85,7 +85,7 @@ $(CURDIR)/build/vmlinux-%:
 # $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old;
 # $(6) the host-side test that boots it (default TestRig, the whole suite).
 VMTEST_PKG := ./hw/testbench/vmtest/
-vmtest_on = qemu=$$(hw/testbench/qemu/build-qemu.sh) && GPUFPGA_QEMU=$$qemu GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
+vmtest_on = GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
 	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run '^$(or $(6),TestRig)$$' $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
@@ -93,19 +93,19 @@ vmtest_on = qemu=$$(hw/testbench/qemu/build-qemu.sh) && GPUFPGA_QEMU=$$qemu GPUF
 # open one, each with 2 vCPUs; then a 6.12 guest whose DMA is bounced.
 vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb
 
-vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61)
+vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61) qemu
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
 	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),proprietary)
 
-vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612)
+vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
 
 # DMA through SWIOTLB bounce buffers (swiotlb=force), on 6.12: host pins
 # are refused with the reason, GPU pins work.
-vmtest-swiotlb: $(CURDIR)/build/vmlinux-$(KVER_612)
+vmtest-swiotlb: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestBounceBuffers)
@@ -114,7 +114,7 @@ vmtest-swiotlb: $(CURDIR)/build/vmlinux-$(KVER_612)
 # kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
 # tree by hw/testbench/kernel/build-debug.sh. Any report in the guest fails.
 # Next to the open NVIDIA driver: a proprietary module turns lockdep off.
-vmtest-debug:
+vmtest-debug: qemu
 	@set -e; kd=$$(hw/testbench/kernel/build-debug.sh); kver=$$(cat $$kd/include/config/kernel.release); \
 	$(call kmod_for,debug,$$kd,$$kd/vmlinux); \
 	GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,,open)
@@ -245,19 +245,19 @@ bench:
 
 # The driver's guest CPU cost per operation against a null ioctl, on an
 # instruction-counting guest (6.1); the figures go to build/icount.json.
-bench-icount: $(CURDIR)/build/vmlinux-$(KVER_61)
+bench-icount: $(CURDIR)/build/vmlinux-$(KVER_61) qemu
 	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
 	@set -o pipefail; $(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),open,TestICount) > build/icount.log 2>&1 \
 		|| { tail -n 40 build/icount.log; exit 1; }
 	@sed -n 's/.*ICOUNT| //p' build/icount.log | tee build/icount.json
 
 # The engine model alone, then the whole rig: driver, simulated FPGA and GPU.
-demo: deps build kmod
+demo: deps build kmod qemu
 	@echo "== 1. XDMA engine model, in process"
 	@$(BIN)/p2p-testbench selftest
 	@echo
 	@echo "== 2. The driver in a QEMU guest against the simulated FPGA and GPU (log: build/demo.log)"
-	@set -o pipefail; qemu=$$(hw/testbench/qemu/build-qemu.sh) && GPUFPGA_QEMU=$$qemu GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) GPUFPGA_KERNEL=/boot/vmlinuz-$(KVER) GPUFPGA_GUEST_KMODS=/lib/modules/$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
+	@set -o pipefail; GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(MODULES_OUT) KVER=$(KVER) GPUFPGA_KERNEL=/boot/vmlinuz-$(KVER) GPUFPGA_GUEST_KMODS=/lib/modules/$(KVER) $(GO) test -tags vmtest -count=1 -timeout 10m -v \
 		-run TestDemo ./hw/testbench/vmtest/ > build/demo.log 2>&1 \
 		|| { tail -n 40 build/demo.log; echo "demo failed: see build/demo.log" >&2; exit 1; }
 	@sed -n 's/.*DEMO| \{0,1\}//p' build/demo.log

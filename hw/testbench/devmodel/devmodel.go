@@ -60,7 +60,7 @@ type Rig struct {
 	ram, vram         []byte
 	fpga              *pciServer
 	ctl               *port
-	userRegs          sync.Map // the user BAR's registers: offset -> uint64
+	userRegs          sync.Map // the user BAR's 32-bit registers: offset -> uint32
 
 	engine *xdmamodel.Engine
 	source switchableSource
@@ -190,11 +190,21 @@ func (r *Rig) QEMUArgs() []string {
 // control mailbox and runs the engine until ctx ends or Close is called.
 func (r *Rig) Serve(ctx context.Context) error {
 	ctx, r.cancel = context.WithCancel(ctx)
-	// QEMU connects to the sockets in the order the devices appear.
-	if err := r.fpga.accept(); err != nil {
-		return err
-	}
-	if err := r.ctl.server.Serve(ctx); err != nil {
+	// QEMU connects as it realizes each device, in command-line order, and
+	// the ivshmem one waits for its setup messages: accept both at once.
+	var wg sync.WaitGroup
+	var errFPGA, errCtl error
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		errFPGA = r.fpga.accept(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		errCtl = r.ctl.server.Serve(ctx)
+	}()
+	wg.Wait()
+	if err := errors.Join(errFPGA, errCtl); err != nil {
 		return err
 	}
 	r.fpga.serve(r, r.fail)
@@ -338,12 +348,15 @@ func waitReadable(ctx context.Context, fd int) error {
 }
 
 // readBAR answers a read of the FPGA's BARs: the DMA BAR is the engine's
-// register space, 32 bits at a time; the user BAR is plain registers.
+// register space, the user BAR plain registers, both 32 bits at a time (an
+// 8-byte access is two, not atomic against the engine's steps).
 func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
 	if bar == pciBarUser {
-		v, _ := r.userRegs.Load(addr)
-		u, _ := v.(uint64)
-		return u
+		v := r.userWord(addr)
+		if size == 8 {
+			v |= r.userWord(addr+4) << 32
+		}
+		return v
 	}
 	v := uint64(r.engine.ReadReg(uint32(addr)))
 	if size == 8 {
@@ -354,7 +367,10 @@ func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
 
 func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
 	if bar == pciBarUser {
-		r.userRegs.Store(addr, v)
+		r.userRegs.Store(addr, uint32(v))
+		if size == 8 {
+			r.userRegs.Store(addr+4, uint32(v>>32))
+		}
 		return
 	}
 	r.engine.WriteReg(uint32(addr), uint32(v))
@@ -362,6 +378,13 @@ func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
 		r.engine.WriteReg(uint32(addr+4), uint32(v>>32))
 	}
 	r.wake()
+}
+
+// userWord reads a 32-bit register of the user BAR: what was written, or 0.
+func (r *Rig) userWord(addr uint64) uint64 {
+	v, _ := r.userRegs.Load(addr)
+	u, _ := v.(uint32)
+	return uint64(u)
 }
 
 func (r *Rig) setMode(mode int) { r.engine.SetInterruptMode(xdmamodel.InterruptMode(mode)) }

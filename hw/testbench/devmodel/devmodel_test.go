@@ -155,8 +155,8 @@ func TestDeviceAndControlPort(t *testing.T) {
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- rig.Serve(ctx) }()
+	c := dialCtl(t, rig.ctl.sock) // either order: the rig accepts both at once
 	q := dialDevice(t, rig.fpga.sock)
-	c := dialCtl(t, rig.ctl.sock)
 	if err := <-served; err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package devmodel
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"os"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // The protocol of QEMU's xdma-model device (hw/testbench/qemu/xdma-model.c):
@@ -44,9 +47,16 @@ type pciServer struct {
 	ln   *net.UnixListener
 	req  net.Conn
 	irq  net.Conn
-	irqs chan [8]byte
-	done chan struct{}
-	wg   sync.WaitGroup
+
+	// Interrupt messages wait in irqs; irqMu orders their writes, so that
+	// a read's answer never overtakes an interrupt raised before the read,
+	// as on PCIe, where a completion does not pass an earlier message.
+	irqs  chan [8]byte
+	irqMu sync.Mutex
+
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
 }
 
 func listenPCI(sock string) (*pciServer, error) {
@@ -58,58 +68,120 @@ func listenPCI(sock string) (*pciServer, error) {
 	return &pciServer{sock: sock, ln: ln, irqs: make(chan [8]byte, pciIRQBuffer), done: make(chan struct{})}, nil
 }
 
-// accept takes the device's two connections, in whichever order they come.
-func (s *pciServer) accept() error {
-	for s.req == nil || s.irq == nil {
+// accept takes the device's two connections, in whichever order they come,
+// until ctx ends.
+func (s *pciServer) accept(ctx context.Context) error {
+	stop := context.AfterFunc(ctx, func() { s.ln.SetDeadline(time.Now()) })
+	defer stop()
+	var req, irq net.Conn
+	for req == nil || irq == nil {
 		c, err := s.ln.Accept()
 		if err != nil {
+			closeAll(req, irq)
+			if ctx.Err() != nil {
+				return fmt.Errorf("devmodel: %s: no device connected: %w", s.sock, ctx.Err())
+			}
 			return fmt.Errorf("devmodel: accept: %w", err)
 		}
-		var hello [8]byte
-		if _, err := io.ReadFull(c, hello[:]); err != nil || string(hello[:7]) != pciHello {
-			c.Close()
-			return fmt.Errorf("devmodel: %s: not an xdma-model device (%v)", s.sock, err)
-		}
+		role, err := readHello(c)
 		switch {
-		case hello[7] == pciRoleReq && s.req == nil:
-			s.req = c
-		case hello[7] == pciRoleIRQ && s.irq == nil:
-			s.irq = c
+		case err != nil:
+			c.Close()
+			closeAll(req, irq)
+			return fmt.Errorf("devmodel: %s: %w", s.sock, err)
+		case role == pciRoleReq && req == nil:
+			req = c
+		case role == pciRoleIRQ && irq == nil:
+			irq = c
 		default:
 			c.Close()
-			return fmt.Errorf("devmodel: %s: unexpected connection role %d", s.sock, hello[7])
+			closeAll(req, irq)
+			return fmt.Errorf("devmodel: %s: unexpected connection role %d", s.sock, role)
 		}
 	}
+	s.irqMu.Lock()
+	s.req, s.irq = req, irq
+	s.irqMu.Unlock()
 	return nil
 }
 
+func readHello(c net.Conn) (byte, error) {
+	var hello [8]byte
+	if err := c.SetReadDeadline(time.Now().Add(10 * time.Second)); err != nil {
+		return 0, err
+	}
+	if _, err := io.ReadFull(c, hello[:]); err != nil {
+		return 0, fmt.Errorf("reading the device's hello: %w", err)
+	}
+	if string(hello[:7]) != pciHello {
+		return 0, fmt.Errorf("not an xdma-model device: hello %q", hello[:7])
+	}
+	return hello[7], c.SetReadDeadline(time.Time{})
+}
+
+func closeAll(cs ...net.Conn) {
+	for _, c := range cs {
+		if c != nil {
+			c.Close()
+		}
+	}
+}
+
 // serve answers requests until the device goes away, and sends the
-// interrupts queued by raise and level.
+// interrupts queued by send.
 func (s *pciServer) serve(dev pciDevice, fail func(error)) {
 	s.wg.Add(2)
 	go func() {
 		defer s.wg.Done()
 		for {
-			var m [8]byte
 			select {
-			case m = <-s.irqs:
-			case <-s.done:
-				return
-			}
-			if _, err := s.irq.Write(m[:]); err != nil {
-				if !errors.Is(err, net.ErrClosed) {
-					fail(fmt.Errorf("devmodel: interrupt: %w", err))
+			case m := <-s.irqs:
+				if err := s.writeIRQ(m); err != nil {
+					if !deviceGone(err) {
+						fail(fmt.Errorf("devmodel: interrupt: %w", err))
+					}
+					return
 				}
+			case <-s.done:
 				return
 			}
 		}
 	}()
 	go func() {
 		defer s.wg.Done()
-		if err := s.serveRequests(dev); !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
+		if err := s.serveRequests(dev); !deviceGone(err) {
 			fail(err)
 		}
 	}()
+}
+
+// deviceGone reports whether err only says that QEMU went away.
+func deviceGone(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) ||
+		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
+}
+
+func (s *pciServer) writeIRQ(m [8]byte) error {
+	s.irqMu.Lock()
+	defer s.irqMu.Unlock()
+	_, err := s.irq.Write(m[:])
+	return err
+}
+
+// flushIRQs writes every interrupt queued so far, before a read's answer.
+func (s *pciServer) flushIRQs() error {
+	s.irqMu.Lock()
+	defer s.irqMu.Unlock()
+	for {
+		select {
+		case m := <-s.irqs:
+			if _, err := s.irq.Write(m[:]); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
 }
 
 // serveRequests returns when the device goes away (io.EOF, or
@@ -120,7 +192,7 @@ func (s *pciServer) serveRequests(dev pciDevice) error {
 	var rsp [8]byte
 	for {
 		if _, err := io.ReadFull(r, req[:]); err != nil {
-			return err
+			return fmt.Errorf("devmodel: %s: %w", s.sock, err)
 		}
 		op, bar, size := req[0], int(req[1]), int(req[2])
 		addr := binary.LittleEndian.Uint64(req[8:])
@@ -128,8 +200,11 @@ func (s *pciServer) serveRequests(dev pciDevice) error {
 		switch op {
 		case pciOpRead:
 			binary.LittleEndian.PutUint64(rsp[:], dev.readBAR(bar, addr, size))
+			if err := s.flushIRQs(); err != nil {
+				return fmt.Errorf("devmodel: %s: interrupt: %w", s.sock, err)
+			}
 			if _, err := s.req.Write(rsp[:]); err != nil {
-				return err
+				return fmt.Errorf("devmodel: %s: %w", s.sock, err)
 			}
 		case pciOpWrite:
 			dev.writeBAR(bar, addr, size, data)
@@ -157,13 +232,13 @@ func (s *pciServer) send(kind byte, v uint32) error {
 }
 
 func (s *pciServer) close() {
-	s.ln.Close()
-	for _, c := range []net.Conn{s.req, s.irq} {
-		if c != nil {
-			c.Close()
-		}
-	}
-	close(s.done)
-	s.wg.Wait()
-	os.Remove(s.sock)
+	s.closeOnce.Do(func() {
+		s.ln.Close()
+		s.irqMu.Lock()
+		closeAll(s.req, s.irq)
+		s.irqMu.Unlock()
+		close(s.done)
+		s.wg.Wait()
+		os.Remove(s.sock)
+	})
 }

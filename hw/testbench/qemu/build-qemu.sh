@@ -12,17 +12,18 @@
 #
 # The result is cached outside the work tree under $GPUFPGA_CACHE (default
 # /var/cache/gpufpga), keyed by the source version and the hash of this
-# directory's files. Prints the path of qemu-system-x86_64.
+# directory's files; the three most recently used builds are kept. Prints
+# the path of qemu-system-x86_64.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 cache=${GPUFPGA_CACHE:-/var/cache/gpufpga}
 
 ver=$(dpkg-query -W -f='${source:Version}' qemu-system-x86 2>/dev/null) || {
 	echo "qemu: qemu-system-x86 is not installed: run make deps" >&2; exit 1; }
-key=$(cat "$here/build-qemu.sh" "$here/xdma-model.c" "$here/rig.mak" | sha256sum | cut -c1-12)
+key=$(cd "$here" && find . -type f -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -c1-12)
 out=$cache/qemu/qemu-${ver#*:}-$key
 bin=$out/bin/qemu-system-x86_64
-if [ -f "$out/.done" ]; then echo "$bin"; exit 0; fi
+if [ -f "$out/.done" ]; then touch "$out"; echo "$bin"; exit 0; fi
 
 mkdir -p "$cache/qemu"
 exec 9>"$cache/qemu/.lock"
@@ -44,6 +45,8 @@ cp "$here/xdma-model.c" hw/misc/
 echo "softmmu_ss.add(when: 'CONFIG_PCI', if_true: files('xdma-model.c'))" >>hw/misc/meson.build
 cp "$here/rig.mak" configs/devices/x86_64-softmmu/rig.mak
 # The dfsg tarball carries no EDK2 images: do not try to unpack them.
+grep -q 'unpack_edk2_blobs = bzip2.found()' meson.build || {
+	echo "qemu: meson.build no longer unpacks EDK2 images as expected: update build-qemu.sh" >&2; exit 1; }
 sed -i 's/unpack_edk2_blobs = bzip2.found()/unpack_edk2_blobs = false/' meson.build
 mkdir build
 cd build
@@ -63,8 +66,7 @@ rm -rf src
 ln -s /usr/share/qemu /usr/share/seabios share/
 ln -s /usr/lib/ipxe/qemu lib/ipxe/qemu
 touch .done
-for old in "$cache/qemu"/qemu-*; do
-	[ "$old" = "$out" ] || rm -rf "$old"
-done
+# Other worktrees may use other builds: keep the three last used.
+ls -dt "$cache/qemu"/qemu-*/ | tail -n +4 | while IFS= read -r old; do rm -rf "$old"; done
 echo "qemu: built in $(( $(date +%s) - start )) s" >&2
 echo "$bin"

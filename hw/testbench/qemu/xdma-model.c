@@ -23,7 +23,12 @@
  * Each connection starts with an 8-byte hello from the device:
  *   { "XDMAMDL"; u8 role } with role 0 for requests, 1 for interrupts.
  *
- * A model that has gone away reads as a device that fell off the bus: all
+ * The model writes the interrupts it raised before a read's answer, and the
+ * device applies them before it returns the value: as on PCIe, where a
+ * completion does not pass an earlier MSI or INTx message.
+ *
+ * A model that has gone away, or leaves a read unanswered for 10 s (the
+ * BQL is held meanwhile), reads as a device that fell off the bus: all
  * ones, as PCIe returns for a request nobody completes.
  *
  * SPDX-License-Identifier: GPL-2.0-or-later
@@ -36,6 +41,7 @@
 #include "qemu/sockets.h"
 #include "qapi/error.h"
 #include "hw/pci/pci.h"
+#include "migration/vmstate.h"
 #include "hw/pci/pcie.h"
 #include "hw/pci/msi.h"
 #include "hw/pci/msix.h"
@@ -49,6 +55,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(XdmaModelState, XDMA_MODEL)
 #define XDMA_MSIX_TABLE         0x8000
 #define XDMA_MSIX_PBA           0x8fe0
 #define XDMA_MAX_VECTORS        32
+#define XDMA_MODEL_TIMEOUT_S    10
 
 enum {
     OP_READ = 1,
@@ -101,6 +108,8 @@ static void xdma_model_lost(XdmaModelState *s, const char *what)
         error_report("xdma-model: %s: model connection lost: the device "
                      "reads as removed from now on", what);
         s->gone = true;
+        s->intx_level = false;
+        pci_set_irq(PCI_DEVICE(s), 0);
     }
 }
 
@@ -132,7 +141,8 @@ static bool xdma_model_recv(XdmaModelState *s, void *buf, size_t len)
             continue;
         }
         if (n <= 0) {
-            xdma_model_lost(s, "read");
+            xdma_model_lost(s, n < 0 && errno == EAGAIN ? "read timed out"
+                                                         : "read");
             return false;
         }
         p += n;
@@ -140,41 +150,6 @@ static bool xdma_model_recv(XdmaModelState *s, void *buf, size_t len)
     }
     return true;
 }
-
-static uint64_t xdma_bar_read(void *opaque, hwaddr addr, unsigned size)
-{
-    XdmaBar *bar = opaque;
-    XdmaModelState *s = bar->s;
-    uint8_t rsp[8];
-
-    if (!xdma_model_send(s, OP_READ, bar->index, size, addr, 0) ||
-        !xdma_model_recv(s, rsp, sizeof(rsp))) {
-        return ~0ULL >> (64 - 8 * size);
-    }
-    return ldq_le_p(rsp);
-}
-
-static void xdma_bar_write(void *opaque, hwaddr addr, uint64_t val,
-                           unsigned size)
-{
-    XdmaBar *bar = opaque;
-
-    xdma_model_send(bar->s, OP_WRITE, bar->index, size, addr, val);
-}
-
-static const MemoryRegionOps xdma_bar_ops = {
-    .read = xdma_bar_read,
-    .write = xdma_bar_write,
-    .endianness = DEVICE_LITTLE_ENDIAN,
-    .valid = {
-        .min_access_size = 4,
-        .max_access_size = 8,
-    },
-    .impl = {
-        .min_access_size = 4,
-        .max_access_size = 8,
-    },
-};
 
 static int xdma_model_mode(XdmaModelState *s)
 {
@@ -219,28 +194,78 @@ static void xdma_model_irq(XdmaModelState *s, uint8_t kind, uint32_t value)
     }
 }
 
-/* Main loop, with the BQL held: the model's interrupt messages. */
-static void xdma_model_irq_readable(void *opaque)
+/*
+ * Applies every interrupt message the model has sent so far. With the BQL
+ * held: from the main loop, and before a read returns its value.
+ */
+static void xdma_model_irq_drain(XdmaModelState *s)
 {
-    XdmaModelState *s = opaque;
     ssize_t n;
 
-    n = read(s->irq_fd, s->irq_buf + s->irq_have,
-             sizeof(s->irq_buf) - s->irq_have);
-    if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
-        return;
-    }
-    if (n <= 0) {
-        qemu_set_fd_handler(s->irq_fd, NULL, NULL, NULL);
-        xdma_model_lost(s, "interrupts");
-        return;
-    }
-    s->irq_have += n;
-    if (s->irq_have == sizeof(s->irq_buf)) {
-        s->irq_have = 0;
-        xdma_model_irq(s, s->irq_buf[0], ldl_le_p(s->irq_buf + 4));
+    for (;;) {
+        n = read(s->irq_fd, s->irq_buf + s->irq_have,
+                 sizeof(s->irq_buf) - s->irq_have);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN) {
+            return;
+        }
+        if (n <= 0) {
+            qemu_set_fd_handler(s->irq_fd, NULL, NULL, NULL);
+            xdma_model_lost(s, "interrupts");
+            return;
+        }
+        s->irq_have += n;
+        if (s->irq_have == sizeof(s->irq_buf)) {
+            s->irq_have = 0;
+            xdma_model_irq(s, s->irq_buf[0], ldl_le_p(s->irq_buf + 4));
+        }
     }
 }
+
+static void xdma_model_irq_readable(void *opaque)
+{
+    xdma_model_irq_drain(opaque);
+}
+
+static uint64_t xdma_bar_read(void *opaque, hwaddr addr, unsigned size)
+{
+    XdmaBar *bar = opaque;
+    XdmaModelState *s = bar->s;
+    uint8_t rsp[8];
+
+    if (!xdma_model_send(s, OP_READ, bar->index, size, addr, 0) ||
+        !xdma_model_recv(s, rsp, sizeof(rsp))) {
+        return ~0ULL >> (64 - 8 * size);
+    }
+    if (!s->gone) {
+        xdma_model_irq_drain(s);
+    }
+    return ldq_le_p(rsp);
+}
+
+static void xdma_bar_write(void *opaque, hwaddr addr, uint64_t val,
+                           unsigned size)
+{
+    XdmaBar *bar = opaque;
+
+    xdma_model_send(bar->s, OP_WRITE, bar->index, size, addr, val);
+}
+
+static const MemoryRegionOps xdma_bar_ops = {
+    .read = xdma_bar_read,
+    .write = xdma_bar_write,
+    .endianness = DEVICE_LITTLE_ENDIAN,
+    .valid = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+    .impl = {
+        .min_access_size = 4,
+        .max_access_size = 8,
+    },
+};
 
 static void xdma_model_write_config(PCIDevice *pdev, uint32_t addr,
                                     uint32_t val, int len)
@@ -317,6 +342,11 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
     s->req_fd = xdma_model_connect(s, 0, errp);
     if (s->req_fd < 0) {
         return;
+    }
+    {
+        struct timeval tv = { .tv_sec = XDMA_MODEL_TIMEOUT_S };
+
+        setsockopt(s->req_fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     }
     s->irq_fd = xdma_model_connect(s, 1, errp);
     if (s->irq_fd < 0) {
@@ -401,6 +431,12 @@ static void xdma_model_reset(DeviceState *dev)
     xdma_model_send(s, OP_RESET, 0, 0, 0, 0);
 }
 
+/* The model's state lives in another process: nothing to migrate. */
+static const VMStateDescription vmstate_xdma_model = {
+    .name = TYPE_XDMA_MODEL,
+    .unmigratable = 1,
+};
+
 static Property xdma_model_properties[] = {
     DEFINE_PROP_STRING("socket", XdmaModelState, socket),
     DEFINE_PROP_UINT16("device-id", XdmaModelState, device_id, 0x9038),
@@ -424,6 +460,7 @@ static void xdma_model_class_init(ObjectClass *klass, void *data)
     /* Not 0x0700: 8250_pci claims serial-class functions. */
     k->class_id = PCI_CLASS_MEMORY_OTHER;
     dc->reset = xdma_model_reset;
+    dc->vmsd = &vmstate_xdma_model;
     dc->desc = "XDMA engine served by an outside device model";
     device_class_set_props(dc, xdma_model_properties);
     set_bit(DEVICE_CATEGORY_MISC, dc->categories);

@@ -206,8 +206,9 @@ func OpenRegisters() (*Registers, error) {
 	return nil, fmt.Errorf("%w: %04x:%04x", ErrNoDevice, rl.FPGAVendor, rl.FPGADevice)
 }
 
-// ReadReg implements xdma.Registers.
+// ReadReg implements xdma.Registers: one 32-bit load.
 func (r *Registers) ReadReg(off uint32) uint32 { return atomic.LoadUint32(word(r.mem, int(off))) }
 
-// WriteReg implements xdma.Registers.
-func (r *Registers) WriteReg(off, v uint32) { atomic.StoreUint32(word(r.mem, int(off)), v) }
+// WriteReg implements xdma.Registers: one 32-bit store, a plain MOV (an
+// atomic store is an XCHG, which reads the register too).
+func (r *Registers) WriteReg(off, v uint32) { *word(r.mem, int(off)) = v }

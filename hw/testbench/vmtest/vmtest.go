@@ -136,6 +136,9 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		t.Fatal(err)
 	}
 	files = append(files, opts.Files...)
+	if opts.ICount && os.Getenv("VMTEST_QEMU") != "" {
+		t.Fatal("VMTEST_QEMU is set: it would replace the instruction-counting guest this run measures on")
+	}
 	if os.Getenv("VMTEST_QEMU") == "" {
 		// KVM hangs on these machines; TCG always works.
 		// The rig's QEMU has only the devices the rig uses: no default
