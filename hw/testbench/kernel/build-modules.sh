@@ -10,6 +10,16 @@ root=$(cd "$(dirname "$0")/../../.." && pwd)
 [ -f "$kdir/Makefile" ] || { echo "kmod: no kernel build tree at $kdir: run make deps" >&2; exit 1; }
 [ -f "$vmlinux" ] || { echo "kmod: no vmlinux at $vmlinux" >&2; exit 1; }
 
+# Up to date when nothing that goes into the modules changed: their
+# sources, this script, the kernel tree, its vmlinux and NVIDIA's tree.
+stamp=$( { (cd "$root" && find kmod/gpufpga hw/testbench/nvp2p_sim \( -name '*.[ch]' -o -name Kbuild \) \
+	-print0 | LC_ALL=C sort -z | xargs -0 sha256sum); sha256sum "$0";
+	stat -c '%n %s %Y' "$kdir/Makefile" "$kdir/Module.symvers" "$vmlinux" 2>/dev/null; echo "$nvidia_src"; } |
+	sha256sum | cut -c1-16)
+if [ -f "$out/.stamp" ] && [ "$(cat "$out/.stamp")" = "$stamp" ] && ls "$out"/gpufpga.ko >/dev/null 2>&1; then
+	exit 0
+fi
+rm -f "$out/.stamp"
 src=$out/src
 rm -rf "$src"
 mkdir -p "$src/kmod" "$src/hw/testbench"
@@ -61,3 +71,4 @@ if readelf -S "$vmlinux" | grep '\.BTF' >/dev/null; then
 		pahole -J --btf_gen_floats -j --lang_exclude=rust --btf_base "$vmlinux" "$ko"
 	done
 fi
+echo "$stamp" >"$out/.stamp"
