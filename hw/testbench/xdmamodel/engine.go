@@ -447,6 +447,11 @@ func (c *channel) stop() {
 	if c.fault == FaultWedged {
 		return
 	}
+	// The stall is spent on the chain it held; a RUN cleared on an idle
+	// channel (a completion's late write) leaves it armed for the next.
+	if c.fault == FaultStall && c.busy {
+		c.fault = FaultNone
+	}
 	if c.busy {
 		c.log(xdma.StatIdleStopped)
 	}
@@ -454,9 +459,6 @@ func (c *channel) stop() {
 	c.active = false
 	c.queue = c.queue[:0]
 	c.stalled = false
-	if c.fault == FaultStall {
-		c.fault = FaultNone
-	}
 }
 
 // log records status bits whose logging the control register enables.

@@ -601,3 +601,21 @@ func TestEngineLegacyLevelAndReset(t *testing.T) {
 		t.Fatalf("status %#x after reset and a new chain", st)
 	}
 }
+
+// TestEngineStallSurvivesIdleRunClear: a completion's RUN clear that
+// reaches the engine after a stall was armed (posted writes and the test
+// equipment's port are separate paths) does not disarm it: the stall
+// belongs to the next chain.
+func TestEngineStallSurvivesIdleRunClear(t *testing.T) {
+	r := newRig(t, 2)
+	segs := r.segments(t, 0, sgl.PageSize64K, sgl.Limits{})
+	if st := r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault); st&xdma.StatDescStopped == 0 {
+		t.Fatalf("first chain: status %#x", st)
+	}
+	ctl := xdma.Base(xdma.TargetC2H, 0) + xdma.RegControl
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultStall))
+	r.e.WriteReg(ctl, r.e.ReadReg(ctl)&^xdma.CtrlRun) // the late RUN clear
+	if st := r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{}, xdma.ControlDefault); st&xdma.StatDescStopped != 0 || !r.e.Busy() {
+		t.Fatalf("the armed stall did not hold the next chain: status %#x, busy %v", st, r.e.Busy())
+	}
+}
