@@ -300,14 +300,15 @@ static unsigned int gpufpga_irq_types(struct device *dev)
 {
 	unsigned int types = PCI_IRQ_MSIX | PCI_IRQ_MSI | PCI_IRQ_INTX;
 
+	/* Written through sysfs, the value may end in a newline. */
 	kernel_param_lock(THIS_MODULE);
-	if (!strcmp(gpufpga_interrupts, "msix"))
+	if (sysfs_streq(gpufpga_interrupts, "msix"))
 		types = PCI_IRQ_MSIX;
-	else if (!strcmp(gpufpga_interrupts, "msi"))
+	else if (sysfs_streq(gpufpga_interrupts, "msi"))
 		types = PCI_IRQ_MSI;
-	else if (!strcmp(gpufpga_interrupts, "intx"))
+	else if (sysfs_streq(gpufpga_interrupts, "intx"))
 		types = PCI_IRQ_INTX;
-	else if (strcmp(gpufpga_interrupts, "auto"))
+	else if (!sysfs_streq(gpufpga_interrupts, "auto"))
 		dev_warn(dev, "interrupts=%s: want auto, msix, msi or intx; using auto\n",
 			 gpufpga_interrupts);
 	kernel_param_unlock(THIS_MODULE);

@@ -178,7 +178,10 @@ func (r *Rig) QEMUArgs() []string {
 		"-machine", "q35,memory-backend=ram0",
 		"-m", mib(r.cfg.GuestRAM),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram0,size=%s,mem-path=%s,share=on", mib(r.cfg.GuestRAM), r.ramPath),
-		"-device", fmt.Sprintf("xdma-model,socket=%s", r.fpga.sock),
+		// Behind a root port, as a card in a slot: a PCIe link with its
+		// speed and width, rather than an integrated endpoint.
+		"-device", "pcie-root-port,id=fpga-slot,chassis=1,slot=1",
+		"-device", fmt.Sprintf("xdma-model,bus=fpga-slot,socket=%s", r.fpga.sock),
 		"-chardev", fmt.Sprintf("socket,id=ctl,path=%s", r.ctl.sock),
 		"-device", "ivshmem-doorbell,chardev=ctl,vectors=1",
 		"-object", fmt.Sprintf("memory-backend-file,id=vram,size=%s,mem-path=%s,share=on", mib(r.cfg.VRAM), r.vramPath),
