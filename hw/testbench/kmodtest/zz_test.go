@@ -5,7 +5,6 @@ package kmodtest
 import (
 	"errors"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
@@ -25,11 +24,7 @@ func TestZXUnbind(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ctl.ConfigureSource(4064, 0, 64)
-	link, err := os.Readlink("/sys/class/misc/gpufpga0/device")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bdf := filepath.Base(link)
+	bdf := fpgaBDF(t)
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
 	p := pinGPU(t, d, a.VA, a.Size)
 	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}}, 0)
