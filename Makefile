@@ -28,7 +28,7 @@ GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
 VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
 
-.PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -91,7 +91,7 @@ vmtest_on = GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3
 # Boots QEMU with the simulated rig and runs the guest test packages, on
 # Debian's 6.1 next to a proprietary NVIDIA driver and on 6.12 next to the
 # open one, each with 2 vCPUs; then a 6.12 guest whose DMA is bounced.
-vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb
+vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu
 
 vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61) qemu
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
@@ -109,6 +109,14 @@ vmtest-swiotlb: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestBounceBuffers)
+
+# An IOMMU translating the FPGA's DMA (intel-iommu), on 6.12 next to the
+# open NVIDIA driver: pins through IOVAs, and dma-bufs whose raw BAR
+# addresses the IOMMU would drop refused with the reason.
+vmtest-iommu: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
+	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
+	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
+	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestIOMMU)
 
 # The same suite, and the ABI fuzzer, on the debug kernel (KASAN, lockdep,
 # kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
@@ -226,7 +234,7 @@ deb-check:
 
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
-TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb debug-kernel vmtest-debug
+TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu debug-kernel vmtest-debug
 test:
 	@set -e; for p in $(TEST_PHASES); do \
 		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \

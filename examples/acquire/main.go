@@ -183,8 +183,12 @@ func run(device string, channel, slots int, slotSize uint64, frameSize int, tota
 		return fmt.Errorf("acquisition ended: %w", err)
 	}
 	st := s.Stats()
-	fmt.Printf("acquired %.1f MiB in %d slots (%s mode, checked on the %s) in %v: %.3f GB/s, mean slot latency %v\n",
-		float64(st.Bytes)/(1<<20), st.Slots, st.Mode, st.Check, st.Elapsed.Round(time.Millisecond), st.GBps, st.SlotLatency.Round(time.Microsecond))
+	mode := st.Mode.String() + " mode"
+	if st.Mode == stream.Direct {
+		mode += ", pinned through " + st.Pinning.String()
+	}
+	fmt.Printf("acquired %.1f MiB in %d slots (%s, checked on the %s) in %v: %.3f GB/s, mean slot latency %v\n",
+		float64(st.Bytes)/(1<<20), st.Slots, mode, st.Check, st.Elapsed.Round(time.Millisecond), st.GBps, st.SlotLatency.Round(time.Microsecond))
 	fmt.Printf("frames: %d checked, %d gaps, %d duplicates, %d CRC failures; at most %d slots held\n",
 		st.Frames.Frames, st.Frames.Gaps, st.Frames.Duplicates, st.Frames.CRCFailures, st.MaxHeld)
 	if st.Frames.Gaps+st.Frames.Duplicates+st.Frames.CRCFailures != 0 {

@@ -6,6 +6,7 @@
  * all a transfer uses.
  */
 #include <linux/dma-resv.h>
+#include <linux/iommu.h>
 #include <linux/mm.h>
 #include <linux/sched/mm.h>
 #include <linux/module.h>
@@ -403,6 +404,25 @@ static const struct dma_buf_attach_ops gpufpga_dmabuf_importer = {
 	.move_notify = gpufpga_dmabuf_move_notify,
 };
 
+/*
+ * An exporter may hand over BAR addresses it did not map for us: CUDA's
+ * PCIe mapping type does, and so do NVIDIA drivers told not to remap peer
+ * MMIO. Where an IOMMU translates for the FPGA, DMA to them faults or lands
+ * elsewhere, so every page must be one the IOMMU maps.
+ */
+static bool gpufpga_dmabuf_bypasses_iommu(struct gpufpga_mem *m)
+{
+	struct iommu_domain *dom = iommu_get_domain_for_dev(&m->dev->pdev->dev);
+	u32 i;
+
+	if (!dom || !(dom->type & __IOMMU_DOMAIN_PAGING))
+		return false;
+	for (i = 0; i < m->npages; i++)
+		if (!iommu_iova_to_phys(dom, m->bus[i]))
+			return true;
+	return false;
+}
+
 static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 {
 	struct device *dev = &m->dev->pdev->dev;
@@ -431,6 +451,9 @@ static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 		ret = PTR_ERR(m->dmabuf.att);
 		dev_info_ratelimited(dev, "dma-buf %s refused a peer-to-peer attachment (%d)\n",
 				     m->dmabuf.buf->exp_name, ret);
+		/* NVIDIA's exporter says -ENOTSUPP, which user space cannot name. */
+		if (ret == -ENOTSUPP)
+			ret = -EOPNOTSUPP;
 		goto err_free;
 	}
 	/* Pinned, the exporter may not move it: only a free revokes it. */
@@ -453,6 +476,12 @@ static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 	if (ret) {
 		dev_info_ratelimited(dev, "dma-buf %s: segments not page aligned\n",
 				     m->dmabuf.buf->exp_name);
+		goto err_unmap;
+	}
+	if (gpufpga_dmabuf_bypasses_iommu(m)) {
+		dev_info_ratelimited(dev, "dma-buf %s: its addresses are not mapped by the IOMMU that translates for this device (the exporter handed over raw PCIe addresses): export with the default mapping type, or put the device's IOMMU group in passthrough (iommu=pt)\n",
+				     m->dmabuf.buf->exp_name);
+		ret = -EXDEV;
 		goto err_unmap;
 	}
 	return 0;

@@ -121,6 +121,20 @@ const (
 	cuStreamCreate
 	cuStreamDestroy_v2
 	cuStreamSynchronize
+	cuMemAddressFree
+	cuMemAddressReserve
+	cuMemAllocAsync
+	cuMemAllocFromPoolAsync
+	cuMemCreate
+	cuMemFreeAsync
+	cuMemGetAllocationGranularity
+	cuMemMap
+	cuMemPoolCreate
+	cuMemPoolDestroy
+	cuMemRelease
+	cuMemSetAccess
+	cuMemUnmap
+	cuPointerGetAttribute
 	numSyms
 )
 
@@ -164,6 +178,20 @@ var symNames = [numSyms]string{
 	cuStreamCreate:                "cuStreamCreate",
 	cuStreamDestroy_v2:            "cuStreamDestroy_v2",
 	cuStreamSynchronize:           "cuStreamSynchronize",
+	cuMemAddressFree:              "cuMemAddressFree",
+	cuMemAddressReserve:           "cuMemAddressReserve",
+	cuMemAllocAsync:               "cuMemAllocAsync",
+	cuMemAllocFromPoolAsync:       "cuMemAllocFromPoolAsync",
+	cuMemCreate:                   "cuMemCreate",
+	cuMemFreeAsync:                "cuMemFreeAsync",
+	cuMemGetAllocationGranularity: "cuMemGetAllocationGranularity",
+	cuMemMap:                      "cuMemMap",
+	cuMemPoolCreate:               "cuMemPoolCreate",
+	cuMemPoolDestroy:              "cuMemPoolDestroy",
+	cuMemRelease:                  "cuMemRelease",
+	cuMemSetAccess:                "cuMemSetAccess",
+	cuMemUnmap:                    "cuMemUnmap",
+	cuPointerGetAttribute:         "cuPointerGetAttribute",
 }
 
 // Driver is the loaded libcuda, its functions bound at Open. It holds no
@@ -359,10 +387,7 @@ func (b *Buffer) Free() error { return b.dev.drv.call(cuMemFree_v2, uintptr(b.Pt
 
 // ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
 func (b *Buffer) ExportDmabuf(off, size uint64) (int, error) {
-	var fd int32
-	err := b.dev.drv.call(cuMemGetHandleForAddressRange, uintptr(unsafe.Pointer(&fd)), uintptr(b.Ptr+off),
-		uintptr(size), memRangeHandleDmaBuf, 0)
-	return int(fd), err
+	return b.dev.exportDmabuf(b.Ptr+off, size)
 }
 
 // HostBuffer is page-locked host memory, the only host memory that

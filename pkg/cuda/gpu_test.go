@@ -5,7 +5,9 @@ package cuda
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -181,4 +183,137 @@ func TestBAR1(t *testing.T) {
 		t.Fatalf("BAR1 %+v", bar)
 	}
 	t.Logf("BAR1: %d MiB, %d MiB free", bar.Total>>20, bar.Free>>20)
+}
+
+// checkExport exports [ptr, ptr+size) as a dma-buf where the GPU exports
+// them, and reports what CUDA said.
+func checkExport(t *testing.T, g *Device, what string, ptr, size uint64) error {
+	t.Helper()
+	if v, err := g.Attribute(AttrDmaBufSupported); err != nil || v == 0 {
+		return errors.New("no dma-buf support")
+	}
+	fd, err := g.ExportDmabufRange(ptr, size)
+	if err == nil {
+		unix.Close(fd)
+	}
+	t.Logf("%s: dma-buf export of %d bytes: %v", what, size, err)
+	return err
+}
+
+// Each kind of CUDA memory gets a clear answer before anything is pinned:
+// cuMemAlloc and RDMA-capable VMM memory are pinnable, VMM memory created
+// without gpuDirectRDMACapable and a range running into a second
+// allocation are refused with what to change, and pool memory is
+// pinnable exactly when CUDA says the pool's memory is RDMA capable.
+func TestPeerMemoryKinds(t *testing.T) {
+	g := device(t)
+	s, err := g.NewStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	b, err := g.Alloc(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Free()
+	r, err := g.CheckPeerRange(b.Ptr+64<<10, 1<<20)
+	if err != nil || r.Kind != MemAlloc || !r.RDMACapable || r.Start != b.Ptr || r.Size != b.Size {
+		t.Fatalf("cuMemAlloc: %+v, %v", r, err)
+	}
+	if err := checkExport(t, g, "cuMemAlloc", b.Ptr, b.Size); err != nil {
+		t.Errorf("cuMemAlloc memory does not export: %v", err)
+	}
+	// A range past the end of the allocation: into the next one or into
+	// nothing, refused either way.
+	b2, err := g.Alloc(4 << 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b2.Free()
+	if _, err := g.CheckPeerRange(b.Ptr, b.Size+64<<10); !errors.Is(err, ErrSpansAllocations) {
+		t.Errorf("range past a cuMemAlloc allocation: %v, want ErrSpansAllocations", err)
+	} else {
+		t.Logf("two allocations: %v", err)
+	}
+
+	for _, rdma := range []bool{true, false} {
+		v, err := g.AllocVMM(2<<20, rdma)
+		if err != nil {
+			t.Fatalf("cuMemCreate (gpuDirectRDMACapable %v): %v", rdma, err)
+		}
+		r, err := g.CheckPeerRange(v.Ptr, v.Size)
+		if rdma && (err != nil || r.Kind != MemVMM || !r.RDMACapable) {
+			t.Errorf("RDMA-capable VMM memory: %+v, %v", r, err)
+		}
+		if !rdma && (!errors.Is(err, ErrNotRDMACapable) || r.Kind != MemVMM || !strings.Contains(err.Error(), "gpuDirectRDMACapable = 1")) {
+			t.Errorf("VMM memory without gpuDirectRDMACapable: %+v, %v; want ErrNotRDMACapable saying what to set", r, err)
+		} else if !rdma {
+			t.Logf("VMM without gpuDirectRDMACapable: %v", err)
+		}
+		exportErr := checkExport(t, g, fmt.Sprintf("VMM (gpuDirectRDMACapable %v)", rdma), v.Ptr, v.Size)
+		if rdma && exportErr != nil {
+			t.Errorf("RDMA-capable VMM memory does not export: %v", exportErr)
+		}
+		if err := v.Free(); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	pools := []struct {
+		name string
+		new  func() (*MemoryPool, error)
+	}{
+		{"the default pool (cudaMallocAsync)", func() (*MemoryPool, error) { return nil, nil }},
+		{"a pool without gpuDirectRDMACapable", func() (*MemoryPool, error) { return g.NewMemoryPool(false) }},
+		{"a pool with gpuDirectRDMACapable", func() (*MemoryPool, error) { return g.NewMemoryPool(true) }},
+	}
+	for _, pc := range pools {
+		pool, err := pc.new()
+		if err != nil {
+			// Drivers before CUDA 13 have no such pool property.
+			if !errors.Is(err, ErrorInvalidValue) {
+				t.Errorf("%s: %v", pc.name, err)
+			}
+			t.Logf("%s: this driver cannot create it: %v", pc.name, err)
+			continue
+		}
+		var ptr uint64
+		if pool == nil {
+			ptr, err = g.AllocAsync(4<<20, s)
+		} else {
+			ptr, err = pool.AllocAsync(4<<20, s)
+		}
+		if err != nil {
+			t.Fatalf("%s: %v", pc.name, err)
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		r, err := g.CheckPeerRange(ptr, 4<<20)
+		switch {
+		case r.Kind != MemPool:
+			t.Errorf("%s: kind %v, want a pool", pc.name, r.Kind)
+		case err == nil && !r.RDMACapable, err != nil && !errors.Is(err, ErrNotRDMACapable):
+			t.Errorf("%s: %+v, %v; want pinnable or ErrNotRDMACapable", pc.name, r, err)
+		case err != nil && !strings.Contains(err.Error(), "CUmemPoolProps.gpuDirectRDMACapable"):
+			t.Errorf("%s: %v does not say what to change", pc.name, err)
+		case pc.name == pools[2].name && err != nil:
+			t.Errorf("%s: %v", pc.name, err)
+		}
+		t.Logf("%s: %+v, %v", pc.name, r, err)
+		checkExport(t, g, pc.name, ptr, 4<<20)
+		if err := g.FreeAsync(ptr, s); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if pool != nil {
+			if err := pool.Destroy(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
 }

@@ -28,6 +28,7 @@ var (
 	ErrSlotLayout     = errors.New("a packet ended inside a slot of several descriptors")
 	ErrNoCardMemory   = errors.New("card memory size not configured")
 	ErrBounceBuffers  = errors.New("DMA to this host memory needs bounce buffers or cache maintenance")
+	ErrIOMMUBypass    = errors.New("dma-buf addresses are not mapped by the IOMMU that translates for the FPGA")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -48,6 +49,7 @@ var errnoKinds = map[unix.Errno]error{
 	unix.EACCES:      ErrPermission,
 	unix.EPROTO:      ErrSlotLayout,
 	unix.ENXIO:       ErrNoCardMemory,
+	unix.EXDEV:       ErrIOMMUBypass,
 }
 
 var hints = map[error]string{
@@ -61,6 +63,7 @@ var hints = map[error]string{
 	ErrHardware:       "the engine stopped on an error: the decoded status names it",
 	ErrBounceBuffers:  "host pins need direct DMA: boot without swiotlb=force, put the FPGA in IOMMU passthrough (iommu=pt), or pin GPU memory",
 	ErrNoCardMemory:   "load gpufpga with card_mem_size=<bytes of card memory behind the memory-mapped channels>, so that card addresses can be checked",
+	ErrIOMMUBypass:    "the exporter handed over raw PCIe addresses (CUDA's PCIe mapping type, or NVreg_DmaRemapPeerMmio=0): export with the default mapping type, or put the FPGA's IOMMU group in passthrough (iommu=pt)",
 	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }
 

@@ -79,8 +79,11 @@ type Config struct {
 	SlotSize uint64
 	Slots    int
 	Mode     Mode
-	GPU      GPU // where slots end up, in either mode
-	Check    Check
+	// Pinning says how a ring in GPU memory (direct mode) is pinned:
+	// PinAuto prefers a dma-buf, and Stats says what was chosen.
+	Pinning Pinning
+	GPU     GPU // where slots end up, in either mode
+	Check   Check
 	// FrameSize is the size of every frame, for CheckGPU: slots hold
 	// whole frames.
 	FrameSize int
@@ -102,6 +105,7 @@ type Filled struct {
 // Stats describe a session so far.
 type Stats struct {
 	Mode        Mode
+	Pinning     Pinning // direct mode's: PinDmabuf or PinP2P
 	Check       Check
 	Bytes       uint64
 	Slots       uint64
@@ -172,18 +176,11 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	mode := cfg.Mode
-	if mode == Auto {
-		info, err := cfg.Device.Info()
-		if err != nil {
-			return nil, err
-		}
-		mode = Compat
-		if info.Supports(p2p.KindGPU) {
-			mode = Direct
-		}
+	mode, pinning, err := cfg.resolve()
+	if err != nil {
+		return nil, err
 	}
-	s, err := newSession(cfg, mode)
+	s, err := newSession(cfg, mode, pinning)
 	if err != nil {
 		return nil, err
 	}
@@ -219,7 +216,7 @@ func Attach(ctx context.Context, cfg Config, host []byte, src Source) (*Session,
 	if uint64(len(host)) < cfg.SlotSize*uint64(cfg.Slots) {
 		return nil, fmt.Errorf("%w: host ring of %d bytes for %d x %d", ErrConfig, len(host), cfg.Slots, cfg.SlotSize)
 	}
-	s, err := newSession(cfg, Compat)
+	s, err := newSession(cfg, Compat, PinAuto)
 	if err != nil {
 		return nil, err
 	}
@@ -250,7 +247,33 @@ func (c *Config) validate() error {
 	return nil
 }
 
-func newSession(cfg Config, mode Mode) (*Session, error) {
+// resolve picks the mode and, in direct mode, how the ring is pinned.
+func (c *Config) resolve() (Mode, Pinning, error) {
+	if c.Mode == Compat {
+		if c.Pinning != PinAuto {
+			return 0, 0, fmt.Errorf("%w: pinning %v is for a ring in GPU memory, not compat mode's", ErrConfig, c.Pinning)
+		}
+		return Compat, PinAuto, nil
+	}
+	dg, _ := c.GPU.(DmabufGPU)
+	p, err := ChoosePinning(c.Device, dg, c.Pinning)
+	if err != nil {
+		return 0, 0, err
+	}
+	if c.Mode == Direct || p == PinDmabuf {
+		return Direct, p, nil
+	}
+	info, err := c.Device.Info()
+	if err != nil {
+		return 0, 0, err
+	}
+	if info.Supports(p2p.KindGPU) {
+		return Direct, p, nil
+	}
+	return Compat, PinAuto, nil
+}
+
+func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 	s := &Session{cfg: cfg, mode: mode, inQueue: make(chan inflight, cfg.Slots), filled: make(chan Filled, cfg.Slots),
 		done: make(chan struct{})}
 	var err error
@@ -277,10 +300,11 @@ func newSession(cfg Config, mode Mode) (*Session, error) {
 		}
 	}
 	if mode == Direct {
-		if s.gpuPin, err = cfg.Device.PinGPU(s.gpu.Addr(), s.size(), p2p.PinOptions{}); err != nil {
+		if s.gpuPin, err = PinGPU(cfg.Device, s.gpu, s.size(), pinning); err != nil {
 			s.free()
-			return nil, fmt.Errorf("stream: direct ring of %d x %d bytes: %w", cfg.Slots, cfg.SlotSize, err)
+			return nil, fmt.Errorf("stream: direct ring of %d x %d bytes, pinned through %v: %w", cfg.Slots, cfg.SlotSize, pinning, err)
 		}
+		s.stats.Pinning = pinning
 	}
 	return s, nil
 }

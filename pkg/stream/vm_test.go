@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/frame"
@@ -161,10 +162,13 @@ func TestEndings(t *testing.T) {
 		t.Fatalf("after cancel: %v", s.Err())
 	}
 	s.Close()
-	// Freeing the GPU memory under the ring ends it with ErrRevoked. The
-	// freed memory is no longer readable, so nothing checks frames.
+	// Freeing the GPU memory under a ring pinned through nvidia_p2p ends
+	// it with ErrRevoked. The freed memory is no longer readable, so
+	// nothing checks frames. (A dma-buf keeps its memory until released,
+	// as CUDA's do: kmodtest's TestDmabufExportIsNVIDIAs.)
 	cfg := r.config(stream.Direct, 8, 4096)
 	cfg.Check = stream.CheckNone
+	cfg.Pinning = stream.PinP2P
 	s, err = stream.Start(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -205,4 +209,47 @@ func TestEndings(t *testing.T) {
 		t.Fatalf("after Stop: %v", s.Err())
 	}
 	s.Close()
+}
+
+// TestDirectRingPinning: a direct ring is pinned through a dma-buf where
+// the GPU exports them (NVIDIA's open driver) and through nvidia_p2p
+// otherwise, each can be forced, and the session says which it used.
+func TestDirectRingPinning(t *testing.T) {
+	const slot = 64 << 10
+	r := setup(t, slot-frame.HeaderSize, 0, 64)
+	exports := guest.NVIDIAVariant() != guest.NVIDIAProprietary
+	auto := stream.PinP2P
+	if exports {
+		auto = stream.PinDmabuf
+	}
+	for _, tc := range []struct{ want, got stream.Pinning }{
+		{stream.PinAuto, auto}, {stream.PinP2P, stream.PinP2P}, {stream.PinDmabuf, stream.PinDmabuf},
+	} {
+		cfg := r.config(stream.Direct, 8, slot)
+		cfg.Pinning = tc.want
+		s, err := stream.Start(context.Background(), cfg)
+		if tc.got == stream.PinDmabuf && !exports {
+			if !errors.Is(err, stream.ErrConfig) {
+				t.Fatalf("forced dma-buf where the GPU exports none: %v, want ErrConfig", err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%v: %v", tc.want, err)
+		}
+		consume(t, s, 4<<20)
+		st := s.Stats()
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if s.Err() != nil || st.Pinning != tc.got || st.Frames.Frames != st.Bytes/slot || st.Frames.Gaps != 0 {
+			t.Fatalf("%v: ended %v with %+v, want pinned through %v", tc.want, s.Err(), st, tc.got)
+		}
+	}
+	// Compat mode pins host memory: a GPU pinning there is a mistake.
+	cfg := r.config(stream.Compat, 8, slot)
+	cfg.Pinning = stream.PinDmabuf
+	if _, err := stream.Start(context.Background(), cfg); !errors.Is(err, stream.ErrConfig) {
+		t.Fatalf("compat mode with a GPU pinning: %v, want ErrConfig", err)
+	}
 }

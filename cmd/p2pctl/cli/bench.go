@@ -47,6 +47,7 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 func newBenchCmd(g *globals) *cobra.Command {
 	var mem, channel, sizes string
 	var count int
+	var via pinningFlag
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure throughput and latency over transfer sizes",
@@ -76,7 +77,7 @@ from 100 transfers a size on, and the maximum).`,
 				return err
 			}
 			defer d.Close()
-			buf, err := g.opts.allocPinned(d, mem, slices.Max(list), 1)
+			buf, err := g.opts.allocPinned(d, mem, slices.Max(list), 1, via.p)
 			if err != nil {
 				return err
 			}
@@ -120,6 +121,7 @@ from 100 transfers a size on, and the maximum).`,
 	cmd.Flags().StringVar(&mem, "mem", "", memHelp(g.opts))
 	cmd.Flags().StringVar(&sizes, "sizes", "4KiB,64KiB,1MiB,16MiB", "comma-separated transfer sizes")
 	cmd.Flags().IntVar(&count, "count", p99Samples, "transfers per size (p99 needs 100)")
+	cmd.Flags().Var(&via, "pin", pinHelp)
 	return cmd
 }
 

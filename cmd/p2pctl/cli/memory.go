@@ -24,10 +24,11 @@ const (
 // CUDA memory, named on --mem. The test rig adds its simulated GPU this
 // way (hw/testbench/simgpu.Memory), so p2pctl itself links no rig code.
 type Memory interface {
-	// Pin allocates size bytes, pins them on d and returns the pin, the
-	// memory as the CPU sees it, and a function that frees the memory
-	// once the pin is gone. seed varies the allocation's layout.
-	Pin(d *p2p.Device, size uint64, seed uint32) (pin *p2p.Pin, mem []byte, free func() error, err error)
+	// Pin allocates size bytes, pins them on d as via says (resolved
+	// with stream.ChoosePinning) and returns the pin, the memory as the
+	// CPU sees it, and a function that frees the memory once the pin is
+	// gone. seed varies the allocation's layout.
+	Pin(d *p2p.Device, size uint64, seed uint32, via stream.Pinning) (pin *p2p.Pin, mem []byte, free func() error, err error)
 	// StreamGPU opens the memory as the GPU of a stream's slots.
 	StreamGPU() (gpu stream.GPU, closeGPU func() error, err error)
 }
@@ -116,8 +117,38 @@ func withContext(g *cuda.Device, f func() error) error {
 	return f()
 }
 
-// allocPinned allocates size bytes of the given kind and pins them.
-func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint32) (*buffer, error) {
+// cudaDmabuf says whether a CUDA device exports dma-bufs.
+type cudaDmabuf struct{ g *cuda.Device }
+
+func (c cudaDmabuf) DmabufSupported() (bool, error) {
+	v, err := c.g.Attribute(cuda.AttrDmaBufSupported)
+	return v != 0, err
+}
+
+// pinCUDA pins b's CUDA memory on d as via says.
+func pinCUDA(d *p2p.Device, b *buffer, size uint64, via stream.Pinning) (*p2p.Pin, error) {
+	via, err := stream.ChoosePinning(d, cudaDmabuf{b.dev}, via)
+	if err != nil {
+		return nil, err
+	}
+	if via == stream.PinP2P {
+		return d.PinGPU(b.gpu.Ptr, size, p2p.PinOptions{})
+	}
+	var fd int
+	if err := withContext(b.dev, func() error {
+		var err error
+		fd, err = b.gpu.ExportDmabuf(0, b.gpu.Size) // whole GPU pages
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("dma-buf export of %s of CUDA memory: %w", fmtBytes(size), err)
+	}
+	defer unix.Close(fd) // the pin holds the dma-buf
+	return d.PinDmabuf(fd, 0, size)
+}
+
+// allocPinned allocates size bytes of the given kind and pins them; GPU
+// memory as via says.
+func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint32, via stream.Pinning) (*buffer, error) {
 	b := &buffer{kind: kind}
 	var err error
 	switch kind {
@@ -147,13 +178,13 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 		b.free = func() error {
 			return errors.Join(withContext(g, b.gpu.Free), g.Close())
 		}
-		b.pin, err = d.PinGPU(b.gpu.Ptr, size, p2p.PinOptions{})
+		b.pin, err = pinCUDA(d, b, size, via)
 	default:
 		m, ok := o.Memory[kind]
 		if !ok {
 			return nil, usageErr("--mem %q: want %s", kind, o.memKinds())
 		}
-		pin, mem, free, err := m.Pin(d, size, seed)
+		pin, mem, free, err := m.Pin(d, size, seed, via)
 		if err != nil {
 			return nil, &exitError{ExitDevice, err}
 		}
@@ -195,3 +226,20 @@ func (o *Options) streamKinds() string {
 func memHelp(o *Options) string {
 	return "memory: " + o.memKinds() + " (default: cuda where a CUDA driver is present, else host)"
 }
+
+// pinningFlag is --pin: how GPU memory is pinned.
+type pinningFlag struct{ p stream.Pinning }
+
+func (f *pinningFlag) String() string { return f.p.String() }
+func (f *pinningFlag) Type() string   { return "pinning" }
+
+func (f *pinningFlag) Set(s string) error {
+	p, err := stream.ParsePinning(s)
+	if err != nil {
+		return errors.New("want auto, dma-buf or nvidia-p2p")
+	}
+	f.p = p
+	return nil
+}
+
+const pinHelp = "how GPU memory is pinned: auto (a dma-buf where the GPU exports them, else nvidia_p2p), dma-buf or nvidia-p2p"

@@ -88,14 +88,17 @@ func newPinCmd(g *globals) *cobra.Command {
 	var mem string
 	var size sizeValue = 1 << 20
 	var hold bool
+	var via pinningFlag
 	cmd := &cobra.Command{
 		Use:   "pin",
 		Short: "Pin memory and show its geometry and scatter-gather list",
 		Long: `pin allocates --size bytes of --mem memory (CUDA device memory, host RAM,
 or a kind the build adds), pins it for DMA and prints the handle, the page
 geometry, the scatter-gather list and the number of XDMA descriptors a
-transfer of all of it takes. Bus addresses need root. With --hold it stays
-pinned until interrupted.`,
+transfer of all of it takes. GPU memory is pinned through a dma-buf where the
+GPU exports them, else through nvidia_p2p (--pin forces either); the kind
+line says which. Bus addresses need root. With --hold it stays pinned until
+interrupted.`,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if size == 0 {
@@ -110,7 +113,7 @@ pinned until interrupted.`,
 				return err
 			}
 			defer d.Close()
-			b, err := g.opts.allocPinned(d, mem, uint64(size), 1)
+			b, err := g.opts.allocPinned(d, mem, uint64(size), 1, via.p)
 			if err != nil {
 				return err
 			}
@@ -130,5 +133,6 @@ pinned until interrupted.`,
 	cmd.Flags().StringVar(&mem, "mem", "", memHelp(g.opts))
 	cmd.Flags().Var(&size, "size", "bytes to pin (e.g. 64KiB, 16MiB)")
 	cmd.Flags().BoolVar(&hold, "hold", false, "keep the pin until interrupted")
+	cmd.Flags().Var(&via, "pin", pinHelp)
 	return cmd
 }

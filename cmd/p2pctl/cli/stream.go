@@ -21,6 +21,7 @@ type streamJSON struct {
 	Time        time.Time `json:"time"`
 	Summary     bool      `json:"summary,omitempty"`
 	Mode        string    `json:"mode"`
+	Pinning     string    `json:"pinning,omitempty"` // direct mode: dma-buf or nvidia-p2p
 	Seconds     float64   `json:"seconds"`
 	Bytes       uint64    `json:"bytes"`
 	Slots       uint64    `json:"slots"`
@@ -41,6 +42,9 @@ func streamLine(st stream.Stats, summary bool) streamJSON {
 		Bytes: st.Bytes, Slots: st.Slots, GBps: st.GBps, Held: st.Held, MaxHeld: st.MaxHeld,
 		LatencyUs: us(st.SlotLatency), Frames: st.Frames.Frames, Gaps: st.Frames.Gaps,
 		Duplicates: st.Frames.Duplicates, CRCFailures: st.Frames.CRCFailures}
+	if st.Mode == stream.Direct {
+		out.Pinning = st.Pinning.String()
+	}
 	if out.Seconds > 0 {
 		out.SlotsPerS = float64(st.Slots) / out.Seconds
 	}
@@ -51,6 +55,9 @@ func writeStreamLine(w io.Writer, l streamJSON) {
 	label := l.Time.Format("15:04:05")
 	if l.Summary {
 		label = fmt.Sprintf("summary (%s mode, %.1f s)", l.Mode, l.Seconds)
+		if l.Pinning != "" {
+			label = fmt.Sprintf("summary (%s mode pinned through %s, %.1f s)", l.Mode, l.Pinning, l.Seconds)
+		}
 	}
 	fmt.Fprintf(w, "%s  %s in %d slots  %.3f GB/s  %.0f slots/s  held %d (max %d)  latency %.0f µs  frames %d  gaps %d  duplicates %d  CRC failures %d\n",
 		label, fmtBytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, l.Held, l.MaxHeld, l.LatencyUs, l.Frames, l.Gaps, l.Duplicates, l.CRCFailures)
@@ -99,6 +106,7 @@ func newStreamCmd(g *globals) *cobra.Command {
 	var slotSize sizeValue = 64 << 10
 	var duration, interval time.Duration
 	var limit sizeValue
+	var via pinningFlag
 	cmd := &cobra.Command{
 		Use:   "stream",
 		Short: "Acquire continuously from a C2H stream channel into a ring of slots",
@@ -191,7 +199,7 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 			}
 			s, err := stream.Start(ctx, stream.Config{
 				Device: d, Channel: idx, SlotSize: uint64(slotSize), Slots: slots, Mode: sm,
-				GPU: gpu, Check: ck, FrameSize: int(frameSize),
+				GPU: gpu, Check: ck, FrameSize: int(frameSize), Pinning: via.p,
 			})
 			if err != nil {
 				return err
@@ -254,5 +262,6 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 	cmd.Flags().Var(&limit, "bytes", "stop after this many bytes (0: no limit)")
 	cmd.Flags().DurationVar(&interval, "interval", time.Second, "statistics interval")
 	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
+	cmd.Flags().Var(&via, "pin", pinHelp+" (direct mode)")
 	return cmd
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
 // parseChannel parses h2c0, c2h1, ... into a direction and index.
@@ -79,6 +80,7 @@ func newTransferCmd(g *globals) *cobra.Command {
 	var count int
 	var verify bool
 	var timeout time.Duration
+	var via pinningFlag
 	cmd := &cobra.Command{
 		Use:   "transfer",
 		Short: "Move data between pinned memory and the card, optionally verified",
@@ -124,7 +126,7 @@ card memory at --card-addr, comparing every byte.`,
 			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
 			defer stop()
-			t := &transferRun{d: d, opts: g.opts, mem: mem, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
+			t := &transferRun{d: d, opts: g.opts, mem: mem, via: via.p, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
 			res, err := t.run(ctx, count, verify, &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count})
 			if err != nil {
 				return err
@@ -150,6 +152,7 @@ card memory at --card-addr, comparing every byte.`,
 	cmd.Flags().Uint64Var(&cardAddr, "card-addr", 0, "card address for memory-mapped channels")
 	cmd.Flags().BoolVar(&verify, "verify", false, "verify the data")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "per-transfer timeout (0: the driver's default)")
+	cmd.Flags().Var(&via, "pin", pinHelp)
 	return cmd
 }
 
@@ -157,6 +160,7 @@ type transferRun struct {
 	d       *p2p.Device
 	opts    *Options
 	mem     string
+	via     stream.Pinning
 	size    uint64
 	card    uint64
 	dir     p2p.Direction
@@ -170,7 +174,7 @@ func (t *transferRun) xfer(dir p2p.Direction, b *buffer) p2p.Transfer {
 
 func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *progress) (transferJSON, error) {
 	res := transferJSON{Size: t.size, Count: count}
-	buf, err := t.opts.allocPinned(t.d, t.mem, t.size, 1)
+	buf, err := t.opts.allocPinned(t.d, t.mem, t.size, 1, t.via)
 	if err != nil {
 		return res, err
 	}
@@ -178,7 +182,7 @@ func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *pro
 	// Memory-mapped verification goes through a second buffer.
 	var other *buffer
 	if verify && !t.ch.Stream {
-		if other, err = t.opts.allocPinned(t.d, t.mem, t.size, 2); err != nil {
+		if other, err = t.opts.allocPinned(t.d, t.mem, t.size, 2, t.via); err != nil {
 			return res, err
 		}
 		defer other.close()

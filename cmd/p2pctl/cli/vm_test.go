@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 			os.Exit(99)
 		}
 		// p2pctl as the rig builds it (hw/testbench/cmd/p2pctl-sim).
-		opts := &Options{Memory: map[string]Memory{"sim": simgpu.Memory{}, "sim-dmabuf": simgpu.Memory{Dmabuf: true}}}
+		opts := &Options{Memory: map[string]Memory{"sim": simgpu.Memory{}}}
 		os.Exit(opts.Run(context.Background(), a, os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
@@ -107,25 +107,36 @@ func TestCLIEndToEnd(t *testing.T) {
 	if len(infos) != 1 || len(infos[0].Channels) != 4 || len(infos[0].PinKinds) != 3 {
 		t.Fatalf("info: %+v", infos)
 	}
-	var p pinJSON
-	jsonRun(t, &p, "pin", "--mem", "sim", "--size", "1MiB")
-	var sum uint64
-	for _, s := range p.SGList {
-		sum += s.Len
+	// GPU memory is pinned through a dma-buf where the GPU exports them
+	// (NVIDIA's open driver), else through nvidia_p2p; --pin forces either.
+	proprietary := guest.NVIDIAVariant() == guest.NVIDIAProprietary
+	autoKind, autoPinning, autoPages := "dmabuf", "dma-buf", 256
+	pinnings := [][]string{{"--mem", "sim", "--pin", "nvidia-p2p"}, {"--mem", "sim", "--pin", "dma-buf"}, {"--mem", "host"}}
+	if proprietary {
+		autoKind, autoPinning, autoPages = "gpu", "nvidia-p2p", 16
+		pinnings = append(pinnings[:1], pinnings[2])
 	}
-	if p.Kind != "gpu" || p.Pages != 16 || sum != 1<<20 || p.Descriptors != len(p.SGList) || p.Descriptors == 0 {
-		t.Fatalf("pin: %+v", p)
-	}
-	mems := []string{"sim", "host", "sim-dmabuf"}
-	if guest.NVIDIAVariant() == guest.NVIDIAProprietary {
-		mems = mems[:2] // NVIDIA's proprietary driver exports no dma-bufs
+	for _, tc := range []struct {
+		args  []string
+		kind  string
+		pages int
+	}{{nil, autoKind, autoPages}, {[]string{"--pin", "nvidia-p2p"}, "gpu", 16}} {
+		var p pinJSON
+		jsonRun(t, &p, append([]string{"pin", "--mem", "sim", "--size", "1MiB"}, tc.args...)...)
+		var sum uint64
+		for _, s := range p.SGList {
+			sum += s.Len
+		}
+		if p.Kind != tc.kind || p.Pages != tc.pages || sum != 1<<20 || p.Descriptors != len(p.SGList) || p.Descriptors == 0 {
+			t.Fatalf("pin %v: %+v", tc.args, p)
+		}
 	}
 	for _, ch := range []string{"h2c0", "c2h0"} {
-		for _, mem := range mems {
+		for _, mem := range pinnings {
 			var x transferJSON
-			jsonRun(t, &x, "transfer", "--channel", ch, "--mem", mem, "--size", "300KiB", "--count", "3", "--verify", "--card-addr", "4096")
+			jsonRun(t, &x, append([]string{"transfer", "--channel", ch, "--size", "300KiB", "--count", "3", "--verify", "--card-addr", "4096"}, mem...)...)
 			if !x.Verified || x.Bytes != 3*300<<10 || x.Count != 3 {
-				t.Fatalf("transfer %s %s: %+v", ch, mem, x)
+				t.Fatalf("transfer %s %v: %+v", ch, mem, x)
 			}
 		}
 	}
@@ -153,7 +164,7 @@ func TestCLIEndToEnd(t *testing.T) {
 		}
 		lines = append(lines, sl)
 	}
-	if sum := lines[len(lines)-1]; !sum.Summary || sum.Mode != "direct" || sum.Bytes < 8<<20 || sum.Gaps != 0 || sum.CRCFailures != 0 || sum.Frames == 0 {
+	if sum := lines[len(lines)-1]; !sum.Summary || sum.Mode != "direct" || sum.Pinning != autoPinning || sum.Bytes < 8<<20 || sum.Gaps != 0 || sum.CRCFailures != 0 || sum.Frames == 0 {
 		t.Fatalf("stream summary: %+v", sum)
 	}
 	if fi, err := os.Stat("/tmp/stream.bin"); err != nil || uint64(fi.Size()) != lines[len(lines)-1].Bytes {
@@ -267,8 +278,9 @@ func TestCLIErrors(t *testing.T) {
 		{nil, []string{"stream", "--mem", "cuda", "--check", "none", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
 		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitUsage, "direct mode into CUDA memory checks frames on the GPU: give --frame-size, or --check none"},
 		{nil, []string{"pin", "--mem", "cuda"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
-		{nil, []string{"stream", "--mem", "gpu"}, ExitUsage, `--mem "gpu": want cuda, host, sim, sim-dmabuf`},
-		{nil, []string{"stream"}, ExitUsage, "--mem host: a stream's slots end up in GPU memory: want cuda, sim, sim-dmabuf"},
+		{nil, []string{"stream", "--mem", "gpu"}, ExitUsage, `--mem "gpu": want cuda, host, sim`},
+		{nil, []string{"stream"}, ExitUsage, "--mem host: a stream's slots end up in GPU memory: want cuda, sim"},
+		{nil, []string{"pin", "--mem", "sim", "--pin", "fast"}, ExitUsage, `invalid argument "fast" for "--pin" flag: want auto, dma-buf or nvidia-p2p`},
 		{nil, []string{"stream", "--check", "fast"}, ExitUsage, `--check "fast": want auto, cpu, gpu or none`},
 		{nil, []string{"stream", "--mem", "sim", "--check", "gpu", "--bytes", "1MiB"}, ExitUsage, "--check gpu runs the CUDA frame checker: needs --mem cuda"},
 		{nil, []string{"stream", "--mem", "cuda", "--out", "/tmp/x"}, ExitUsage, "--out records CPU-visible memory: not with --mem cuda"},
@@ -284,6 +296,14 @@ func TestCLIErrors(t *testing.T) {
 		}
 		if strings.Contains(r.stderr, "goroutine ") || strings.Contains(r.stderr, "panic") {
 			t.Errorf("p2pctl %v: crashed:\n%s", tc.args, r.stderr)
+		}
+	}
+	// A forced dma-buf where the GPU exports none (NVIDIA's proprietary
+	// driver) says so; nothing falls back behind the user's back.
+	if guest.NVIDIAVariant() == guest.NVIDIAProprietary {
+		r := p2pctl(t, nil, "pin", "--mem", "sim", "--pin", "dma-buf")
+		if want := "pinning through a dma-buf: the GPU does not export them"; r.code != ExitDevice || !strings.Contains(r.stderr, want) {
+			t.Errorf("pin --pin dma-buf on the proprietary driver: exit %d, stderr %q; want %d with %q", r.code, r.stderr, ExitDevice, want)
 		}
 	}
 }

@@ -41,7 +41,7 @@ func TestDemo(t *testing.T) {
 	}
 	// p2pctl as the rig builds it (hw/testbench/cmd/p2pctl-sim): the
 	// simulated GPU's memory as --mem sim.
-	p2pctl := &cli.Options{Memory: map[string]cli.Memory{"sim": simgpu.Memory{}, "sim-dmabuf": simgpu.Memory{Dmabuf: true}}}
+	p2pctl := &cli.Options{Memory: map[string]cli.Memory{"sim": simgpu.Memory{}}}
 	// Trace the whole demo; its summary comes last.
 	traceCtx, stopTrace := context.WithCancel(context.Background())
 	defer stopTrace()

@@ -38,6 +38,9 @@ type Config struct {
 	GuestRAM int64  // bytes, at most 2 GiB so bus address = file offset
 	VRAM     int64  // bytes of simulated GPU memory, a power of two
 	CardMem  int    // bytes of card (AXI) memory behind the MM channels
+	// IOMMU puts an Intel IOMMU in the machine, translating the FPGA's
+	// DMA: the model asks QEMU what each DMA address reaches.
+	IOMMU bool
 	// Source configures the C2H stream source until the guest reconfigures
 	// it through the control mailbox.
 	Source acq.SourceConfig
@@ -72,8 +75,10 @@ type Rig struct {
 
 	kick       chan struct{}
 	lateWrites atomic.Uint64
-	lateMu     sync.Mutex
-	lateAddrs  []uint64
+	// iommuFaults counts DMA writes the IOMMU dropped.
+	iommuFaults atomic.Uint64
+	lateMu      sync.Mutex
+	lateAddrs   []uint64
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -174,7 +179,12 @@ func mapFile(path string, size int64) ([]byte, error) {
 // the control port (ivshmem-doorbell) and the GPU (ivshmem-plain).
 func (r *Rig) QEMUArgs() []string {
 	mib := func(n int64) string { return fmt.Sprintf("%dM", n>>20) }
-	return []string{
+	var iommu []string
+	if r.cfg.IOMMU {
+		// Before the devices it translates for.
+		iommu = []string{"-device", "intel-iommu,intremap=off"}
+	}
+	return append(iommu,
 		"-machine", "q35,memory-backend=ram0",
 		"-m", mib(r.cfg.GuestRAM),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram0,size=%s,mem-path=%s,share=on", mib(r.cfg.GuestRAM), r.ramPath),
@@ -186,7 +196,7 @@ func (r *Rig) QEMUArgs() []string {
 		"-device", "ivshmem-doorbell,chardev=ctl,vectors=1",
 		"-object", fmt.Sprintf("memory-backend-file,id=vram,size=%s,mem-path=%s,share=on", mib(r.cfg.VRAM), r.vramPath),
 		"-device", "ivshmem-plain,memdev=vram",
-	}
+	)
 }
 
 // Serve accepts QEMU's connections, then answers the device and the
@@ -435,6 +445,8 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return field(a0, fs.Frames, fs.Gaps, fs.Duplicates, fs.CRCFailures, packets)
 	case rl.CtlLateWrites:
 		return split(r.lateWrites.Load())
+	case rl.CtlIOMMUFaults:
+		return split(r.iommuFaults.Load())
 	}
 	return einval, 0, 0
 }
@@ -554,8 +566,29 @@ func (c cardMemory) Write(addr uint64, p []byte) error {
 // address the simulated GPU driver announced in the VRAM header.
 type guestBus struct{ r *Rig }
 
+// errIOMMUFault is DMA the IOMMU refused.
+var errIOMMUFault = errors.New("devmodel: IOMMU fault")
+
+// resolve returns the memory DMA of up to n bytes at addr reaches: fewer
+// where the IOMMU maps only part of them contiguously.
 func (g *guestBus) resolve(addr uint64, n int, write bool) ([]byte, error) {
 	r := g.r
+	if r.cfg.IOMMU {
+		region, off, got, err := r.fpga.translate(addr, n, write)
+		if err != nil {
+			return nil, err
+		}
+		switch region {
+		case pciRegionRAM:
+			return r.ram[off : off+uint64(got)], nil
+		case pciRegionVRAM:
+			if write {
+				g.checkAllocated(off, uint64(got))
+			}
+			return r.vram[off : off+uint64(got)], nil
+		}
+		return nil, errIOMMUFault
+	}
 	end := addr + uint64(n)
 	if end < addr {
 		return nil, &xdma.BusError{Addr: addr, Len: n, Code: xdma.ErrCodeUnsupportedRequest}
@@ -591,18 +624,37 @@ func (g *guestBus) checkAllocated(off, n uint64) {
 	}
 }
 
+// Read fails where the IOMMU refuses: a read gets an Unsupported Request
+// completion.
 func (g *guestBus) Read(addr uint64, p []byte) error {
-	b, err := g.resolve(addr, len(p), false)
-	if err == nil {
-		copy(p, b)
+	for len(p) > 0 {
+		b, err := g.resolve(addr, len(p), false)
+		if errors.Is(err, errIOMMUFault) {
+			return &xdma.BusError{Addr: addr, Len: len(p), Code: xdma.ErrCodeUnsupportedRequest}
+		}
+		if err != nil {
+			return err
+		}
+		n := copy(p, b)
+		addr, p = addr+uint64(n), p[n:]
 	}
-	return err
+	return nil
 }
 
+// Write drops what the IOMMU refuses, and counts it: a posted write has
+// no completion to fail, so the engine never learns.
 func (g *guestBus) Write(addr uint64, p []byte) error {
-	b, err := g.resolve(addr, len(p), true)
-	if err == nil {
-		copy(b, p)
+	for len(p) > 0 {
+		b, err := g.resolve(addr, len(p), true)
+		if errors.Is(err, errIOMMUFault) {
+			g.r.iommuFaults.Add(1)
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		n := copy(b, p)
+		addr, p = addr+uint64(n), p[n:]
 	}
-	return err
+	return nil
 }

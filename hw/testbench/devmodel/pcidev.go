@@ -18,19 +18,24 @@ import (
 // the device connects twice, saying which connection is which; on the
 // first it sends register requests, on the second it receives interrupts.
 const (
-	pciHello     = "XDMAMDL"
-	pciRoleReq   = 0
-	pciRoleIRQ   = 1
-	pciReqSize   = 24
-	pciOpRead    = 1
-	pciOpWrite   = 2
-	pciOpMode    = 3
-	pciOpReset   = 4
-	pciIRQEdge   = 1
-	pciIRQLevel  = 2
-	pciBarDMA    = 0
-	pciBarUser   = 1
-	pciIRQBuffer = 4096 // interrupt messages in flight before the model fails
+	pciHello    = "XDMAMDL"
+	pciRoleReq  = 0
+	pciRoleIRQ  = 1
+	pciReqSize  = 24
+	pciOpRead   = 1
+	pciOpWrite  = 2
+	pciOpMode   = 3
+	pciOpReset  = 4
+	pciIRQEdge  = 1
+	pciIRQLevel = 2
+	// A translation request on the interrupt connection, and its answer.
+	pciMsgTranslate = 3
+	pciTranslateLen = 16
+	pciRegionRAM    = 1
+	pciRegionVRAM   = 2
+	pciBarDMA       = 0
+	pciBarUser      = 1
+	pciIRQBuffer    = 4096 // interrupt messages in flight before the model fails
 )
 
 // pciDevice is what a pciServer forwards the device's requests to.
@@ -53,6 +58,8 @@ type pciServer struct {
 	// as on PCIe, where a completion does not pass an earlier message.
 	irqs  chan [8]byte
 	irqMu sync.Mutex
+	// xlateMu keeps one translation request in flight.
+	xlateMu sync.Mutex
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -216,6 +223,38 @@ func (s *pciServer) serveRequests(dev pciDevice) error {
 			return fmt.Errorf("devmodel: %s: unknown request %d", s.sock, op)
 		}
 	}
+}
+
+// translate asks the device what its DMA of n bytes at addr reaches
+// (through the IOMMU): got bytes at offset off of region, pciRegionRAM or
+// pciRegionVRAM, or region 0 where it reaches neither.
+func (s *pciServer) translate(addr uint64, n int, write bool) (region byte, off uint64, got int, err error) {
+	var m [pciTranslateLen]byte
+	m[0] = pciMsgTranslate
+	if write {
+		m[1] = 1
+	}
+	binary.LittleEndian.PutUint32(m[4:], uint32(n))
+	binary.LittleEndian.PutUint64(m[8:], addr)
+	s.xlateMu.Lock()
+	defer s.xlateMu.Unlock()
+	s.irqMu.Lock()
+	_, err = s.irq.Write(m[:])
+	s.irqMu.Unlock()
+	if err == nil {
+		_, err = io.ReadFull(s.irq, m[:])
+	}
+	if err != nil {
+		return 0, 0, 0, fmt.Errorf("devmodel: %s: translation: %w", s.sock, err)
+	}
+	got = int(binary.LittleEndian.Uint32(m[4:]))
+	if m[0] == 0 {
+		return 0, 0, 0, nil
+	}
+	if got == 0 || got > n {
+		return 0, 0, 0, fmt.Errorf("devmodel: %s: translation of %d bytes answered with %d", s.sock, n, got)
+	}
+	return m[1], binary.LittleEndian.Uint64(m[8:]), got, nil
 }
 
 // send queues an interrupt message; it never blocks the engine.

@@ -353,15 +353,7 @@ func TestRevocationDuringTransfer(t *testing.T) {
 		_, err := d.Transfer(ctx(t), p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}, Timeout: 20e9})
 		done <- err
 	}()
-	for {
-		st, err := p.Query(false)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.Inflight == 1 {
-			break
-		}
-	}
+	waitInflight(t, p)
 	if err := a.Free(); err != nil {
 		t.Fatal(err)
 	}

@@ -113,3 +113,17 @@ func counters(t *testing.T, g *simgpu.GPU) simgpu.Counters {
 	}
 	return c
 }
+
+// waitInflight returns once a transfer over p is in flight.
+func waitInflight(t *testing.T, p *p2p.Pin) {
+	t.Helper()
+	for {
+		st, err := p.Query(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Inflight == 1 {
+			return
+		}
+	}
+}

@@ -20,18 +20,33 @@
  *   poisoned: KASAN catches a later use on the debug kernel, and the
  *   simulator's own check (a table kept poisoned in quarantine) elsewhere.
  * - free_in_get_pages fires the free callback before get_pages returns.
+ * - Its dma-buf exports are nv-dmabuf.c's: static (no move_notify; the
+ *   memory stays until the dma-buf is released), no CPU mmap (-ENOTSUPP),
+ *   attachable by a dynamic importer only with allow_peer2peer, mapped for
+ *   the importer through its DMA API (an IOMMU translating for it maps the
+ *   BAR) in segments of at most its max_segment_size, or with CUDA's PCIe
+ *   mapping type handed over as raw BAR addresses. A dynamic variant, as
+ *   amdgpu's, revokes its exports through move_notify when the allocation
+ *   is freed.
+ * - dma_map_pages maps each page for the peer through its DMA API, as
+ *   nv_dma_map_peer does.
  * - Built proprietary (the default, as most installed drivers are) it uses
  *   no GPL-only symbol and so, like NVIDIA's proprietary driver, exports no
  *   dma-bufs; NVP2P_SIM_OPEN builds the open variant, NVP2P_SIM_NO_PERSISTENT
  *   one without the persistent API, as drivers before it had.
  *
  * Locking, outermost first: sim->alloc_lock (mutex) serialises allocation
- * and free; sim_rm_lock (mutex) is NVIDIA's resource manager lock; sim->lock
- * (spinlock) protects the allocation and pin lists, the free-page bitmap and
- * the counters, and nothing sleeps under it.
+ * and free, and guards each allocation's list of exports; a dma-buf's
+ * reservation lock (taken under alloc_lock to revoke a dynamic export; the
+ * dma-buf callbacks take no sim lock but sim->lock); sim_rm_lock (mutex)
+ * is NVIDIA's resource manager lock; sim->lock (spinlock) protects the
+ * allocation and pin lists, the free-page bitmap and the counters, and
+ * nothing sleeps under it.
  */
 #include <linux/bitmap.h>
 #include <linux/dma-buf.h>
+#include <linux/dma-mapping.h>
+#include <linux/dma-resv.h>
 #include <linux/fs.h>
 #include <linux/io.h>
 #include <linux/kref.h>
@@ -85,11 +100,13 @@ struct sim_alloc {
 	u64 size;
 	u32 npages;
 	u32 *pages;			/* VRAM page index of each page */
+	struct list_head dmabufs;	/* its exports (sim->alloc_lock) */
 };
 
 struct sim_mapping {
 	struct list_head node;
 	struct nvidia_p2p_dma_mapping map;
+	u64 offset;			/* dma_offset when mapped */
 };
 
 struct sim_pin {
@@ -105,10 +122,18 @@ struct sim_pin {
 	bool persistent;
 };
 
+/*
+ * An exported range. A static export (NVIDIA's) holds its allocation until
+ * the dma-buf is released; a dynamic one gives it up when the allocation is
+ * freed, after telling its importers through move_notify.
+ */
 struct sim_dmabuf {
-	struct sim_alloc *alloc;
+	struct list_head node;		/* alloc->dmabufs (sim->alloc_lock) */
+	struct dma_buf *buf;
+	struct sim_alloc *alloc;	/* NULL once revoked (alloc_lock and resv) */
 	u32 first;
 	u32 npages;
+	u32 flags;			/* NVP2P_SIM_EXPORT_* */
 };
 
 struct nvp2p_sim {
@@ -180,8 +205,19 @@ static void sim_destroy_pin(struct sim_pin *p)
 	kfree(p);
 }
 
+/* Unmaps what sim_map_pages mapped: entries [0, n). */
+static void sim_unmap_pages(struct sim_mapping *m, u32 n)
+{
+	u32 i;
+
+	for (i = 0; i < n; i++)
+		dma_unmap_resource(&m->map.pci_dev->dev, m->map.dma_addresses[i] - m->offset,
+				   SIM_PAGE, DMA_BIDIRECTIONAL, 0);
+}
+
 static void sim_free_mapping(struct sim_mapping *m)
 {
+	sim_unmap_pages(m, m->map.entries);
 	memset(m->map.dma_addresses, 0x6b, m->map.entries * sizeof(u64));
 	kvfree(m->map.dma_addresses);
 	kfree(m);
@@ -248,6 +284,7 @@ static struct sim_pin *sim_new_pin(u64 npages)
 }
 
 static void sim_free_alloc(struct sim_alloc *a);
+static void sim_revoke_dmabufs(struct sim_alloc *a);
 
 static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
 			 void (*cb)(void *), void *data, bool persistent)
@@ -420,15 +457,30 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 		kfree(m);
 		return -EINVAL;
 	}
-	spin_lock(&sim->lock);
-	/* No IOMMU between the peers: bus addresses are BAR addresses. */
-	for (i = 0; i < n; i++)
-		m->map.dma_addresses[i] = p->page_structs[i].physical_address + dma_offset;
+	/*
+	 * As nv_dma_map_peer: each page through the peer's DMA API, so that an
+	 * IOMMU translating for the peer maps the BAR.
+	 */
+	m->map.pci_dev = peer;
+	m->offset = dma_offset;
+	for (i = 0; i < n; i++) {
+		dma_addr_t addr = dma_map_resource(&peer->dev, p->page_structs[i].physical_address,
+						   SIM_PAGE, DMA_BIDIRECTIONAL, 0);
+
+		if (dma_mapping_error(&peer->dev, addr)) {
+			sim_unmap_pages(m, i);
+			mutex_unlock(&sim_rm_lock);
+			kvfree(m->map.dma_addresses);
+			kfree(m);
+			return -EIO;
+		}
+		m->map.dma_addresses[i] = addr + m->offset;
+	}
 	m->map.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
 	m->map.page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
 	m->map.entries = n;
 	m->map.private = p;
-	m->map.pci_dev = peer;
+	spin_lock(&sim->lock);
 	list_add_tail(&m->node, &p->mappings);
 	spin_unlock(&sim->lock);
 	*dma_mapping = &m->map;
@@ -571,6 +623,7 @@ static int sim_ioctl_alloc(struct file *f, struct nvp2p_sim_alloc __user *uarg)
 		goto err_free;
 	}
 	kref_init(&a->ref);
+	INIT_LIST_HEAD(&a->dmabufs);
 	a->owner = f;
 
 	mutex_lock(&sim->alloc_lock);
@@ -608,7 +661,8 @@ err_free:
  * cudaFree: the VA dies at once; each callback pin's free callback runs
  * under the resource manager's lock, and its table and mappings are freed
  * right after it returns; the pages go back when the last persistent pin
- * and dma-buf let go. Called with sim->alloc_lock held.
+ * and static dma-buf let go (dynamic ones are revoked through move_notify).
+ * Called with sim->alloc_lock held.
  */
 static void sim_free_alloc(struct sim_alloc *a)
 {
@@ -637,6 +691,7 @@ static void sim_free_alloc(struct sim_alloc *a)
 		sim_free_pin(p);
 	}
 	mutex_unlock(&sim_rm_lock);
+	sim_revoke_dmabufs(a);
 	kref_put(&a->ref, sim_release_alloc);
 }
 
@@ -715,65 +770,132 @@ static int sim_ioctl_counters(struct nvp2p_sim_counters __user *uarg)
 	c.bar = sim->bar;
 	c.live_dmabufs = sim->live_dmabufs;
 	spin_unlock(&sim->lock);
+#ifdef NVP2P_SIM_OPEN
+	c.caps |= NVP2P_SIM_CAP_DMABUF;
+#endif
 	return copy_to_user(uarg, &c, sizeof(c)) ? -EFAULT : 0;
 }
 
 #ifdef NVP2P_SIM_OPEN
 static int sim_dmabuf_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
 {
-	/* Like nv_dmabuf: video memory only goes to peer-capable importers. */
-	return at->peer2peer ? 0 : -EOPNOTSUPP;
+	/*
+	 * As nv_dma_buf_attach: BAR memory has no struct page, so an importer
+	 * that can say (a dynamic one) must take peer-to-peer addresses.
+	 */
+	if (at->importer_ops && !at->peer2peer)
+		return -ENOTSUPP;
+	return 0;
 }
 
+static void sim_dmabuf_unmap_segs(struct dma_buf_attachment *at, struct sg_table *sgt)
+{
+	struct sim_dmabuf *d = at->dmabuf->priv;
+	struct scatterlist *sg;
+	u32 i;
+
+	if (d->flags & NVP2P_SIM_EXPORT_PCIE)
+		return;
+	for_each_sg(sgt->sgl, sg, sgt->nents, i)
+		dma_unmap_resource(at->dev, sg_dma_address(sg), sg_dma_len(sg),
+				   DMA_BIDIRECTIONAL, 0);
+}
+
+/*
+ * As nv_dma_buf_map_pfns: each bus-contiguous run, cut at the importer's
+ * largest segment, mapped for the importer through its DMA API (an IOMMU
+ * translating for it maps the BAR), or with the PCIe mapping type handed
+ * over as BAR addresses. Failure is NULL, as NVIDIA's.
+ */
 static struct sg_table *sim_dmabuf_map(struct dma_buf_attachment *at,
 				       enum dma_data_direction dir)
 {
 	struct sim_dmabuf *d = at->dmabuf->priv;
+	u32 seg = max_t(u32, dma_get_max_seg_size(at->dev) & ~(SIM_PAGE - 1), SIM_PAGE);
+	u32 i, nents = 0, *pages;
 	struct scatterlist *sg;
 	struct sg_table *sgt;
-	u32 i, runs = 0, *pages = d->alloc->pages + d->first;
-	int ret;
 
-	for (i = 0; i < d->npages; i++)
-		if (!i || pages[i] != pages[i - 1] + 1)
-			runs++;
+	if (d->flags & NVP2P_SIM_EXPORT_DYNAMIC) {
+		dma_resv_assert_held(at->dmabuf->resv);
+		if (!d->alloc)
+			return ERR_PTR(-EKEYREVOKED);
+	}
+	pages = d->alloc->pages + d->first;
+	for (i = 0; i < d->npages; i++) {
+		u32 run = 1;
+
+		while (i + run < d->npages && pages[i + run] == pages[i] + run)
+			run++;
+		nents += DIV_ROUND_UP_ULL((u64)run * SIM_PAGE, seg);
+		i += run - 1;
+	}
 	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
 	if (!sgt)
-		return ERR_PTR(-ENOMEM);
-	ret = sg_alloc_table(sgt, runs, GFP_KERNEL);
-	if (ret) {
-		kfree(sgt);
-		return ERR_PTR(ret);
-	}
-	/* BAR pages have no struct page: only the DMA fields are set. */
-	sg = NULL;
-	for (i = 0; i < d->npages; i++) {
-		if (!i || pages[i] != pages[i - 1] + 1) {
-			sg = sg ? sg_next(sg) : sgt->sgl;
-			sg_set_page(sg, NULL, 0, 0);
-			sg_dma_address(sg) = sim->bar + ((u64)pages[i] << SIM_PAGE_SHIFT);
-			sg_dma_len(sg) = 0;
+		return NULL;
+	if (sg_alloc_table(sgt, nents, GFP_KERNEL))
+		goto err_free;
+	sgt->nents = 0;
+	sg = sgt->sgl;
+	for (i = 0; i < d->npages; ) {
+		phys_addr_t phys = sim->bar + ((u64)pages[i] << SIM_PAGE_SHIFT);
+		u32 run = 1, len;
+		dma_addr_t addr;
+
+		while (i + run < d->npages && pages[i + run] == pages[i] + run &&
+		       (u64)(run + 1) * SIM_PAGE <= seg)
+			run++;
+		len = run * SIM_PAGE;
+		addr = phys;
+		if (!(d->flags & NVP2P_SIM_EXPORT_PCIE)) {
+			addr = dma_map_resource(at->dev, phys, len, DMA_BIDIRECTIONAL, 0);
+			if (dma_mapping_error(at->dev, addr))
+				goto err_unmap;
 		}
-		sg_dma_len(sg) += SIM_PAGE;
+		/* BAR pages have no struct page: only the DMA fields are set. */
+		sg_set_page(sg, NULL, len, 0);
+		sg_dma_address(sg) = addr;
+		sg_dma_len(sg) = len;
+		sgt->nents++;
+		sg = sg_next(sg);
+		i += run;
 	}
 	return sgt;
+
+err_unmap:
+	sim_dmabuf_unmap_segs(at, sgt);
+	sg_free_table(sgt);
+err_free:
+	kfree(sgt);
+	return NULL;
 }
 
 static void sim_dmabuf_unmap(struct dma_buf_attachment *at, struct sg_table *sgt,
 			     enum dma_data_direction dir)
 {
+	sim_dmabuf_unmap_segs(at, sgt);
 	sg_free_table(sgt);
 	kfree(sgt);
+}
+
+/* As nv_dma_buf_mmap without can_mmap, which CUDA's exports lack. */
+static int sim_dmabuf_mmap(struct dma_buf *buf, struct vm_area_struct *vma)
+{
+	return -ENOTSUPP;
 }
 
 static void sim_dmabuf_release(struct dma_buf *buf)
 {
 	struct sim_dmabuf *d = buf->priv;
 
+	mutex_lock(&sim->alloc_lock);
+	list_del(&d->node);
+	mutex_unlock(&sim->alloc_lock);
 	spin_lock(&sim->lock);
 	sim->live_dmabufs--;
 	spin_unlock(&sim->lock);
-	kref_put(&d->alloc->ref, sim_release_alloc);
+	if (d->alloc)
+		kref_put(&d->alloc->ref, sim_release_alloc);
 	kfree(d);
 }
 
@@ -782,7 +904,49 @@ static const struct dma_buf_ops sim_dmabuf_ops = {
 	.map_dma_buf = sim_dmabuf_map,
 	.unmap_dma_buf = sim_dmabuf_unmap,
 	.release = sim_dmabuf_release,
+	.mmap = sim_dmabuf_mmap,
 };
+
+/* The dynamic variant, as amdgpu's: pinning is the exporter's to know. */
+static int sim_dmabuf_pin(struct dma_buf_attachment *at)
+{
+	return 0;
+}
+
+static void sim_dmabuf_unpin(struct dma_buf_attachment *at)
+{
+}
+
+static const struct dma_buf_ops sim_dmabuf_dynamic_ops = {
+	.attach = sim_dmabuf_attach,
+	.pin = sim_dmabuf_pin,
+	.unpin = sim_dmabuf_unpin,
+	.map_dma_buf = sim_dmabuf_map,
+	.unmap_dma_buf = sim_dmabuf_unmap,
+	.release = sim_dmabuf_release,
+	.mmap = sim_dmabuf_mmap,
+};
+
+/*
+ * The allocation is being freed: its dynamic exports let go of it, after
+ * their importers have been told (and have stopped using it). Static ones
+ * keep it, as NVIDIA's do. Called with sim->alloc_lock held.
+ */
+static void sim_revoke_dmabufs(struct sim_alloc *a)
+{
+	struct sim_dmabuf *d, *tmp;
+
+	list_for_each_entry_safe(d, tmp, &a->dmabufs, node) {
+		if (!(d->flags & NVP2P_SIM_EXPORT_DYNAMIC))
+			continue;
+		list_del_init(&d->node);
+		dma_resv_lock(d->buf->resv, NULL);
+		d->alloc = NULL;
+		dma_buf_move_notify(d->buf);
+		dma_resv_unlock(d->buf->resv);
+		kref_put(&a->ref, sim_release_alloc);
+	}
+}
 
 static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 {
@@ -795,12 +959,14 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
-	if (arg.flags || !arg.size || !IS_ALIGNED(arg.va, SIM_PAGE) ||
-	    !IS_ALIGNED(arg.size, SIM_PAGE))
+	if (arg.flags & ~(NVP2P_SIM_EXPORT_PCIE | NVP2P_SIM_EXPORT_DYNAMIC) || !arg.size ||
+	    !IS_ALIGNED(arg.va, SIM_PAGE) || !IS_ALIGNED(arg.size, SIM_PAGE))
 		return -EINVAL;
 	d = kzalloc(sizeof(*d), GFP_KERNEL);
 	if (!d)
 		return -ENOMEM;
+	INIT_LIST_HEAD(&d->node);
+	mutex_lock(&sim->alloc_lock);
 	spin_lock(&sim->lock);
 	a = sim_find_alloc(arg.va, arg.size);
 	if (a) {
@@ -809,19 +975,22 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 	}
 	spin_unlock(&sim->lock);
 	if (!a) {
+		mutex_unlock(&sim->alloc_lock);
 		kfree(d);
 		return -EINVAL;
 	}
 	d->alloc = a;
 	d->first = (arg.va - a->va) >> SIM_PAGE_SHIFT;
 	d->npages = arg.size >> SIM_PAGE_SHIFT;
+	d->flags = arg.flags;
 
-	info.ops = &sim_dmabuf_ops;
+	info.ops = arg.flags & NVP2P_SIM_EXPORT_DYNAMIC ? &sim_dmabuf_dynamic_ops : &sim_dmabuf_ops;
 	info.size = arg.size;
 	info.flags = O_RDWR;
 	info.priv = d;
 	buf = dma_buf_export(&info);
 	if (IS_ERR(buf)) {
+		mutex_unlock(&sim->alloc_lock);
 		spin_lock(&sim->lock);
 		sim->live_dmabufs--;
 		spin_unlock(&sim->lock);
@@ -829,6 +998,9 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 		kfree(d);
 		return PTR_ERR(buf);
 	}
+	d->buf = buf;
+	list_add_tail(&d->node, &a->dmabufs);
+	mutex_unlock(&sim->alloc_lock);
 	fd = dma_buf_fd(buf, O_CLOEXEC);
 	if (fd < 0) {
 		dma_buf_put(buf);	/* release drops the references */
@@ -843,6 +1015,10 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 {
 	return -EOPNOTSUPP;
+}
+
+static void sim_revoke_dmabufs(struct sim_alloc *a)
+{
 }
 #endif
 

@@ -42,14 +42,28 @@ struct nvp2p_sim_counters {
 	__u64 total_pages;	/* allocatable: VRAM pages less the header */
 	__u64 bar;		/* bus address of VRAM */
 	__u64 live_dmabufs;
-	__u64 reserved;
+	__u64 caps;		/* NVP2P_SIM_CAP_* */
 };
+
+/* In nvp2p_sim_counters.caps: dma-buf export (the open driver's). */
+#define NVP2P_SIM_CAP_DMABUF	(1ULL << 0)
+
+/*
+ * Export flags. NVP2P_SIM_EXPORT_PCIE is CUDA's
+ * CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: the importer gets BAR
+ * addresses, not mapped through an IOMMU that translates for it.
+ * NVP2P_SIM_EXPORT_DYNAMIC is no CUDA export: a dynamic exporter, as
+ * amdgpu's, whose exports are revoked through move_notify when the
+ * allocation is freed (CUDA's keep the memory until released).
+ */
+#define NVP2P_SIM_EXPORT_PCIE		(1U << 0)
+#define NVP2P_SIM_EXPORT_DYNAMIC	(1U << 1)
 
 struct nvp2p_sim_export {
 	__u64 va;	/* 64 KiB aligned, inside one allocation */
 	__u64 size;	/* 64 KiB multiple */
 	__s32 fd;	/* out */
-	__u32 flags;	/* must be 0 */
+	__u32 flags;	/* NVP2P_SIM_EXPORT_* */
 };
 
 #define NVP2P_SIM_ALLOC		_IOWR('N', 0x00, struct nvp2p_sim_alloc)

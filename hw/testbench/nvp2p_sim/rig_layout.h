@@ -51,6 +51,7 @@
 #define RIG_CTL_LATE_WRITES	5	/* -> val0 count of DMA writes into free VRAM pages */
 #define RIG_CTL_SINK_STATS	6	/* arg0 field -> val0 low, val1 high */
 #define RIG_CTL_SOURCE_SNAPSHOT	7	/* freeze the source's counters for SOURCE_STATS */
+#define RIG_CTL_IOMMU_FAULTS	8	/* -> val0 count of DMA writes an IOMMU dropped */
 
 /* Fields of RIG_CTL_SOURCE_STATS. */
 #define RIG_SRC_GENERATED	0

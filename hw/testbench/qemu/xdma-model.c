@@ -9,8 +9,11 @@
  * outside the MSI-X structures is forwarded, synchronously, to the model
  * over a socket; the model raises interrupts over a second connection, and
  * the device delivers them through whichever of MSI-X, MSI or INTx the
- * guest enabled. DMA needs nothing from here: the model reaches guest RAM
- * through the shared memory backend, as a device reaches it over the bus.
+ * guest enabled. The model reaches guest RAM and the simulated GPU's VRAM
+ * through their shared memory backends, as a device reaches them over the
+ * bus; where an IOMMU translates for the device, the model first asks the
+ * device what a DMA address translates to, as a device's DMA would go
+ * through the IOMMU.
  *
  * Protocol (hw/testbench/devmodel/pcidev.go), little-endian:
  *   request connection, device to model: 24-byte requests
@@ -19,7 +22,14 @@
  *     3 interrupt mode changed (data: 0 INTx, 1 MSI, 2 MSI-X), 4 reset;
  *   interrupt connection, model to device: 8-byte messages
  *     { u8 kind; u8 pad[3]; u32 value }
- *     kind 1 edge on vector value (MSI-X, MSI), 2 INTx level value.
+ *     kind 1 edge on vector value (MSI-X, MSI), 2 INTx level value;
+ *   and 16-byte translation requests on the same connection
+ *     { u8 kind = 3; u8 write; u8 pad[2]; u32 len; u64 addr },
+ *     answered on it by { u8 ok; u8 region; u8 pad[2]; u32 len; u64 off }:
+ *     what the device's DMA to addr reaches, through the IOMMU if one
+ *     translates for it: len bytes (at most those asked) at offset off of
+ *     region 1 (the memory backend "ram0", guest RAM) or 2 ("vram"); ok 0
+ *     when it reaches neither (an IOMMU fault, or bus mastering off).
  * Each connection starts with an 8-byte hello from the device:
  *   { "XDMAMDL"; u8 role } with role 0 for requests, 1 for interrupts.
  *
@@ -35,11 +45,14 @@
  */
 
 #include "qemu/osdep.h"
+#include <poll.h>
 #include "qemu/error-report.h"
 #include "qemu/main-loop.h"
 #include "qemu/module.h"
+#include "qemu/rcu.h"
 #include "qemu/sockets.h"
 #include "qapi/error.h"
+#include "exec/memory.h"
 #include "hw/pci/pci.h"
 #include "migration/vmstate.h"
 #include "hw/pci/pcie.h"
@@ -67,7 +80,16 @@ enum {
 enum {
     IRQ_EDGE = 1,
     IRQ_LEVEL = 2,
+    MSG_TRANSLATE = 3,
 };
+
+enum {
+    REGION_RAM = 1,
+    REGION_VRAM = 2,
+};
+
+#define XDMA_MSG_LEN            8
+#define XDMA_TRANSLATE_LEN      16
 
 enum {
     MODE_INTX = 0,
@@ -88,7 +110,7 @@ struct XdmaModelState {
     XdmaBar user;
     int req_fd;
     int irq_fd;
-    uint8_t irq_buf[8];
+    uint8_t irq_buf[XDMA_TRANSLATE_LEN];
     unsigned irq_have;
     bool intx_level;
     int mode;
@@ -130,12 +152,48 @@ static bool xdma_model_send(XdmaModelState *s, uint8_t op, uint8_t bar,
     return true;
 }
 
+static void xdma_model_irq_drain(XdmaModelState *s);
+
+/*
+ * Waits for the model's answer on the request connection. Meanwhile the
+ * model may need a translation to finish the DMA it is doing, which holds
+ * up its answer: serve the interrupt connection while waiting.
+ */
+static bool xdma_model_wait_answer(XdmaModelState *s)
+{
+    struct pollfd fds[2] = {
+        { .fd = s->req_fd, .events = POLLIN },
+        { .fd = s->irq_fd, .events = POLLIN },
+    };
+    int64_t deadline = qemu_clock_get_ms(QEMU_CLOCK_REALTIME) +
+                       XDMA_MODEL_TIMEOUT_S * 1000;
+    int64_t left;
+
+    while (!s->gone) {
+        left = deadline - qemu_clock_get_ms(QEMU_CLOCK_REALTIME);
+        if (left <= 0 || poll(fds, 2, left) == 0) {
+            xdma_model_lost(s, "read timed out");
+            return false;
+        }
+        if (fds[1].revents) {
+            xdma_model_irq_drain(s);
+        }
+        if (fds[0].revents) {
+            return true;
+        }
+    }
+    return false;
+}
+
 static bool xdma_model_recv(XdmaModelState *s, void *buf, size_t len)
 {
     uint8_t *p = buf;
     ssize_t n;
 
     while (len) {
+        if (!xdma_model_wait_answer(s)) {
+            return false;
+        }
         n = read(s->req_fd, p, len);
         if (n < 0 && errno == EINTR) {
             continue;
@@ -194,17 +252,67 @@ static void xdma_model_irq(XdmaModelState *s, uint8_t kind, uint32_t value)
     }
 }
 
+/* Answers a translation request: what DMA to addr reaches. */
+static void xdma_model_translate(XdmaModelState *s, bool is_write,
+                                 uint32_t len, uint64_t addr)
+{
+    AddressSpace *as = pci_get_address_space(PCI_DEVICE(s));
+    uint8_t rsp[XDMA_TRANSLATE_LEN] = { 0 };
+    const char *name;
+    MemoryRegion *mr;
+    hwaddr xlat, plen = len;
+
+    WITH_RCU_READ_LOCK_GUARD() {
+        mr = address_space_translate(as, addr, &xlat, &plen, is_write,
+                                     MEMTXATTRS_UNSPECIFIED);
+        name = memory_region_is_ram(mr) ? memory_region_name(mr) : "";
+        if (!strcmp(name, "ram0")) {
+            rsp[1] = REGION_RAM;
+        } else if (!strcmp(name, "vram")) {
+            rsp[1] = REGION_VRAM;
+        }
+    }
+    if (rsp[1] && plen) {
+        rsp[0] = 1;
+        stl_le_p(rsp + 4, plen);
+        stq_le_p(rsp + 8, xlat);
+    }
+    if (qemu_write_full(s->irq_fd, rsp, sizeof(rsp)) != sizeof(rsp)) {
+        xdma_model_lost(s, "translation");
+    }
+}
+
+static unsigned xdma_model_msg_len(XdmaModelState *s)
+{
+    if (s->irq_have < XDMA_MSG_LEN || s->irq_buf[0] != MSG_TRANSLATE) {
+        return XDMA_MSG_LEN;
+    }
+    return XDMA_TRANSLATE_LEN;
+}
+
+static void xdma_model_msg(XdmaModelState *s)
+{
+    uint8_t *m = s->irq_buf;
+
+    if (m[0] == MSG_TRANSLATE) {
+        xdma_model_translate(s, m[1], ldl_le_p(m + 4), ldq_le_p(m + 8));
+    } else {
+        xdma_model_irq(s, m[0], ldl_le_p(m + 4));
+    }
+}
+
 /*
- * Applies every interrupt message the model has sent so far. With the BQL
- * held: from the main loop, and before a read returns its value.
+ * Applies every interrupt message the model has sent so far, and answers
+ * its translation requests. With the BQL held: from the main loop, and
+ * while a read waits for its value.
  */
 static void xdma_model_irq_drain(XdmaModelState *s)
 {
     ssize_t n;
 
-    for (;;) {
+    while (!s->gone) {
         n = read(s->irq_fd, s->irq_buf + s->irq_have,
-                 sizeof(s->irq_buf) - s->irq_have);
+                 xdma_model_msg_len(s) - s->irq_have);
         if (n < 0 && errno == EINTR) {
             continue;
         }
@@ -217,9 +325,9 @@ static void xdma_model_irq_drain(XdmaModelState *s)
             return;
         }
         s->irq_have += n;
-        if (s->irq_have == sizeof(s->irq_buf)) {
+        if (s->irq_have == xdma_model_msg_len(s)) {
+            xdma_model_msg(s);
             s->irq_have = 0;
-            xdma_model_irq(s, s->irq_buf[0], ldl_le_p(s->irq_buf + 4));
         }
     }
 }

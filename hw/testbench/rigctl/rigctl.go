@@ -177,6 +177,12 @@ func (c *Control) LateWrites() (uint64, error) {
 	return c.read64(rl.CtlLateWrites, 0)
 }
 
+// IOMMUFaults returns how many DMA writes an IOMMU translating for the
+// FPGA dropped (posted writes fail silently, as on PCIe).
+func (c *Control) IOMMUFaults() (uint64, error) {
+	return c.read64(rl.CtlIOMMUFaults, 0)
+}
+
 // Registers is the simulated XDMA's register space, mapped into user space
 // through sysfs, for tests that drive the engine while no driver has
 // claimed it. It implements xdma.Registers with plain MMIO, as a user-space

@@ -39,6 +39,7 @@ const (
 	CtlLateWrites  = 5
 	CtlSinkStats   = 6
 	CtlSourceSnap  = 7
+	CtlIOMMUFaults = 8
 
 	SrcGenerated = 0
 	SrcDelivered = 1
@@ -73,7 +74,7 @@ var HeaderConstants = map[string]uint64{
 	"RIG_RSP_SEQ": RspSeq, "RIG_RSP_STATUS": RspStatus, "RIG_RSP_VAL0": RspVal0, "RIG_RSP_VAL1": RspVal1,
 	"RIG_VEC_MBOX":  VecMbox,
 	"RIG_CTL_FAULT": CtlFault, "RIG_CTL_LINK": CtlLink, "RIG_CTL_SOURCE": CtlSource,
-	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats, "RIG_CTL_SOURCE_SNAPSHOT": CtlSourceSnap,
+	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats, "RIG_CTL_SOURCE_SNAPSHOT": CtlSourceSnap, "RIG_CTL_IOMMU_FAULTS": CtlIOMMUFaults,
 	"RIG_SRC_GENERATED": SrcGenerated, "RIG_SRC_DELIVERED": SrcDelivered, "RIG_SRC_DROPPED": SrcDropped,
 	"RIG_SRC_QUEUED": SrcQueued, "RIG_SRC_BYTES": SrcBytes,
 	"RIG_SINK_FRAMES": SinkFrames, "RIG_SINK_GAPS": SinkGaps, "RIG_SINK_DUPLICATES": SinkDuplicates,

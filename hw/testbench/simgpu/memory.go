@@ -11,20 +11,23 @@ import (
 
 // Memory is the simulated GPU's memory as a p2pctl --mem kind
 // (cli.Memory): each Pin opens the simulated GPU, allocates with
-// RandomRuns, and pins the allocation directly or, with Dmabuf, through a
-// dma-buf export as NVIDIA's dma-buf route does.
-type Memory struct {
-	Dmabuf bool
-}
+// RandomRuns, and pins the allocation as p2pctl's --pin says: through a
+// dma-buf export where the simulated driver exports them, as CUDA's
+// memory would be, or through nvidia_p2p.
+type Memory struct{}
 
 // Pin allocates size bytes and pins them on d.
-func (m Memory) Pin(d *p2p.Device, size uint64, seed uint32) (*p2p.Pin, []byte, func() error, error) {
+func (m Memory) Pin(d *p2p.Device, size uint64, seed uint32, via stream.Pinning) (*p2p.Pin, []byte, func() error, error) {
 	if _, err := os.Stat(DevicePath); err != nil {
 		return nil, nil, nil, fmt.Errorf("the rig's simulated GPU (%s): %w", DevicePath, err)
 	}
 	g, err := Open()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	via, err = stream.ChoosePinning(d, StreamGPU{GPU: g}, via)
+	if err != nil {
+		return nil, nil, nil, errors.Join(err, g.Close())
 	}
 	a, err := g.Alloc(size, RandomRuns, seed)
 	if err != nil {
@@ -36,16 +39,7 @@ func (m Memory) Pin(d *p2p.Device, size uint64, seed uint32) (*p2p.Pin, []byte, 
 		g.Close()
 		return nil, nil, nil, err
 	}
-	var pin *p2p.Pin
-	if m.Dmabuf {
-		var f *os.File
-		if f, err = a.ExportDmabuf(a.VA, a.Size); err == nil {
-			pin, err = d.PinDmabuf(int(f.Fd()), 0, size)
-			f.Close() // the pin holds the dma-buf
-		}
-	} else {
-		pin, err = d.PinGPU(a.VA, size, p2p.PinOptions{})
-	}
+	pin, err := stream.PinGPU(d, streamBuffer{a}, size, via)
 	if err != nil {
 		return nil, nil, nil, errors.Join(err, g.Close())
 	}

@@ -53,8 +53,12 @@ type Counters struct {
 	TotalPages     uint64
 	BAR            uint64
 	LiveDmabufs    uint64
-	_              uint64
+	Caps           uint64 // CapDmabuf
 }
+
+// CapDmabuf in Counters.Caps: the simulated driver exports dma-bufs
+// (NVIDIA's open one does, the proprietary one does not).
+const CapDmabuf = 1 << 0
 
 type exportArg struct {
 	VA    uint64
@@ -165,10 +169,29 @@ func (a *Alloc) Table() ([]uint64, error) {
 	return addrs, nil
 }
 
+// ExportFlags choose how a dma-buf is exported (nvp2p_sim_uapi.h).
+type ExportFlags uint32
+
+// Export flags.
+const (
+	// ExportPCIe is CUDA's PCIe mapping type: the importer gets the BAR's
+	// addresses even where an IOMMU translates for it.
+	ExportPCIe ExportFlags = 1 << 0
+	// ExportDynamic is a dynamic exporter, as amdgpu's: freeing the
+	// allocation revokes the export through move_notify.
+	ExportDynamic ExportFlags = 1 << 1
+)
+
 // ExportDmabuf exports size bytes at va (inside the allocation) as a
-// dma-buf and returns its file.
+// dma-buf, as CUDA does (static, mapped for the importer), and returns its
+// file.
 func (a *Alloc) ExportDmabuf(va, size uint64) (*os.File, error) {
-	e := exportArg{VA: va, Size: size}
+	return a.ExportDmabufWith(va, size, 0)
+}
+
+// ExportDmabufWith is ExportDmabuf with flags.
+func (a *Alloc) ExportDmabufWith(va, size uint64, flags ExportFlags) (*os.File, error) {
+	e := exportArg{VA: va, Size: size, Flags: uint32(flags)}
 	if err := a.gpu.ioctl(iocExport, unsafe.Pointer(&e)); err != nil {
 		return nil, fmt.Errorf("simgpu: export %#x+%d: %w", va, size, err)
 	}
@@ -208,7 +231,19 @@ func (m StreamGPU) Alloc(size uint64) (stream.GPUBuffer, error) {
 // RegisterHost implements stream.GPU: CPU copies need nothing.
 func (StreamGPU) RegisterHost([]byte) (func() error, error) { return func() error { return nil }, nil }
 
+// DmabufSupported implements stream.DmabufGPU, as CUDA's
+// CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED would answer.
+func (m StreamGPU) DmabufSupported() (bool, error) {
+	c, err := m.GPU.Counters()
+	return c.Caps&CapDmabuf != 0, err
+}
+
 type streamBuffer struct{ a *Alloc }
+
+// ExportDmabuf implements stream.DmabufBuffer.
+func (b streamBuffer) ExportDmabuf(off, n uint64) (*os.File, error) {
+	return b.a.ExportDmabuf(b.a.VA+off, n)
+}
 
 func (b streamBuffer) Addr() uint64  { return b.a.VA }
 func (b streamBuffer) Size() uint64  { return b.a.Size }

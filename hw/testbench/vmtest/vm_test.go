@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/devmodel"
 )
 
 func TestRig(t *testing.T) {
@@ -39,6 +41,14 @@ var rigPackages = []string{
 // buffers, where long-lived host pins cannot work.
 func TestBounceBuffers(t *testing.T) {
 	Run(t, Options{Append: []string{"swiotlb=force"}}, "github.com/gpufpga/gpufpga/hw/testbench/bounce")
+}
+
+// TestIOMMU boots a guest whose IOMMU translates the FPGA's DMA (QEMU's
+// intel-iommu, strict DMA mode), where a dma-buf's raw BAR addresses must
+// be refused.
+func TestIOMMU(t *testing.T) {
+	Run(t, Options{Rig: devmodel.Config{IOMMU: true}, Append: []string{"intel_iommu=on", "iommu.passthrough=0", "iommu.strict=1"}},
+		"github.com/gpufpga/gpufpga/hw/testbench/iommu")
 }
 
 // TestDemo boots the rig for `make demo` alone.

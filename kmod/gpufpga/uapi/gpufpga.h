@@ -114,7 +114,10 @@ struct gpufpga_info {
  * -EBADF (@fd is not open), -EOPNOTSUPP (this pin kind is not available:
  * no nvidia.ko, a dma-buf exporter that refuses peer-to-peer, or host
  * memory that DMA reaches only through bounce buffers or cache
- * maintenance, as under swiotlb=force), -ENOSPC
+ * maintenance, as under swiotlb=force), -EXDEV (a dma-buf whose addresses
+ * the IOMMU translating for the FPGA does not map: its exporter handed over
+ * raw PCIe addresses), -EKEYREVOKED (a dma-buf whose exporter has revoked
+ * it), -ENOSPC
  * (a pin limit would be exceeded), -ENOMEM, -EFAULT (host range not mapped).
  */
 struct gpufpga_pin {

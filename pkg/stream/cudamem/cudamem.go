@@ -10,12 +10,16 @@ package cudamem
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"sync"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
@@ -38,6 +42,7 @@ type GPU struct {
 var (
 	_ stream.GPU         = (*GPU)(nil)
 	_ stream.GPUChecking = (*GPU)(nil)
+	_ stream.DmabufGPU   = (*GPU)(nil)
 )
 
 // New returns g's memory with copies spread over copyStreams streams (at
@@ -100,6 +105,10 @@ func (c *GPU) Close() error {
 	}
 	return errors.Join(errs...)
 }
+
+// DmabufSupported implements stream.DmabufGPU: the device's
+// CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.
+func (c *GPU) DmabufSupported() (bool, error) { return deviceDmabuf{c.dev}.DmabufSupported() }
 
 // Alloc implements stream.GPU: cuMemAlloc rounded to 64 KiB, SYNC_MEMOPS
 // set.
@@ -209,8 +218,9 @@ type buffer struct {
 }
 
 var (
-	_ stream.GPUBuffer = (*buffer)(nil)
-	_ stream.ReadBack  = (*buffer)(nil)
+	_ stream.GPUBuffer    = (*buffer)(nil)
+	_ stream.ReadBack     = (*buffer)(nil)
+	_ stream.DmabufBuffer = (*buffer)(nil)
 )
 
 func (b *buffer) Addr() uint64 { return b.b.Ptr }
@@ -222,6 +232,20 @@ func (b *buffer) Free() error {
 	}
 	defer b.c.dev.Unlock()
 	return b.b.Free()
+}
+
+// ExportDmabuf implements stream.DmabufBuffer with
+// cuMemGetHandleForAddressRange.
+func (b *buffer) ExportDmabuf(off, n uint64) (*os.File, error) {
+	if err := b.c.dev.Lock(); err != nil {
+		return nil, err
+	}
+	defer b.c.dev.Unlock()
+	fd, err := b.b.ExportDmabuf(off, n)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), "cuda-dmabuf"), nil
 }
 
 // CopyIn queues an asynchronous host-to-device copy and an event after it.
@@ -330,4 +354,47 @@ func (k *checker) Close() error {
 	}
 	defer k.c.dev.Unlock()
 	return errors.Join(k.s.Close(), k.chk.Close())
+}
+
+// Pin pins [ptr, ptr+size) of g's memory, allocated any way CUDA allows,
+// on d: after cuda.CheckPeerRange has found it pinnable (one allocation,
+// GPUDirect RDMA capable: its errors say what to change), through a
+// dma-buf or nvidia_p2p as via resolves (stream.ChoosePinning), which it
+// returns. g's context must not be current on another thread.
+func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*p2p.Pin, stream.Pinning, error) {
+	if err := g.Lock(); err != nil {
+		return nil, 0, err
+	}
+	defer g.Unlock()
+	r, err := g.CheckPeerRange(ptr, size)
+	if err != nil {
+		return nil, 0, err
+	}
+	via, err = stream.ChoosePinning(d, deviceDmabuf{g}, via)
+	if err != nil {
+		return nil, 0, err
+	}
+	if via == stream.PinP2P {
+		p, err := d.PinGPU(ptr, size, p2p.PinOptions{})
+		return p, via, err
+	}
+	// Exports are of whole GPU pages, which allocations are made of.
+	const page = 64 << 10
+	start := max(ptr&^(page-1), r.Start)
+	end := min((ptr+size+page-1)&^(page-1), r.Start+r.Size)
+	fd, err := g.ExportDmabufRange(start, end-start)
+	if err != nil {
+		return nil, 0, fmt.Errorf("dma-buf export of %#x+%d: %w", start, end-start, err)
+	}
+	defer unix.Close(fd) // the pin holds the dma-buf
+	p, err := d.PinDmabuf(fd, ptr-start, size)
+	return p, via, err
+}
+
+// deviceDmabuf is a CUDA device as a stream.DmabufGPU.
+type deviceDmabuf struct{ g *cuda.Device }
+
+func (d deviceDmabuf) DmabufSupported() (bool, error) {
+	v, err := d.g.Attribute(cuda.AttrDmaBufSupported)
+	return v != 0, err
 }

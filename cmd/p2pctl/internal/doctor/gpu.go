@@ -131,7 +131,15 @@ func (d *diagnosis) gpuAttrs(g pciDev, info *GPU, cudaErr error) {
 		return
 	}
 	yes := map[bool]string{true: "yes", false: "no"}
-	summary := fmt.Sprintf("GPUDirect RDMA %s, dma-buf %s", yes[info.RDMASupported], yes[info.DmaBuf])
+	// What p2pctl and pkg/stream pick by default (stream.ChoosePinning).
+	via := "nvidia_p2p"
+	if info.DmaBuf {
+		via = "a dma-buf"
+	}
+	summary := fmt.Sprintf("GPUDirect RDMA %s, dma-buf %s: GPU memory is pinned through %s", yes[info.RDMASupported], yes[info.DmaBuf], via)
+	if !info.RDMASupported && !info.DmaBuf {
+		summary = "GPUDirect RDMA no, dma-buf no"
+	}
 	switch {
 	case !info.RDMASupported && !info.DmaBuf:
 		d.add("gpu.rdma", g.BDF, Fail, summary, "this GPU lends its memory to no peer: GeForce parts refuse GPUDirect RDMA; use a workstation or data-center GPU")

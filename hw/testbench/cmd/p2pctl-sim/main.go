@@ -1,5 +1,5 @@
 // Command p2pctl-sim is p2pctl with the test rig's simulated GPU memory as
-// --mem sim and --mem sim-dmabuf, for use inside the rig's guest. p2pctl
+// --mem sim, for use inside the rig's guest. p2pctl
 // itself links no rig code.
 package main
 
@@ -13,8 +13,7 @@ import (
 
 func main() {
 	opts := &cli.Options{Memory: map[string]cli.Memory{
-		"sim":        simgpu.Memory{},
-		"sim-dmabuf": simgpu.Memory{Dmabuf: true},
+		"sim": simgpu.Memory{},
 	}}
 	os.Exit(opts.Run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }

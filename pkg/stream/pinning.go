@@ -1,0 +1,118 @@
+//go:build linux
+
+package stream
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
+)
+
+// Pinning says how a ring in GPU memory is pinned for the FPGA.
+type Pinning int
+
+// Pinnings.
+const (
+	// PinAuto pins through a dma-buf where the GPU exports them and the
+	// driver imports them, and through nvidia_p2p otherwise.
+	PinAuto Pinning = iota
+	// PinDmabuf pins through a dma-buf of the GPU memory (CUDA's
+	// cuMemGetHandleForAddressRange), the way NVIDIA recommends since it
+	// deprecated nvidia_p2p.
+	PinDmabuf
+	// PinP2P pins through NVIDIA's nvidia_p2p API.
+	PinP2P
+)
+
+func (p Pinning) String() string {
+	switch p {
+	case PinAuto:
+		return "auto"
+	case PinDmabuf:
+		return "dma-buf"
+	case PinP2P:
+		return "nvidia-p2p"
+	}
+	return fmt.Sprintf("Pinning(%d)", int(p))
+}
+
+// ParsePinning is the inverse of Pinning.String; it also takes "p2p".
+func ParsePinning(s string) (Pinning, error) {
+	switch s {
+	case "auto":
+		return PinAuto, nil
+	case "dma-buf", "dmabuf":
+		return PinDmabuf, nil
+	case "nvidia-p2p", "p2p":
+		return PinP2P, nil
+	}
+	return 0, fmt.Errorf("%w: pinning %q: want auto, dma-buf or nvidia-p2p", ErrConfig, s)
+}
+
+// DmabufGPU is a GPU that can say whether it exports its memory as
+// dma-bufs (CUDA: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).
+type DmabufGPU interface {
+	DmabufSupported() (bool, error)
+}
+
+// DmabufBuffer is a GPUBuffer that can export a range of itself as a
+// dma-buf.
+type DmabufBuffer interface {
+	// ExportDmabuf returns a dma-buf of n bytes at offset off of the
+	// buffer. The caller closes it; a pin holds its own reference.
+	ExportDmabuf(off, n uint64) (*os.File, error)
+}
+
+// ChoosePinning resolves want for memory of g (nil: a GPU that exports no
+// dma-bufs) on d: what PinAuto picks, or why a forced choice cannot work.
+func ChoosePinning(d *p2p.Device, g DmabufGPU, want Pinning) (Pinning, error) {
+	info, err := d.Info()
+	if err != nil {
+		return 0, err
+	}
+	gpuExports := false
+	if g != nil {
+		if gpuExports, err = g.DmabufSupported(); err != nil {
+			return 0, err
+		}
+	}
+	dmabuf := gpuExports && info.Supports(p2p.KindDmabuf)
+	switch want {
+	case PinAuto:
+		if dmabuf {
+			return PinDmabuf, nil
+		}
+		return PinP2P, nil
+	case PinDmabuf:
+		if !gpuExports {
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)", ErrConfig)
+		}
+		if !dmabuf {
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the gpufpga driver does not import them", ErrConfig)
+		}
+		return PinDmabuf, nil
+	case PinP2P:
+		return PinP2P, nil
+	}
+	return 0, fmt.Errorf("%w: %v", ErrConfig, want)
+}
+
+// PinGPU pins the first n bytes of b on d as p says (PinDmabuf or
+// PinP2P).
+func PinGPU(d *p2p.Device, b GPUBuffer, n uint64, p Pinning) (*p2p.Pin, error) {
+	if p == PinP2P {
+		return d.PinGPU(b.Addr(), n, p2p.PinOptions{})
+	}
+	exp, ok := b.(DmabufBuffer)
+	if !ok {
+		return nil, fmt.Errorf("%w: this GPU's buffers cannot be exported as dma-bufs", ErrConfig)
+	}
+	// The whole buffer: exporters take whole GPU pages.
+	f, err := exp.ExportDmabuf(0, b.Size())
+	if err != nil {
+		return nil, fmt.Errorf("dma-buf export: %w", err)
+	}
+	defer f.Close()
+	return d.PinDmabuf(int(f.Fd()), 0, n)
+}
