@@ -408,17 +408,20 @@ static const struct dma_buf_attach_ops gpufpga_dmabuf_importer = {
  * An exporter may hand over BAR addresses it did not map for us: CUDA's
  * PCIe mapping type does, and so do NVIDIA drivers told not to remap peer
  * MMIO. Where an IOMMU translates for the FPGA, DMA to them faults or lands
- * elsewhere, so every page must be one the IOMMU maps.
+ * elsewhere. A segment the exporter mapped is mapped whole: its first and
+ * last pages tell.
  */
-static bool gpufpga_dmabuf_bypasses_iommu(struct gpufpga_mem *m)
+static bool gpufpga_dmabuf_bypasses_iommu(struct device *dev, struct sg_table *sgt)
 {
-	struct iommu_domain *dom = iommu_get_domain_for_dev(&m->dev->pdev->dev);
-	u32 i;
+	struct iommu_domain *dom = iommu_get_domain_for_dev(dev);
+	struct scatterlist *sg;
+	int i;
 
 	if (!dom || !(dom->type & __IOMMU_DOMAIN_PAGING))
 		return false;
-	for (i = 0; i < m->npages; i++)
-		if (!iommu_iova_to_phys(dom, m->bus[i]))
+	for_each_sgtable_dma_sg(sgt, sg, i)
+		if (!iommu_iova_to_phys(dom, sg_dma_address(sg)) ||
+		    !iommu_iova_to_phys(dom, sg_dma_address(sg) + sg_dma_len(sg) - PAGE_SIZE))
 			return true;
 	return false;
 }
@@ -478,7 +481,7 @@ static int gpufpga_pin_dmabuf(struct gpufpga_mem *m, int fd, u64 off, u64 len)
 				     m->dmabuf.buf->exp_name);
 		goto err_unmap;
 	}
-	if (gpufpga_dmabuf_bypasses_iommu(m)) {
+	if (gpufpga_dmabuf_bypasses_iommu(dev, sgt)) {
 		dev_info_ratelimited(dev, "dma-buf %s: its addresses are not mapped by the IOMMU that translates for this device (the exporter handed over raw PCIe addresses): export with the default mapping type, or put the device's IOMMU group in passthrough (iommu=pt)\n",
 				     m->dmabuf.buf->exp_name);
 		ret = -EXDEV;

@@ -261,6 +261,30 @@ func TestPeerMemoryKinds(t *testing.T) {
 		}
 	}
 
+	// Two allocations from the default pool lie in one chunk of it: a
+	// range from one into the next is refused all the same.
+	p1, err := g.AllocAsync(4<<20, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p2, err := g.AllocAsync(4<<20, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = g.CheckPeerRange(p1, 4<<20+64<<10)
+	t.Logf("pool allocations at %#x and %#x: a range from the first into the second: %v", p1, p2, err)
+	if p2 == p1+4<<20 && !errors.Is(err, ErrSpansAllocations) {
+		t.Errorf("range from one pool allocation into the next: %v, want ErrSpansAllocations", err)
+	}
+	for _, p := range []uint64{p1, p2} {
+		if err := g.FreeAsync(p, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	pools := []struct {
 		name string
 		new  func() (*MemoryPool, error)

@@ -40,6 +40,7 @@ func (k MemKind) String() string {
 
 const (
 	pointerAttrMemoryType     = 2  // CU_POINTER_ATTRIBUTE_MEMORY_TYPE
+	pointerAttrBufferID       = 7  // CU_POINTER_ATTRIBUTE_BUFFER_ID
 	pointerAttrLegacyIPC      = 10 // CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE
 	pointerAttrRangeStart     = 11 // CU_POINTER_ATTRIBUTE_RANGE_START_ADDR
 	pointerAttrRangeSize      = 12 // CU_POINTER_ATTRIBUTE_RANGE_SIZE
@@ -57,8 +58,10 @@ const (
 
 // PeerRange is what CUDA says of memory a peer is to reach.
 type PeerRange struct {
-	Kind        MemKind
-	Start, Size uint64 // the allocation the range lies in
+	Kind MemKind
+	// Start and Size bound the allocation the range lies in; for pool
+	// memory, the pool's chunk that holds it.
+	Start, Size uint64
 	RDMACapable bool
 }
 
@@ -79,8 +82,11 @@ func (g *Device) CheckPeerRange(ptr, size uint64) (PeerRange, error) {
 		return r, &Error{Op: "CheckPeerRange", Code: int(ErrorInvalidValue), Msg: fmt.Sprintf("range %#x+%d", ptr, size)}
 	}
 	typ, err := g.pointerAttr(pointerAttrMemoryType, ptr)
+	if errors.Is(err, ErrorInvalidValue) {
+		return r, fmt.Errorf("%w: CUDA knows no memory at %#x: %w", ErrNotDeviceMemory, ptr, err)
+	}
 	if err != nil {
-		return r, fmt.Errorf("%w: %#x: %w", ErrNotDeviceMemory, ptr, err)
+		return r, err
 	}
 	if uint32(typ) != memoryTypeDevice {
 		return r, fmt.Errorf("%w: %#x is CUDA memory of type %d (host or managed memory): peers write device memory", ErrNotDeviceMemory, ptr, uint32(typ))
@@ -113,8 +119,18 @@ func (g *Device) CheckPeerRange(ptr, size uint64) (PeerRange, error) {
 	default:
 		r.Kind = MemVMM
 	}
+	end := ptr + size - 1
+	// Pool allocations share their range (the pool's chunk): the buffer
+	// ID tells them apart.
+	if ptr+size <= r.Start+r.Size {
+		if id, err := g.pointerAttr(pointerAttrBufferID, ptr); err == nil {
+			if endID, err := g.pointerAttr(pointerAttrBufferID, end); err == nil && endID != id {
+				return r, fmt.Errorf("%w: %#x+%d runs from one %s allocation into another: pin each allocation on its own",
+					ErrSpansAllocations, ptr, size, r.Kind)
+			}
+		}
+	}
 	if ptr+size > r.Start+r.Size {
-		end := ptr + size - 1
 		what := "unmapped address space"
 		if mapped, err := g.pointerAttr(pointerAttrMapped, end); err == nil && uint32(mapped) != 0 {
 			what = "another allocation"

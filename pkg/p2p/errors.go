@@ -49,7 +49,6 @@ var errnoKinds = map[unix.Errno]error{
 	unix.EACCES:      ErrPermission,
 	unix.EPROTO:      ErrSlotLayout,
 	unix.ENXIO:       ErrNoCardMemory,
-	unix.EXDEV:       ErrIOMMUBypass,
 }
 
 var hints = map[error]string{
@@ -106,11 +105,16 @@ func (e *Error) Unwrap() error { return e.Err }
 // pinError is newError for a pin of kind: for host memory, "not
 // available" (EOPNOTSUPP) means the platform would bounce or cache-maintain
 // every DMA, which long-lived pins cannot have, not that peer-to-peer is
-// missing.
+// missing; for a dma-buf, EXDEV means its addresses bypass the IOMMU.
 func pinError(kind uint32, err error, detail string) error {
 	err = newError("pin", err, detail)
-	if e, ok := err.(*Error); ok && kind == pinKindHost && e.Err == unix.EOPNOTSUPP {
-		e.Kind = ErrBounceBuffers
+	if e, ok := err.(*Error); ok {
+		switch {
+		case kind == pinKindHost && e.Err == unix.EOPNOTSUPP:
+			e.Kind = ErrBounceBuffers
+		case kind == pinKindDmabuf && e.Err == unix.EXDEV:
+			e.Kind = ErrIOMMUBypass
+		}
 	}
 	return err
 }

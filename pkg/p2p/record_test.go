@@ -49,16 +49,22 @@ func TestDecodeRecord(t *testing.T) {
 
 func TestPinErrorKinds(t *testing.T) {
 	for _, tc := range []struct {
-		kind uint32
-		want error
+		kind  uint32
+		errno unix.Errno
+		want  error
 	}{
-		{pinKindHost, ErrBounceBuffers},
-		{pinKindGPU, ErrP2PUnavailable},
-		{pinKindDmabuf, ErrP2PUnavailable},
+		{pinKindHost, unix.EOPNOTSUPP, ErrBounceBuffers},
+		{pinKindGPU, unix.EOPNOTSUPP, ErrP2PUnavailable},
+		{pinKindDmabuf, unix.EOPNOTSUPP, ErrP2PUnavailable},
+		{pinKindDmabuf, unix.EXDEV, ErrIOMMUBypass},
 	} {
-		err := pinError(tc.kind, unix.EOPNOTSUPP, "")
-		if !errors.Is(err, tc.want) || !errors.Is(err, unix.EOPNOTSUPP) {
-			t.Errorf("kind %d: %v, want %v", tc.kind, err, tc.want)
+		err := pinError(tc.kind, tc.errno, "")
+		if !errors.Is(err, tc.want) || !errors.Is(err, tc.errno) {
+			t.Errorf("kind %d, %v: %v, want %v", tc.kind, tc.errno, err, tc.want)
 		}
+	}
+	// EXDEV means a bypassed IOMMU only for dma-bufs.
+	if err := pinError(pinKindHost, unix.EXDEV, ""); errors.Is(err, ErrIOMMUBypass) {
+		t.Errorf("host pin EXDEV: %v", err)
 	}
 }

@@ -73,8 +73,11 @@ func ChoosePinning(d *p2p.Device, g DmabufGPU, want Pinning) (Pinning, error) {
 	}
 	gpuExports := false
 	if g != nil {
-		if gpuExports, err = g.DmabufSupported(); err != nil {
-			return 0, err
+		// Drivers before CUDA 11.7 do not know the attribute: no dma-bufs,
+		// unless one was asked for.
+		var exportErr error
+		if gpuExports, exportErr = g.DmabufSupported(); exportErr != nil && want == PinDmabuf {
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU cannot say whether it exports them: %w", ErrConfig, exportErr)
 		}
 	}
 	dmabuf := gpuExports && info.Supports(p2p.KindDmabuf)

@@ -216,6 +216,9 @@ func Attach(ctx context.Context, cfg Config, host []byte, src Source) (*Session,
 	if uint64(len(host)) < cfg.SlotSize*uint64(cfg.Slots) {
 		return nil, fmt.Errorf("%w: host ring of %d bytes for %d x %d", ErrConfig, len(host), cfg.Slots, cfg.SlotSize)
 	}
+	if cfg.Pinning != PinAuto {
+		return nil, fmt.Errorf("%w: pinning %v is for a ring in GPU memory, not an attached source's host ring", ErrConfig, cfg.Pinning)
+	}
 	s, err := newSession(cfg, Compat, PinAuto)
 	if err != nil {
 		return nil, err
@@ -304,7 +307,11 @@ func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 			s.free()
 			return nil, fmt.Errorf("stream: direct ring of %d x %d bytes, pinned through %v: %w", cfg.Slots, cfg.SlotSize, pinning, err)
 		}
-		s.stats.Pinning = pinning
+		// What the driver pinned, not what was asked for.
+		s.stats.Pinning = PinP2P
+		if s.gpuPin.Kind == p2p.KindDmabuf {
+			s.stats.Pinning = PinDmabuf
+		}
 	}
 	return s, nil
 }

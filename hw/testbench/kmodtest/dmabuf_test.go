@@ -87,8 +87,8 @@ func TestDmabufExportIsNVIDIAs(t *testing.T) {
 	}
 }
 
-// TestDmabufMoveNotifyRevokes: a dynamic exporter (amdgpu's kind) revokes
-// its exports through move_notify when the memory goes. The transfer in
+// TestDmabufMoveNotifyRevokes: a dynamic exporter revokes its exports
+// through move_notify when the memory goes. The transfer in
 // flight ends with ErrRevoked before the exporter hands the pages out
 // again, and the revoked dma-buf cannot be pinned again.
 func TestDmabufMoveNotifyRevokes(t *testing.T) {

@@ -114,10 +114,11 @@ func counters(t *testing.T, g *simgpu.GPU) simgpu.Counters {
 	return c
 }
 
-// waitInflight returns once a transfer over p is in flight.
+// waitInflight returns once a transfer over p is in flight; it fails the
+// test if none is within 10 s (the transfer ended, or never started).
 func waitInflight(t *testing.T, p *p2p.Pin) {
 	t.Helper()
-	for {
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
 		st, err := p.Query(false)
 		if err != nil {
 			t.Fatal(err)
@@ -126,4 +127,5 @@ func waitInflight(t *testing.T, p *p2p.Pin) {
 			return
 		}
 	}
+	t.Fatal("no transfer in flight over the pin within 10 s")
 }

@@ -25,9 +25,9 @@
  *   attachable by a dynamic importer only with allow_peer2peer, mapped for
  *   the importer through its DMA API (an IOMMU translating for it maps the
  *   BAR) in segments of at most its max_segment_size, or with CUDA's PCIe
- *   mapping type handed over as raw BAR addresses. A dynamic variant, as
- *   amdgpu's, revokes its exports through move_notify when the allocation
- *   is freed.
+ *   mapping type handed over as raw BAR addresses. A dynamic variant
+ *   (no CUDA export) revokes its exports through move_notify when the
+ *   allocation is freed, as exporters of memory that can go away must.
  * - dma_map_pages maps each page for the peer through its DMA API, as
  *   nv_dma_map_peer does.
  * - Built proprietary (the default, as most installed drivers are) it uses
@@ -36,9 +36,10 @@
  *   one without the persistent API, as drivers before it had.
  *
  * Locking, outermost first: sim->alloc_lock (mutex) serialises allocation
- * and free, and guards each allocation's list of exports; a dma-buf's
- * reservation lock (taken under alloc_lock to revoke a dynamic export; the
- * dma-buf callbacks take no sim lock but sim->lock); sim_rm_lock (mutex)
+ * and free, and guards each allocation's list of exports (a dma-buf's
+ * release takes it, from its last fput, never under a sim lock); a
+ * dma-buf's reservation lock (taken under alloc_lock to revoke a dynamic
+ * export; its map and unmap take no sim lock); sim_rm_lock (mutex)
  * is NVIDIA's resource manager lock; sim->lock (spinlock) protects the
  * allocation and pin lists, the free-page bitmap and the counters, and
  * nothing sleeps under it.
@@ -907,7 +908,18 @@ static const struct dma_buf_ops sim_dmabuf_ops = {
 	.mmap = sim_dmabuf_mmap,
 };
 
-/* The dynamic variant, as amdgpu's: pinning is the exporter's to know. */
+/*
+ * The revoking variant: a dynamic exporter that takes its memory back when
+ * the allocation is freed, telling importers through move_notify. A static
+ * importer could not be told, so it may not attach.
+ */
+static int sim_dmabuf_dynamic_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
+{
+	if (!at->importer_ops)
+		return -EOPNOTSUPP;
+	return sim_dmabuf_attach(buf, at);
+}
+
 static int sim_dmabuf_pin(struct dma_buf_attachment *at)
 {
 	return 0;
@@ -918,7 +930,7 @@ static void sim_dmabuf_unpin(struct dma_buf_attachment *at)
 }
 
 static const struct dma_buf_ops sim_dmabuf_dynamic_ops = {
-	.attach = sim_dmabuf_attach,
+	.attach = sim_dmabuf_dynamic_attach,
 	.pin = sim_dmabuf_pin,
 	.unpin = sim_dmabuf_unpin,
 	.map_dma_buf = sim_dmabuf_map,

@@ -52,9 +52,10 @@ struct nvp2p_sim_counters {
  * Export flags. NVP2P_SIM_EXPORT_PCIE is CUDA's
  * CU_MEM_RANGE_FLAG_DMA_BUF_MAPPING_TYPE_PCIE: the importer gets BAR
  * addresses, not mapped through an IOMMU that translates for it.
- * NVP2P_SIM_EXPORT_DYNAMIC is no CUDA export: a dynamic exporter, as
- * amdgpu's, whose exports are revoked through move_notify when the
- * allocation is freed (CUDA's keep the memory until released).
+ * NVP2P_SIM_EXPORT_DYNAMIC is no CUDA export: a dynamic exporter whose
+ * exports are revoked through move_notify when the allocation is freed
+ * (CUDA's keep the memory until released); only dynamic importers may
+ * attach.
  */
 #define NVP2P_SIM_EXPORT_PCIE		(1U << 0)
 #define NVP2P_SIM_EXPORT_DYNAMIC	(1U << 1)

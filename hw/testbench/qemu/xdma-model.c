@@ -157,7 +157,9 @@ static void xdma_model_irq_drain(XdmaModelState *s);
 /*
  * Waits for the model's answer on the request connection. Meanwhile the
  * model may need a translation to finish the DMA it is doing, which holds
- * up its answer: serve the interrupt connection while waiting.
+ * up its answer: serve the interrupt connection while waiting. (Requests
+ * are small and the model reads them at once, so a send never waits long
+ * with the BQL held.)
  */
 static bool xdma_model_wait_answer(XdmaModelState *s)
 {
@@ -169,10 +171,17 @@ static bool xdma_model_wait_answer(XdmaModelState *s)
                        XDMA_MODEL_TIMEOUT_S * 1000;
     int64_t left;
 
+    int n;
+
     while (!s->gone) {
         left = deadline - qemu_clock_get_ms(QEMU_CLOCK_REALTIME);
-        if (left <= 0 || poll(fds, 2, left) == 0) {
-            xdma_model_lost(s, "read timed out");
+        fds[0].revents = fds[1].revents = 0;
+        n = left > 0 ? poll(fds, 2, left) : 0;
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n <= 0) {
+            xdma_model_lost(s, n ? "poll" : "read timed out");
             return false;
         }
         if (fds[1].revents) {
@@ -252,6 +261,34 @@ static void xdma_model_irq(XdmaModelState *s, uint8_t kind, uint32_t value)
     }
 }
 
+/*
+ * Writes an answer on the non-blocking interrupt connection; the model
+ * reads it at once, so waiting for room is brief.
+ */
+static bool xdma_model_irq_write(XdmaModelState *s, const uint8_t *buf,
+                                 size_t len)
+{
+    struct pollfd pfd = { .fd = s->irq_fd, .events = POLLOUT };
+    ssize_t n;
+
+    while (len) {
+        n = write(s->irq_fd, buf, len);
+        if (n < 0 && errno == EINTR) {
+            continue;
+        }
+        if (n < 0 && errno == EAGAIN &&
+            poll(&pfd, 1, XDMA_MODEL_TIMEOUT_S * 1000) > 0) {
+            continue;
+        }
+        if (n <= 0) {
+            return false;
+        }
+        buf += n;
+        len -= n;
+    }
+    return true;
+}
+
 /* Answers a translation request: what DMA to addr reaches. */
 static void xdma_model_translate(XdmaModelState *s, bool is_write,
                                  uint32_t len, uint64_t addr)
@@ -277,7 +314,7 @@ static void xdma_model_translate(XdmaModelState *s, bool is_write,
         stl_le_p(rsp + 4, plen);
         stq_le_p(rsp + 8, xlat);
     }
-    if (qemu_write_full(s->irq_fd, rsp, sizeof(rsp)) != sizeof(rsp)) {
+    if (!xdma_model_irq_write(s, rsp, sizeof(rsp))) {
         xdma_model_lost(s, "translation");
     }
 }

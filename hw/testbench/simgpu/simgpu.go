@@ -177,7 +177,7 @@ const (
 	// ExportPCIe is CUDA's PCIe mapping type: the importer gets the BAR's
 	// addresses even where an IOMMU translates for it.
 	ExportPCIe ExportFlags = 1 << 0
-	// ExportDynamic is a dynamic exporter, as amdgpu's: freeing the
+	// ExportDynamic is a dynamic exporter that revokes: freeing the
 	// allocation revokes the export through move_notify.
 	ExportDynamic ExportFlags = 1 << 1
 )
