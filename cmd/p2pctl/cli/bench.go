@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
 
@@ -152,7 +153,7 @@ func writeBench(w io.Writer, b benchJSON) {
 		if r.P99us != nil {
 			p99 = fmt.Sprintf("%.0f µs", *r.P99us)
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.3f GB/s\t%.0f µs\t%.0f µs\t%s\t%.0f µs\t\n", fmtBytes(r.Size), r.Count, r.GBps, r.EngineUs, r.P50us, p99, r.MaxUs)
+		fmt.Fprintf(tw, "%s\t%d\t%.3f GB/s\t%.0f µs\t%.0f µs\t%s\t%.0f µs\t\n", units.Bytes(r.Size), r.Count, r.GBps, r.EngineUs, r.P50us, p99, r.MaxUs)
 	}
 	tw.Flush()
 }

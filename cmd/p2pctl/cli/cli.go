@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
@@ -270,7 +271,7 @@ func parseSize(s string) (uint64, error) {
 	return n * mult, nil
 }
 
-func (s *sizeValue) String() string { return fmtBytes(uint64(*s)) }
+func (s *sizeValue) String() string { return units.Bytes(uint64(*s)) }
 func (s *sizeValue) Type() string   { return "size" }
 func (s *sizeValue) Set(v string) error {
 	n, err := parseSize(v)
@@ -279,23 +280,6 @@ func (s *sizeValue) Set(v string) error {
 	}
 	*s = sizeValue(n)
 	return nil
-}
-
-func fmtBytes(n uint64) string {
-	switch {
-	case n >= 1<<30 && n%(1<<30) == 0:
-		return fmt.Sprintf("%d GiB", n>>30)
-	case n >= 1<<20:
-		return trimZero(fmt.Sprintf("%.2f", float64(n)/(1<<20))) + " MiB"
-	case n >= 1<<10:
-		return trimZero(fmt.Sprintf("%.2f", float64(n)/(1<<10))) + " KiB"
-	}
-	return fmt.Sprintf("%d B", n)
-}
-
-func trimZero(s string) string {
-	s = strings.TrimRight(s, "0")
-	return strings.TrimSuffix(s, ".")
 }
 
 // isTerminal reports whether w is a terminal, for progress output.

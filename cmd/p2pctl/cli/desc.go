@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -143,7 +144,7 @@ the engine would: magic, lengths, adjacency, pointers, termination.`,
 }
 
 func writeChain(w io.Writer, c chainJSON) {
-	fmt.Fprintf(w, "%s: %d descriptors at %#x, %s\n", c.Source, len(c.Descriptors), c.Addr, fmtBytes(c.Bytes))
+	fmt.Fprintf(w, "%s: %d descriptors at %#x, %s\n", c.Source, len(c.Descriptors), c.Addr, units.Bytes(c.Bytes))
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "#\taddress\tlength\tsource\tdestination\tnext\tadj\tflags")
 	for _, d := range c.Descriptors {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
 
@@ -73,12 +74,12 @@ func writeInfo(w io.Writer, i infoJSON) {
 	fmt.Fprintf(tw, "pin kinds\t%s\n", kinds)
 	card := "unknown"
 	if i.CardMemSize != 0 {
-		card = fmtBytes(i.CardMemSize)
+		card = units.Bytes(i.CardMemSize)
 	}
 	fmt.Fprintf(tw, "card memory\t%s\n", card)
 	fmt.Fprintf(tw, "limits\t%d descriptors and %d segments per transfer, %d queued\n", i.MaxDescs, i.MaxSegs, i.MaxQueued)
-	fmt.Fprintf(tw, "\t%d pins and %s pinned per open file, %s per device\n", i.MaxPins, fmtBytes(i.MaxPinned), fmtBytes(i.MaxPinnedTotal))
-	fmt.Fprintf(tw, "pinned now\t%s\n", fmtBytes(i.PinnedTotal))
+	fmt.Fprintf(tw, "\t%d pins and %s pinned per open file, %s per device\n", i.MaxPins, units.Bytes(i.MaxPinned), units.Bytes(i.MaxPinnedTotal))
+	fmt.Fprintf(tw, "pinned now\t%s\n", units.Bytes(i.PinnedTotal))
 	fmt.Fprintf(tw, "timeout\t%d ms\n", i.DefaultTimeoutMS)
 	tw.Flush()
 }

@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
@@ -140,7 +141,7 @@ func pinCUDA(d *p2p.Device, b *buffer, size uint64, via stream.Pinning) (*p2p.Pi
 		fd, err = b.gpu.ExportDmabuf(0, b.gpu.Size) // whole GPU pages
 		return err
 	}); err != nil {
-		return nil, fmt.Errorf("dma-buf export of %s of CUDA memory: %w", fmtBytes(size), err)
+		return nil, fmt.Errorf("dma-buf export of %s of CUDA memory: %w", units.Bytes(size), err)
 	}
 	defer unix.Close(fd) // the pin holds the dma-buf
 	return d.PinDmabuf(fd, 0, size)
@@ -156,7 +157,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 		var mem []byte
 		mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
 		if err != nil {
-			return nil, fmt.Errorf("allocate %s of host memory: %w", fmtBytes(size), err)
+			return nil, fmt.Errorf("allocate %s of host memory: %w", units.Bytes(size), err)
 		}
 		b.mem = mem
 		b.free = func() error { return unix.Munmap(mem) }
@@ -173,7 +174,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 			return err
 		}); err != nil {
 			g.Close()
-			return nil, &exitError{ExitDevice, fmt.Errorf("allocate %s of CUDA memory: %w", fmtBytes(size), err)}
+			return nil, &exitError{ExitDevice, fmt.Errorf("allocate %s of CUDA memory: %w", units.Bytes(size), err)}
 		}
 		b.free = func() error {
 			return errors.Join(withContext(g, b.gpu.Free), g.Close())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
@@ -67,8 +68,8 @@ func describePin(p *p2p.Pin) pinJSON {
 func writePin(w io.Writer, p pinJSON) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintf(tw, "handle\t%d\n", p.Handle)
-	fmt.Fprintf(tw, "memory\t%s, %s at %#x (offset %d in the first page)\n", p.Kind, fmtBytes(p.Len), p.Addr, p.Offset)
-	fmt.Fprintf(tw, "pages\t%d x %s in %d contiguous runs (longest %d)\n", p.Pages, fmtBytes(p.PageSize), p.Runs, p.LargestRun)
+	fmt.Fprintf(tw, "memory\t%s, %s at %#x (offset %d in the first page)\n", p.Kind, units.Bytes(p.Len), p.Addr, p.Offset)
+	fmt.Fprintf(tw, "pages\t%d x %s in %d contiguous runs (longest %d)\n", p.Pages, units.Bytes(p.PageSize), p.Runs, p.LargestRun)
 	if p.SGNote != "" {
 		fmt.Fprintf(tw, "SG list\t(%s)\n", p.SGNote)
 		tw.Flush()
@@ -79,7 +80,7 @@ func writePin(w io.Writer, p pinJSON) {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "#\tbus address\tlength\t")
 	for i, s := range p.SGList {
-		fmt.Fprintf(tw, "%d\t%#x\t%s\t\n", i, s.Addr, fmtBytes(s.Len))
+		fmt.Fprintf(tw, "%d\t%#x\t%s\t\n", i, s.Addr, units.Bytes(s.Len))
 	}
 	tw.Flush()
 }

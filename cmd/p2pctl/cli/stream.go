@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
@@ -60,7 +61,7 @@ func writeStreamLine(w io.Writer, l streamJSON) {
 		}
 	}
 	fmt.Fprintf(w, "%s  %s in %d slots  %.3f GB/s  %.0f slots/s  held %d (max %d)  latency %.0f µs  frames %d  gaps %d  duplicates %d  CRC failures %d\n",
-		label, fmtBytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, l.Held, l.MaxHeld, l.LatencyUs, l.Frames, l.Gaps, l.Duplicates, l.CRCFailures)
+		label, units.Bytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, l.Held, l.MaxHeld, l.LatencyUs, l.Frames, l.Gaps, l.Duplicates, l.CRCFailures)
 	if l.Error != "" {
 		fmt.Fprintf(w, "%s  ended: %s\n", label, l.Error)
 	}

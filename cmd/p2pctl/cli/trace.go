@@ -15,6 +15,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/trace"
 )
@@ -101,13 +102,13 @@ func writeTick(w io.Writer, t traceTickJSON) {
 		fmt.Fprintf(w, "%s event %s dev %d", t.Time.Format("15:04:05"), e.Type, e.Device)
 		switch {
 		case e.Kind != "":
-			fmt.Fprintf(w, " handle %d %s %s", e.Handle, e.Kind, fmtBytes(e.Len))
+			fmt.Fprintf(w, " handle %d %s %s", e.Handle, e.Kind, units.Bytes(e.Len))
 		case e.Type == trace.EventStreamStart.String():
-			fmt.Fprintf(w, " %s ring of %d slots, %d descriptors, %s", e.Channel, e.Slots, e.Pages, fmtBytes(e.Len))
+			fmt.Fprintf(w, " %s ring of %d slots, %d descriptors, %s", e.Channel, e.Slots, e.Pages, units.Bytes(e.Len))
 		case e.Type == trace.EventStreamEnd.String():
 			fmt.Fprintf(w, " %s after %d slots", e.Channel, e.Slots)
 		case e.Channel != "":
-			fmt.Fprintf(w, " %s transfer %d after %s", e.Channel, e.Handle, fmtBytes(e.Len))
+			fmt.Fprintf(w, " %s transfer %d after %s", e.Channel, e.Handle, units.Bytes(e.Len))
 		case e.Op != "":
 			fmt.Fprintf(w, " in %s", e.Op)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
@@ -139,7 +140,7 @@ card memory at --card-addr, comparing every byte.`,
 				if res.Verified {
 					v = "yes"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f ms\t%.3f GB/s\t%s\n", res.Channel, res.Memory, fmtBytes(res.Size),
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f ms\t%.3f GB/s\t%s\n", res.Channel, res.Memory, units.Bytes(res.Size),
 					res.Count, res.Seconds*1000, res.GBps, v)
 				tw.Flush()
 			})

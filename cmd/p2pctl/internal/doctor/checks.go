@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 )
 
 // The udev rule (kmod/gpufpga/99-gpufpga.rules) gives device nodes this
@@ -222,11 +224,11 @@ func (d *diagnosis) fpgaBARs(p pciDev) {
 	mem := 0
 	for _, b := range bars {
 		if b.Flags&ioresourceMem == 0 {
-			parts = append(parts, fmt.Sprintf("BAR%d %s I/O", b.Index, fmtBytes(b.Size)))
+			parts = append(parts, fmt.Sprintf("BAR%d %s I/O", b.Index, units.Bytes(b.Size)))
 			continue
 		}
 		mem++
-		s := fmt.Sprintf("BAR%d %s", b.Index, fmtBytes(b.Size))
+		s := fmt.Sprintf("BAR%d %s", b.Index, units.Bytes(b.Size))
 		if b.Mem64 {
 			s += " 64-bit"
 		}

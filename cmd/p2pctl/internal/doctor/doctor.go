@@ -212,19 +212,3 @@ func (d *diagnosis) run(ctx context.Context) error {
 	d.memlock()
 	return nil
 }
-
-// fmtBytes formats n in binary units.
-func fmtBytes(n uint64) string {
-	for _, u := range []struct {
-		shift uint
-		name  string
-	}{{40, "TiB"}, {30, "GiB"}, {20, "MiB"}, {10, "KiB"}} {
-		if n >= 1<<u.shift {
-			if n%(1<<u.shift) == 0 {
-				return fmt.Sprintf("%d %s", n>>u.shift, u.name)
-			}
-			return fmt.Sprintf("%.1f %s", float64(n)/float64(uint64(1)<<u.shift), u.name)
-		}
-	}
-	return fmt.Sprintf("%d B", n)
-}

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 )
 
 // minBAR1 is the smallest BAR1 worth peer DMA: GPUs without Resizable BAR
@@ -104,11 +106,11 @@ func (d *diagnosis) gpuBAR1(g pciDev, info *GPU) {
 		size = mem[1].Size
 	}
 	ring := d.cfg.RingSize
-	summary := fmt.Sprintf("BAR1 %s", fmtBytes(size))
+	summary := fmt.Sprintf("BAR1 %s", units.Bytes(size))
 	if info != nil && info.BAR1Free != 0 {
-		summary += fmt.Sprintf(" (%s free)", fmtBytes(info.BAR1Free))
+		summary += fmt.Sprintf(" (%s free)", units.Bytes(info.BAR1Free))
 	}
-	summary += fmt.Sprintf(", ring %s", fmtBytes(ring))
+	summary += fmt.Sprintf(", ring %s", units.Bytes(ring))
 	const rebar = "enable Resizable BAR and Above 4G Decoding in the BIOS"
 	switch {
 	case size == 0:
@@ -116,7 +118,7 @@ func (d *diagnosis) gpuBAR1(g pciDev, info *GPU) {
 	case size < ring:
 		d.add("gpu.bar1", g.BDF, Warn, summary+": the ring does not fit", rebar+", or ask for a smaller --ring-size")
 	case size < minBAR1:
-		d.add("gpu.bar1", g.BDF, Warn, summary+fmt.Sprintf(": under %s", fmtBytes(minBAR1)), rebar)
+		d.add("gpu.bar1", g.BDF, Warn, summary+fmt.Sprintf(": under %s", units.Bytes(minBAR1)), rebar)
 	case info != nil && info.BAR1Free != 0 && info.BAR1Free < ring:
 		d.add("gpu.bar1", g.BDF, Warn, summary+": not enough BAR1 free for the ring", "other processes hold BAR1 mappings (nvidia-smi -q -d MEMORY), or "+rebar)
 	default:

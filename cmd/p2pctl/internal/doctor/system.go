@@ -6,6 +6,8 @@ import (
 	"path"
 	"strconv"
 	"strings"
+
+	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 )
 
 const iommuHint = "CUDA's dma-bufs hand the FPGA raw BAR addresses that a translating IOMMU drops (open-gpu-kernel-modules #1324): boot with iommu=pt"
@@ -105,7 +107,7 @@ func (d *diagnosis) memlock() {
 		d.add("memlock", "", OK, "unlimited", "")
 		return
 	}
-	summary := fmt.Sprintf("%s, ring %s", fmtBytes(limit), fmtBytes(ring))
+	summary := fmt.Sprintf("%s, ring %s", units.Bytes(limit), units.Bytes(ring))
 	switch {
 	case limit >= ring:
 		d.add("memlock", "", OK, summary, "")
