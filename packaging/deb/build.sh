@@ -52,10 +52,8 @@ pack() {
 
 # gpufpga-dkms: what dkms.conf builds from, as hw/testbench/kernel/dkms-check.sh checks it.
 pkg=$stage/gpufpga-dkms
-src=$pkg/usr/src/gpufpga-$modver
-mkdir -p "$src" "$pkg/DEBIAN"
-(cd kmod/gpufpga && find . \( -name '*.[ch]' -o -name Kbuild -o -name dkms.conf \) -print0 |
-	cpio -0pd --quiet "$src")
+mkdir -p "$pkg/DEBIAN"
+packaging/dkms-source.sh "$pkg/usr/src" >/dev/null
 install -D -m 644 kmod/gpufpga/99-gpufpga.rules "$pkg/usr/lib/udev/rules.d/99-gpufpga.rules"
 for s in postinst prerm; do
 	sed "s/@MODULE_VERSION@/$modver/g" "packaging/deb/gpufpga-dkms.$s" >"$pkg/DEBIAN/$s"

@@ -4,13 +4,11 @@
 #   dkms-check.sh KVER...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
-ver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$root/kmod/gpufpga/dkms.conf")
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-src=$tmp/src/gpufpga-$ver
-mkdir -p "$src" "$tmp/dkms"
-(cd "$root/kmod/gpufpga" && find . \( -name '*.[ch]' -o -name Kbuild -o -name dkms.conf \) \
-	-print0 | cpio -0pdm --quiet "$src")
+src=$("$root/packaging/dkms-source.sh" "$tmp/src")
+ver=${src##*/gpufpga-}
+mkdir -p "$tmp/dkms"
 opts=(--sourcetree "$tmp/src" --dkmstree "$tmp/dkms" -m gpufpga -v "$ver")
 dkms add "${opts[@]}" >/dev/null
 for k in "$@"; do
