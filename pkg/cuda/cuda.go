@@ -85,6 +85,7 @@ const (
 	cuCtxSetCurrent sym = iota
 	cuDeviceGet
 	cuDeviceGetAttribute
+	cuDeviceGetByPCIBusId
 	cuDeviceGetCount
 	cuDeviceGetName
 	cuDeviceGetPCIBusId
@@ -142,6 +143,7 @@ var symNames = [numSyms]string{
 	cuCtxSetCurrent:               "cuCtxSetCurrent",
 	cuDeviceGet:                   "cuDeviceGet",
 	cuDeviceGetAttribute:          "cuDeviceGetAttribute",
+	cuDeviceGetByPCIBusId:         "cuDeviceGetByPCIBusId",
 	cuDeviceGetCount:              "cuDeviceGetCount",
 	cuDeviceGetName:               "cuDeviceGetName",
 	cuDeviceGetPCIBusId:           "cuDeviceGetPCIBusId",
@@ -296,6 +298,19 @@ func (d *Driver) Device(n int) (*Device, error) {
 	return g, nil
 }
 
+// DeviceAt finds the device at PCI address bdf ("0000:65:00.0") without
+// retaining its primary context, which would take memory on the GPU and
+// fail on one in exclusive use: its name, attributes, address and BAR1
+// can be read, and nothing run on it (Lock fails).
+func (d *Driver) DeviceAt(bdf string) (*Device, error) {
+	g := &Device{drv: d, ordinal: -1}
+	id := append([]byte(bdf), 0)
+	if err := d.call(cuDeviceGetByPCIBusId, uintptr(unsafe.Pointer(&g.dev)), uintptr(unsafe.Pointer(&id[0]))); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
 // OpenDevice loads the driver and retains device ordinal's primary
 // context: Open and Device in one.
 func OpenDevice(ordinal int) (*Device, error) {
@@ -310,6 +325,9 @@ func OpenDevice(ordinal int) (*Device, error) {
 // call it before using the device from a goroutine, and Unlock after
 // (only when Lock succeeded: on an error the thread is not locked).
 func (g *Device) Lock() error {
+	if g.ctx == 0 {
+		return &Error{Op: "Lock", Code: int(ErrorInvalidContext), Msg: "a device found by DeviceAt has no context"}
+	}
 	runtime.LockOSThread()
 	if err := g.drv.call(cuCtxSetCurrent, g.ctx); err != nil {
 		runtime.UnlockOSThread()
@@ -321,8 +339,11 @@ func (g *Device) Lock() error {
 // Unlock releases the goroutine's OS thread.
 func (g *Device) Unlock() { runtime.UnlockOSThread() }
 
-// Close releases the primary context.
+// Close releases the primary context, if the device holds it.
 func (g *Device) Close() error {
+	if g.ctx == 0 {
+		return nil
+	}
 	return g.drv.call(cuDevicePrimaryCtxRelease_v2, uintptr(g.dev))
 }
 

@@ -341,3 +341,30 @@ func TestPeerMemoryKinds(t *testing.T) {
 		}
 	}
 }
+
+// DeviceAt finds a device by its PCI address without a context: its name
+// and attributes read as through the context, and nothing runs on it.
+func TestDeviceAt(t *testing.T) {
+	g := device(t)
+	bdf, err := g.PCIBusID()
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, err := g.Driver().DeviceAt(bdf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer at.Close()
+	name, _ := g.Name()
+	if got, err := at.Name(); err != nil || got != name {
+		t.Errorf("DeviceAt(%s): %q, %v; want %q", bdf, got, err, name)
+	}
+	if err := at.Lock(); !errors.Is(err, ErrorInvalidContext) {
+		t.Errorf("Lock of a device without a context: %v", err)
+	}
+	if _, err := g.Driver().DeviceAt("0000:ff:1f.7"); err == nil {
+		t.Error("DeviceAt of an address with no GPU succeeded")
+	} else {
+		t.Logf("no GPU at 0000:ff:1f.7: %v", err)
+	}
+}

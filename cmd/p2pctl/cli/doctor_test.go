@@ -132,20 +132,3 @@ func TestDoctorUsage(t *testing.T) {
 		}
 	}
 }
-
-func TestSamePCIAddress(t *testing.T) {
-	for _, tc := range []struct {
-		a, b string
-		same bool
-	}{
-		{"0000:65:00.0", "0000:65:00.0", true},
-		{"00000000:B3:00.0", "0000:b3:00.0", true},
-		{"0000:65:00.0", "0000:65:00.1", false},
-		{"0001:65:00.0", "0000:65:00.0", false},
-		{"", "0000:65:00.0", false},
-	} {
-		if got := samePCIAddress(tc.a, tc.b); got != tc.same {
-			t.Errorf("samePCIAddress(%q, %q) = %v", tc.a, tc.b, got)
-		}
-	}
-}
