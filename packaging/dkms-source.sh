@@ -7,8 +7,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 ver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' "$root/kmod/gpufpga/dkms.conf")
 [ -n "$ver" ] || { echo "dkms-source: no PACKAGE_VERSION in kmod/gpufpga/dkms.conf" >&2; exit 1; }
-src=$1/gpufpga-$ver
-mkdir -p "$src"
+src=$(mkdir -p "$1/gpufpga-$ver" && cd "$1/gpufpga-$ver" && pwd)
 (cd "$root/kmod/gpufpga" && find . \( -name '*.[ch]' -o -name Kbuild -o -name dkms.conf \) -print0 |
 	cpio -0pdm --quiet "$src")
 echo "$src"

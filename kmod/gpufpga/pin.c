@@ -408,8 +408,9 @@ static const struct dma_buf_attach_ops gpufpga_dmabuf_importer = {
  * An exporter may hand over BAR addresses it did not map for us: CUDA's
  * PCIe mapping type does, and so do NVIDIA drivers told not to remap peer
  * MMIO. Where an IOMMU translates for the FPGA, DMA to them faults or lands
- * elsewhere. A segment the exporter mapped is mapped whole: its first and
- * last pages tell.
+ * elsewhere. A segment the exporter mapped is mapped whole, so its first
+ * and last bytes tell; this catches an exporter that mapped nothing, not
+ * one that mapped the wrong memory.
  */
 static bool gpufpga_dmabuf_bypasses_iommu(struct device *dev, struct sg_table *sgt)
 {
@@ -419,10 +420,13 @@ static bool gpufpga_dmabuf_bypasses_iommu(struct device *dev, struct sg_table *s
 
 	if (!dom || !(dom->type & __IOMMU_DOMAIN_PAGING))
 		return false;
-	for_each_sgtable_dma_sg(sgt, sg, i)
+	for_each_sgtable_dma_sg(sgt, sg, i) {
+		if (!sg_dma_len(sg))
+			continue;
 		if (!iommu_iova_to_phys(dom, sg_dma_address(sg)) ||
-		    !iommu_iova_to_phys(dom, sg_dma_address(sg) + sg_dma_len(sg) - PAGE_SIZE))
+		    !iommu_iova_to_phys(dom, sg_dma_address(sg) + sg_dma_len(sg) - 1))
 			return true;
+	}
 	return false;
 }
 

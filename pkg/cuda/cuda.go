@@ -278,7 +278,9 @@ func (d *Driver) DeviceCount() (int, error) {
 // Driver returns the driver the device belongs to.
 func (g *Device) Driver() *Driver { return g.drv }
 
-// Device is a CUDA device with its primary context.
+// Device is a CUDA device with its primary context, or, from DeviceAt,
+// without one: then only its name, attributes, PCI address and BAR1 may
+// be read.
 type Device struct {
 	drv     *Driver
 	ordinal int32

@@ -124,7 +124,12 @@ func (g *Device) CheckPeerRange(ptr, size uint64) (PeerRange, error) {
 	// ID tells them apart.
 	if ptr+size <= r.Start+r.Size {
 		if id, err := g.pointerAttr(pointerAttrBufferID, ptr); err == nil {
-			if endID, err := g.pointerAttr(pointerAttrBufferID, end); err == nil && endID != id {
+			endID, err := g.pointerAttr(pointerAttrBufferID, end)
+			switch {
+			case err != nil:
+				return r, fmt.Errorf("%w: %#x+%d runs from a %s allocation into unallocated memory: %w",
+					ErrSpansAllocations, ptr, size, r.Kind, err)
+			case endID != id:
 				return r, fmt.Errorf("%w: %#x+%d runs from one %s allocation into another: pin each allocation on its own",
 					ErrSpansAllocations, ptr, size, r.Kind)
 			}

@@ -263,6 +263,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no GPU", stream.Config{SlotSize: slotSize, Slots: slots}, host},
 		{"small host ring", stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}}, host[:slotSize]},
 		{"GPU check without CUDA", stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}, Check: stream.CheckGPU, FrameSize: frameSize}, host},
+		{"GPU pinning of a host ring", stream.Config{SlotSize: slotSize, Slots: slots, GPU: &simgpu.Local{}, Pinning: stream.PinDmabuf}, host},
 	} {
 		if _, err := stream.Attach(context.Background(), tc.cfg, tc.host, nil); !errors.Is(err, stream.ErrConfig) {
 			t.Errorf("%s: %v, want ErrConfig", tc.name, err)

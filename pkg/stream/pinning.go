@@ -51,7 +51,8 @@ func ParsePinning(s string) (Pinning, error) {
 }
 
 // DmabufGPU is a GPU that can say whether it exports its memory as
-// dma-bufs (CUDA: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED).
+// dma-bufs (CUDA: CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED). A driver too old
+// to know is a no, not an error.
 type DmabufGPU interface {
 	DmabufSupported() (bool, error)
 }
@@ -73,11 +74,8 @@ func ChoosePinning(d *p2p.Device, g DmabufGPU, want Pinning) (Pinning, error) {
 	}
 	gpuExports := false
 	if g != nil {
-		// Drivers before CUDA 11.7 do not know the attribute: no dma-bufs,
-		// unless one was asked for.
-		var exportErr error
-		if gpuExports, exportErr = g.DmabufSupported(); exportErr != nil && want == PinDmabuf {
-			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU cannot say whether it exports them: %w", ErrConfig, exportErr)
+		if gpuExports, err = g.DmabufSupported(); err != nil {
+			return 0, err
 		}
 	}
 	dmabuf := gpuExports && info.Supports(p2p.KindDmabuf)

@@ -99,6 +99,7 @@ func (c cudaGPUs) GPU(ctx context.Context, bdf string) (doctor.GPU, error) {
 	if err != nil {
 		return doctor.GPU{}, err
 	}
+	defer g.Close()
 	var gi doctor.GPU
 	if gi.Name, err = g.Name(); err != nil {
 		return gi, err

@@ -118,11 +118,15 @@ func withContext(g *cuda.Device, f func() error) error {
 	return f()
 }
 
-// cudaDmabuf says whether a CUDA device exports dma-bufs.
+// cudaDmabuf says whether a CUDA device exports dma-bufs; drivers before
+// CUDA 11.7 do not know the attribute, which means no.
 type cudaDmabuf struct{ g *cuda.Device }
 
 func (c cudaDmabuf) DmabufSupported() (bool, error) {
 	v, err := c.g.Attribute(cuda.AttrDmaBufSupported)
+	if errors.Is(err, cuda.ErrorInvalidValue) {
+		return false, nil
+	}
 	return v != 0, err
 }
 

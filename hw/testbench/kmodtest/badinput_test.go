@@ -386,10 +386,17 @@ func u64s(a, b uint64) []byte {
 	return out
 }
 
-// setParam sets a module parameter and returns what restores it.
+// setParam sets a gpufpga parameter and returns what restores it.
 func setParam(t *testing.T, name, value string) func() {
 	t.Helper()
-	path := "/sys/module/gpufpga/parameters/" + name
+	return setModuleParam(t, "gpufpga", name, value)
+}
+
+// setModuleParam sets a module's parameter until the test ends, and
+// returns what restores it sooner.
+func setModuleParam(t *testing.T, module, name, value string) func() {
+	t.Helper()
+	path := "/sys/module/" + module + "/parameters/" + name
 	old, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -397,7 +404,11 @@ func setParam(t *testing.T, name, value string) func() {
 	if err := os.WriteFile(path, []byte(value), 0); err != nil {
 		t.Fatal(err)
 	}
-	restore := func() { os.WriteFile(path, old, 0) }
+	restore := func() {
+		if err := os.WriteFile(path, old, 0); err != nil {
+			t.Errorf("restoring %s: %v", path, err)
+		}
+	}
 	t.Cleanup(restore)
 	return restore
 }

@@ -142,6 +142,33 @@ func TestDmabufMoveNotifyRevokes(t *testing.T) {
 	}
 }
 
+// TestDmabufRefusedAttachmentIsEOPNOTSUPP: NVIDIA's exporter refuses an
+// attachment (a PCI topology it does not support) with the kernel's
+// internal ENOTSUPP (524); the pin reports EOPNOTSUPP, which user space
+// can name, and pins nothing.
+func TestDmabufRefusedAttachmentIsEOPNOTSUPP(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	a := alloc(t, g, 1<<20, simgpu.Fragmented)
+	defer a.Free()
+	f := export(t, a, 0)
+	if f == nil {
+		return
+	}
+	setModuleParam(t, "nvp2p_sim", "dmabuf_topology_ok", "N")
+	p, err := d.PinDmabuf(int(f.Fd()), 0, a.Size)
+	if err == nil {
+		p.Unpin()
+	}
+	var e *p2p.Error
+	if !errors.Is(err, p2p.ErrP2PUnavailable) || !errors.As(err, &e) || e.Err != unix.EOPNOTSUPP {
+		t.Fatalf("pin of a dma-buf whose exporter refuses the attachment: %v, want EOPNOTSUPP", err)
+	}
+	if info, err := d.Info(); err != nil || info.PinnedTotal != 0 {
+		t.Fatalf("after the refused pin: %d bytes pinned (%v)", info.PinnedTotal, err)
+	}
+}
+
 // TestDmabufPCIeMappingWithoutIOMMU: with no IOMMU translating for the
 // FPGA, the PCIe mapping type's BAR addresses are the bus addresses, and
 // the pin takes them.

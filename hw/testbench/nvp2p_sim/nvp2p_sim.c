@@ -82,6 +82,10 @@ static unsigned long dma_offset;
 module_param(dma_offset, ulong, 0644);
 MODULE_PARM_DESC(dma_offset, "added (modulo 2^64) to every DMA address dma_map_pages hands out, as an IOMMU's IOVAs would move them: for tests of address ranges only, as DMA to them goes nowhere");
 
+static bool dmabuf_topology_ok = true;
+module_param(dmabuf_topology_ok, bool, 0644);
+MODULE_PARM_DESC(dmabuf_topology_ok, "whether dma-buf attachments pass NVIDIA's PCI topology check (nv_grdma_pci_topology_supported); when not, attach fails with -ENOTSUPP as NVIDIA's does");
+
 static bool quarantine = !IS_ENABLED(CONFIG_KASAN);
 module_param(quarantine, bool, 0444);
 MODULE_PARM_DESC(quarantine, "keep freed page tables poisoned until unload, so that a later use is caught without KASAN");
@@ -781,9 +785,12 @@ static int sim_ioctl_counters(struct nvp2p_sim_counters __user *uarg)
 static int sim_dmabuf_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
 {
 	/*
-	 * As nv_dma_buf_attach: BAR memory has no struct page, so an importer
-	 * that can say (a dynamic one) must take peer-to-peer addresses.
+	 * As nv_dma_buf_attach: the path between the peers must be one NVIDIA
+	 * supports, and, BAR memory having no struct page, an importer that
+	 * can say (a dynamic one) must take peer-to-peer addresses.
 	 */
+	if (!READ_ONCE(dmabuf_topology_ok))
+		return -ENOTSUPP;
 	if (at->importer_ops && !at->peer2peer)
 		return -ENOTSUPP;
 	return 0;

@@ -181,7 +181,7 @@ static bool xdma_model_wait_answer(XdmaModelState *s)
             continue;
         }
         if (n <= 0) {
-            xdma_model_lost(s, n ? "poll" : "read timed out");
+            xdma_model_lost(s, n ? strerror(errno) : "read timed out");
             return false;
         }
         if (fds[1].revents) {
@@ -270,15 +270,20 @@ static bool xdma_model_irq_write(XdmaModelState *s, const uint8_t *buf,
 {
     struct pollfd pfd = { .fd = s->irq_fd, .events = POLLOUT };
     ssize_t n;
+    int r;
 
     while (len) {
         n = write(s->irq_fd, buf, len);
         if (n < 0 && errno == EINTR) {
             continue;
         }
-        if (n < 0 && errno == EAGAIN &&
-            poll(&pfd, 1, XDMA_MODEL_TIMEOUT_S * 1000) > 0) {
-            continue;
+        if (n < 0 && errno == EAGAIN) {
+            do {
+                r = poll(&pfd, 1, XDMA_MODEL_TIMEOUT_S * 1000);
+            } while (r < 0 && errno == EINTR);
+            if (r > 0) {
+                continue;
+            }
         }
         if (n <= 0) {
             return false;

@@ -394,7 +394,12 @@ func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*
 // deviceDmabuf is a CUDA device as a stream.DmabufGPU.
 type deviceDmabuf struct{ g *cuda.Device }
 
+// DmabufSupported is CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; drivers before
+// CUDA 11.7 do not know it, which means no.
 func (d deviceDmabuf) DmabufSupported() (bool, error) {
 	v, err := d.g.Attribute(cuda.AttrDmaBufSupported)
+	if errors.Is(err, cuda.ErrorInvalidValue) {
+		return false, nil
+	}
 	return v != 0, err
 }
