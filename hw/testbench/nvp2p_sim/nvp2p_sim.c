@@ -49,6 +49,7 @@
 #include <linux/dma-mapping.h>
 #include <linux/dma-resv.h>
 #include <linux/fs.h>
+#include <linux/hashtable.h>
 #include <linux/io.h>
 #include <linux/kref.h>
 #include <linux/miscdevice.h>
@@ -112,7 +113,26 @@ struct sim_mapping {
 	struct list_head node;
 	struct nvidia_p2p_dma_mapping map;
 	u64 offset;			/* dma_offset when mapped */
+	u32 *pages;			/* VRAM page index of each entry */
 };
+
+/*
+ * A VRAM page mapped for a peer device. Each page is mapped once per device
+ * and shared by every mapping of it that device holds: the DMA-API debug
+ * code takes many mappings of one address for a leak, and a GPU page pinned
+ * by several users is mapped that often. Guarded by sim_peer_lock, which is
+ * taken last.
+ */
+struct sim_peer_page {
+	struct hlist_node node;
+	struct device *dev;
+	u32 page;
+	u32 refs;
+	dma_addr_t addr;
+};
+
+static DEFINE_HASHTABLE(sim_peer_pages, 8);
+static DEFINE_MUTEX(sim_peer_lock);
 
 struct sim_pin {
 	u32 magic;			/* SIM_PIN_LIVE until freed */
@@ -136,7 +156,7 @@ struct sim_dmabuf {
 	struct list_head node;		/* alloc->dmabufs (sim->alloc_lock) */
 	struct dma_buf *buf;
 	struct sim_alloc *alloc;	/* NULL once revoked (alloc_lock and resv) */
-	u32 first;
+	u32 *pages;			/* VRAM page index of each exported page */
 	u32 npages;
 	u32 flags;			/* NVP2P_SIM_EXPORT_* */
 };
@@ -210,14 +230,77 @@ static void sim_destroy_pin(struct sim_pin *p)
 	kfree(p);
 }
 
-/* Unmaps what sim_map_pages mapped: entries [0, n). */
+static phys_addr_t sim_page_phys(u32 page)
+{
+	return sim->bar + ((u64)page << SIM_PAGE_SHIFT);
+}
+
+/*
+ * The DMA address of VRAM page for dev, as nv_dma_map_peer makes it:
+ * through dev's DMA API, so that an IOMMU translating for dev maps the BAR.
+ * MMIO has no CPU cache to keep in sync.
+ */
+static int sim_map_page(struct device *dev, u32 page, dma_addr_t *addr)
+{
+	struct sim_peer_page *pp;
+	int ret = 0;
+
+	mutex_lock(&sim_peer_lock);
+	hash_for_each_possible(sim_peer_pages, pp, node, page) {
+		if (pp->dev == dev && pp->page == page) {
+			pp->refs++;
+			*addr = pp->addr;
+			goto out;
+		}
+	}
+	pp = kzalloc(sizeof(*pp), GFP_KERNEL);
+	if (!pp) {
+		ret = -ENOMEM;
+		goto out;
+	}
+	pp->addr = dma_map_resource(dev, sim_page_phys(page), SIM_PAGE, DMA_BIDIRECTIONAL,
+				    DMA_ATTR_SKIP_CPU_SYNC);
+	if (dma_mapping_error(dev, pp->addr)) {
+		kfree(pp);
+		ret = -EIO;
+		goto out;
+	}
+	pp->dev = dev;
+	pp->page = page;
+	pp->refs = 1;
+	hash_add(sim_peer_pages, &pp->node, page);
+	*addr = pp->addr;
+out:
+	mutex_unlock(&sim_peer_lock);
+	return ret;
+}
+
+static void sim_unmap_page(struct device *dev, u32 page)
+{
+	struct sim_peer_page *pp;
+
+	mutex_lock(&sim_peer_lock);
+	hash_for_each_possible(sim_peer_pages, pp, node, page) {
+		if (pp->dev != dev || pp->page != page)
+			continue;
+		if (!--pp->refs) {
+			hash_del(&pp->node);
+			dma_unmap_resource(dev, pp->addr, SIM_PAGE, DMA_BIDIRECTIONAL,
+					   DMA_ATTR_SKIP_CPU_SYNC);
+			kfree(pp);
+		}
+		break;
+	}
+	mutex_unlock(&sim_peer_lock);
+}
+
+/* Unmaps entries [0, n) of m. */
 static void sim_unmap_pages(struct sim_mapping *m, u32 n)
 {
 	u32 i;
 
 	for (i = 0; i < n; i++)
-		dma_unmap_resource(&m->map.pci_dev->dev, m->map.dma_addresses[i] - m->offset,
-				   SIM_PAGE, DMA_BIDIRECTIONAL, 0);
+		sim_unmap_page(&m->map.pci_dev->dev, m->pages[i]);
 }
 
 static void sim_free_mapping(struct sim_mapping *m)
@@ -225,6 +308,7 @@ static void sim_free_mapping(struct sim_mapping *m)
 	sim_unmap_pages(m, m->map.entries);
 	memset(m->map.dma_addresses, 0x6b, m->map.entries * sizeof(u64));
 	kvfree(m->map.dma_addresses);
+	kvfree(m->pages);
 	kfree(m);
 }
 
@@ -442,6 +526,7 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	struct sim_mapping *m;
 	struct sim_pin *p;
 	u32 i, n;
+	int ret;
 
 	if (!sim || !peer || !page_table || !dma_mapping)
 		return -EINVAL;
@@ -450,34 +535,27 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	if (!m)
 		return -ENOMEM;
 	m->map.dma_addresses = kvcalloc(n, sizeof(u64), GFP_KERNEL);
-	if (!m->map.dma_addresses) {
-		kfree(m);
-		return -ENOMEM;
+	m->pages = kvcalloc(n, sizeof(*m->pages), GFP_KERNEL);
+	if (!m->map.dma_addresses || !m->pages) {
+		ret = -ENOMEM;
+		goto err_free;
 	}
 	mutex_lock(&sim_rm_lock);
 	p = sim_pin_of(page_table, __func__);
 	if (!p || p->pt.entries != n) {
-		mutex_unlock(&sim_rm_lock);
-		kvfree(m->map.dma_addresses);
-		kfree(m);
-		return -EINVAL;
+		ret = -EINVAL;
+		goto err_unlock;
 	}
-	/*
-	 * As nv_dma_map_peer: each page through the peer's DMA API, so that an
-	 * IOMMU translating for the peer maps the BAR.
-	 */
 	m->map.pci_dev = peer;
 	m->offset = dma_offset;
 	for (i = 0; i < n; i++) {
-		dma_addr_t addr = dma_map_resource(&peer->dev, p->page_structs[i].physical_address,
-						   SIM_PAGE, DMA_BIDIRECTIONAL, 0);
+		dma_addr_t addr;
 
-		if (dma_mapping_error(&peer->dev, addr)) {
+		m->pages[i] = (p->page_structs[i].physical_address - sim->bar) >> SIM_PAGE_SHIFT;
+		ret = sim_map_page(&peer->dev, m->pages[i], &addr);
+		if (ret) {
 			sim_unmap_pages(m, i);
-			mutex_unlock(&sim_rm_lock);
-			kvfree(m->map.dma_addresses);
-			kfree(m);
-			return -EIO;
+			goto err_unlock;
 		}
 		m->map.dma_addresses[i] = addr + m->offset;
 	}
@@ -491,6 +569,14 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	*dma_mapping = &m->map;
 	mutex_unlock(&sim_rm_lock);
 	return 0;
+
+err_unlock:
+	mutex_unlock(&sim_rm_lock);
+err_free:
+	kvfree(m->map.dma_addresses);
+	kvfree(m->pages);
+	kfree(m);
+	return ret;
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
 
@@ -796,92 +882,96 @@ static int sim_dmabuf_attach(struct dma_buf *buf, struct dma_buf_attachment *at)
 	return 0;
 }
 
-static void sim_dmabuf_unmap_segs(struct dma_buf_attachment *at, struct sg_table *sgt)
+/* Drops the importer's mappings of the first n exported pages. */
+static void sim_dmabuf_unmap_pages(struct dma_buf_attachment *at, u32 n)
 {
 	struct sim_dmabuf *d = at->dmabuf->priv;
-	struct scatterlist *sg;
 	u32 i;
 
 	if (d->flags & NVP2P_SIM_EXPORT_PCIE)
 		return;
-	for_each_sg(sgt->sgl, sg, sgt->nents, i)
-		dma_unmap_resource(at->dev, sg_dma_address(sg), sg_dma_len(sg),
-				   DMA_BIDIRECTIONAL, 0);
+	for (i = 0; i < n; i++)
+		sim_unmap_page(at->dev, d->pages[i]);
+}
+
+/* How many pages from i on have DMA addresses that run on, within seg. */
+static u32 sim_dmabuf_run(const dma_addr_t *addrs, u32 i, u32 n, u32 seg)
+{
+	u32 run = 1;
+
+	while (i + run < n && addrs[i + run] == addrs[i] + (u64)run * SIM_PAGE &&
+	       (u64)(run + 1) * SIM_PAGE <= seg)
+		run++;
+	return run;
 }
 
 /*
- * As nv_dma_buf_map_pfns: each bus-contiguous run, cut at the importer's
- * largest segment, mapped for the importer through its DMA API (an IOMMU
- * translating for it maps the BAR), or with the PCIe mapping type handed
- * over as BAR addresses. Failure is NULL, as NVIDIA's.
+ * As nv_dma_buf_map_pfns: the exported pages mapped for the importer
+ * through its DMA API (an IOMMU translating for it maps the BAR), or with
+ * the PCIe mapping type handed over as BAR addresses; runs of contiguous
+ * DMA addresses cut at the importer's largest segment. Failure is NULL, as
+ * NVIDIA's.
  */
 static struct sg_table *sim_dmabuf_map(struct dma_buf_attachment *at,
 				       enum dma_data_direction dir)
 {
 	struct sim_dmabuf *d = at->dmabuf->priv;
 	u32 seg = max_t(u32, dma_get_max_seg_size(at->dev) & ~(SIM_PAGE - 1), SIM_PAGE);
-	u32 i, nents = 0, *pages;
+	u32 i, run, nents = 0;
 	struct scatterlist *sg;
 	struct sg_table *sgt;
+	dma_addr_t *addrs;
 
 	if (d->flags & NVP2P_SIM_EXPORT_DYNAMIC) {
 		dma_resv_assert_held(at->dmabuf->resv);
 		if (!d->alloc)
 			return ERR_PTR(-EKEYREVOKED);
 	}
-	pages = d->alloc->pages + d->first;
+	addrs = kvmalloc_array(d->npages, sizeof(*addrs), GFP_KERNEL);
+	if (!addrs)
+		return NULL;
 	for (i = 0; i < d->npages; i++) {
-		u32 run = 1;
-
-		while (i + run < d->npages && pages[i + run] == pages[i] + run)
-			run++;
-		nents += DIV_ROUND_UP_ULL((u64)run * SIM_PAGE, seg);
-		i += run - 1;
+		if (d->flags & NVP2P_SIM_EXPORT_PCIE) {
+			addrs[i] = sim_page_phys(d->pages[i]);
+		} else if (sim_map_page(at->dev, d->pages[i], &addrs[i])) {
+			sim_dmabuf_unmap_pages(at, i);
+			goto err_addrs;
+		}
 	}
+	for (i = 0; i < d->npages; i += sim_dmabuf_run(addrs, i, d->npages, seg))
+		nents++;
 	sgt = kzalloc(sizeof(*sgt), GFP_KERNEL);
 	if (!sgt)
-		return NULL;
+		goto err_unmap;
 	if (sg_alloc_table(sgt, nents, GFP_KERNEL))
-		goto err_free;
-	sgt->nents = 0;
+		goto err_sgt;
+	/* BAR pages have no struct page: only the DMA fields are set. */
 	sg = sgt->sgl;
-	for (i = 0; i < d->npages; ) {
-		phys_addr_t phys = sim->bar + ((u64)pages[i] << SIM_PAGE_SHIFT);
-		u32 run = 1, len;
-		dma_addr_t addr;
-
-		while (i + run < d->npages && pages[i + run] == pages[i] + run &&
-		       (u64)(run + 1) * SIM_PAGE <= seg)
-			run++;
-		len = run * SIM_PAGE;
-		addr = phys;
-		if (!(d->flags & NVP2P_SIM_EXPORT_PCIE)) {
-			addr = dma_map_resource(at->dev, phys, len, DMA_BIDIRECTIONAL, 0);
-			if (dma_mapping_error(at->dev, addr))
-				goto err_unmap;
-		}
-		/* BAR pages have no struct page: only the DMA fields are set. */
-		sg_set_page(sg, NULL, len, 0);
-		sg_dma_address(sg) = addr;
-		sg_dma_len(sg) = len;
-		sgt->nents++;
+	for (i = 0; i < d->npages; i += run) {
+		run = sim_dmabuf_run(addrs, i, d->npages, seg);
+		sg_set_page(sg, NULL, run * SIM_PAGE, 0);
+		sg_dma_address(sg) = addrs[i];
+		sg_dma_len(sg) = run * SIM_PAGE;
 		sg = sg_next(sg);
-		i += run;
 	}
+	kvfree(addrs);
 	return sgt;
 
-err_unmap:
-	sim_dmabuf_unmap_segs(at, sgt);
-	sg_free_table(sgt);
-err_free:
+err_sgt:
 	kfree(sgt);
+err_unmap:
+	sim_dmabuf_unmap_pages(at, d->npages);
+err_addrs:
+	kvfree(addrs);
 	return NULL;
 }
 
 static void sim_dmabuf_unmap(struct dma_buf_attachment *at, struct sg_table *sgt,
 			     enum dma_data_direction dir)
 {
-	sim_dmabuf_unmap_segs(at, sgt);
+	struct sim_dmabuf *d = at->dmabuf->priv;
+
+	sim_dmabuf_unmap_pages(at, d->npages);
 	sg_free_table(sgt);
 	kfree(sgt);
 }
@@ -904,6 +994,7 @@ static void sim_dmabuf_release(struct dma_buf *buf)
 	spin_unlock(&sim->lock);
 	if (d->alloc)
 		kref_put(&d->alloc->ref, sim_release_alloc);
+	kvfree(d->pages);
 	kfree(d);
 }
 
@@ -974,17 +1065,25 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 	struct sim_dmabuf *d;
 	struct sim_alloc *a;
 	struct dma_buf *buf;
-	int fd;
+	int fd, ret;
 
 	if (copy_from_user(&arg, uarg, sizeof(arg)))
 		return -EFAULT;
 	if (arg.flags & ~(NVP2P_SIM_EXPORT_PCIE | NVP2P_SIM_EXPORT_DYNAMIC) || !arg.size ||
-	    !IS_ALIGNED(arg.va, SIM_PAGE) || !IS_ALIGNED(arg.size, SIM_PAGE))
+	    !IS_ALIGNED(arg.va, SIM_PAGE) || !IS_ALIGNED(arg.size, SIM_PAGE) ||
+	    arg.size >> SIM_PAGE_SHIFT > sim->npages)
 		return -EINVAL;
 	d = kzalloc(sizeof(*d), GFP_KERNEL);
 	if (!d)
 		return -ENOMEM;
 	INIT_LIST_HEAD(&d->node);
+	d->npages = arg.size >> SIM_PAGE_SHIFT;
+	d->flags = arg.flags;
+	d->pages = kvmalloc_array(d->npages, sizeof(*d->pages), GFP_KERNEL);
+	if (!d->pages) {
+		ret = -ENOMEM;
+		goto err_free;
+	}
 	mutex_lock(&sim->alloc_lock);
 	spin_lock(&sim->lock);
 	a = sim_find_alloc(arg.va, arg.size);
@@ -994,14 +1093,12 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 	}
 	spin_unlock(&sim->lock);
 	if (!a) {
-		mutex_unlock(&sim->alloc_lock);
-		kfree(d);
-		return -EINVAL;
+		ret = -EINVAL;
+		goto err_unlock;
 	}
 	d->alloc = a;
-	d->first = (arg.va - a->va) >> SIM_PAGE_SHIFT;
-	d->npages = arg.size >> SIM_PAGE_SHIFT;
-	d->flags = arg.flags;
+	memcpy(d->pages, a->pages + ((arg.va - a->va) >> SIM_PAGE_SHIFT),
+	       d->npages * sizeof(*d->pages));
 
 	info.ops = arg.flags & NVP2P_SIM_EXPORT_DYNAMIC ? &sim_dmabuf_dynamic_ops : &sim_dmabuf_ops;
 	info.size = arg.size;
@@ -1009,13 +1106,12 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 	info.priv = d;
 	buf = dma_buf_export(&info);
 	if (IS_ERR(buf)) {
-		mutex_unlock(&sim->alloc_lock);
+		ret = PTR_ERR(buf);
 		spin_lock(&sim->lock);
 		sim->live_dmabufs--;
 		spin_unlock(&sim->lock);
 		kref_put(&a->ref, sim_release_alloc);
-		kfree(d);
-		return PTR_ERR(buf);
+		goto err_unlock;
 	}
 	d->buf = buf;
 	list_add_tail(&d->node, &a->dmabufs);
@@ -1027,6 +1123,13 @@ static int sim_ioctl_export(struct nvp2p_sim_export __user *uarg)
 	}
 	arg.fd = fd;
 	return copy_to_user(uarg, &arg, sizeof(arg)) ? -EFAULT : 0;
+
+err_unlock:
+	mutex_unlock(&sim->alloc_lock);
+err_free:
+	kvfree(d->pages);
+	kfree(d);
+	return ret;
 }
 
 #else
@@ -1208,6 +1311,8 @@ static void sim_remove(struct pci_dev *pdev)
 	misc_deregister(&s->misc);
 	list_for_each_entry_safe(p, tmp, &s->quarantine, node)
 		kfree(p);	/* its arrays went with the free */
+	if (!hash_empty(sim_peer_pages))
+		dev_warn(&pdev->dev, "leak: VRAM pages still mapped for a peer at unload\n");
 	if (s->live_allocs || s->live_pins || s->live_dmabufs)
 		dev_warn(&pdev->dev, "leak: %llu allocations, %llu pins, %llu dma-bufs live at unload\n",
 			 s->live_allocs, s->live_pins, s->live_dmabufs);
