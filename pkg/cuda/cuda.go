@@ -370,6 +370,17 @@ func (g *Device) Attribute(attr int) (int, error) {
 	return int(v), err
 }
 
+// DmabufSupported reports CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED: whether
+// the device exports its memory as dma-bufs. Drivers before CUDA 11.7 do
+// not know the attribute, which means no.
+func (g *Device) DmabufSupported() (bool, error) {
+	v, err := g.Attribute(AttrDmaBufSupported)
+	if errors.Is(err, ErrorInvalidValue) {
+		return false, nil
+	}
+	return v != 0, err
+}
+
 // TotalMem returns the device memory in bytes.
 func (g *Device) TotalMem() (uint64, error) {
 	var n uint64
@@ -410,7 +421,7 @@ func (b *Buffer) Free() error { return b.dev.drv.call(cuMemFree_v2, uintptr(b.Pt
 
 // ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
 func (b *Buffer) ExportDmabuf(off, size uint64) (int, error) {
-	return b.dev.exportDmabuf(b.Ptr+off, size)
+	return b.dev.ExportDmabufRange(b.Ptr+off, size)
 }
 
 // HostBuffer is page-locked host memory, the only host memory that

@@ -248,21 +248,14 @@ func (b *VMMBuffer) Free() error {
 		d.call(cuMemRelease, uintptr(b.handle)))
 }
 
-// ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
-func (b *VMMBuffer) ExportDmabuf(off, size uint64) (int, error) {
-	return b.dev.exportDmabuf(b.Ptr+off, size)
-}
-
-func (g *Device) exportDmabuf(ptr, size uint64) (int, error) {
+// ExportDmabufRange returns a dma-buf file descriptor for [ptr, ptr+size)
+// of device memory of any kind.
+func (g *Device) ExportDmabufRange(ptr, size uint64) (int, error) {
 	var fd int32
 	err := g.drv.call(cuMemGetHandleForAddressRange, uintptr(unsafe.Pointer(&fd)), uintptr(ptr),
 		uintptr(size), memRangeHandleDmaBuf, 0)
 	return int(fd), err
 }
-
-// ExportDmabufRange returns a dma-buf file descriptor for [ptr, ptr+size)
-// of device memory of any kind.
-func (g *Device) ExportDmabufRange(ptr, size uint64) (int, error) { return g.exportDmabuf(ptr, size) }
 
 // MemoryPool is a CUDA memory pool (cuMemPoolCreate), the memory
 // cudaMallocAsync hands out.

@@ -108,9 +108,10 @@ func (c cudaGPUs) GPU(ctx context.Context, bdf string) (doctor.GPU, error) {
 	if err != nil {
 		return gi, err
 	}
-	// Drivers older than CUDA 11.7 do not know the attribute: no dma-buf.
-	dmabuf, _ := g.Attribute(cuda.AttrDmaBufSupported)
-	gi.RDMASupported, gi.DmaBuf = rdma != 0, dmabuf != 0
+	if gi.DmaBuf, err = g.DmabufSupported(); err != nil {
+		return gi, err
+	}
+	gi.RDMASupported = rdma != 0
 	// BAR1's free space comes from NVML, which may be missing: then
 	// doctor checks the size alone.
 	if b, err := g.BAR1(); err == nil {

@@ -118,39 +118,6 @@ func withContext(g *cuda.Device, f func() error) error {
 	return f()
 }
 
-// cudaDmabuf says whether a CUDA device exports dma-bufs; drivers before
-// CUDA 11.7 do not know the attribute, which means no.
-type cudaDmabuf struct{ g *cuda.Device }
-
-func (c cudaDmabuf) DmabufSupported() (bool, error) {
-	v, err := c.g.Attribute(cuda.AttrDmaBufSupported)
-	if errors.Is(err, cuda.ErrorInvalidValue) {
-		return false, nil
-	}
-	return v != 0, err
-}
-
-// pinCUDA pins b's CUDA memory on d as via says.
-func pinCUDA(d *p2p.Device, b *buffer, size uint64, via stream.Pinning) (*p2p.Pin, error) {
-	via, err := stream.ChoosePinning(d, cudaDmabuf{b.dev}, via)
-	if err != nil {
-		return nil, err
-	}
-	if via == stream.PinP2P {
-		return d.PinGPU(b.gpu.Ptr, size, p2p.PinOptions{})
-	}
-	var fd int
-	if err := withContext(b.dev, func() error {
-		var err error
-		fd, err = b.gpu.ExportDmabuf(0, b.gpu.Size) // whole GPU pages
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("dma-buf export of %s of CUDA memory: %w", units.Bytes(size), err)
-	}
-	defer unix.Close(fd) // the pin holds the dma-buf
-	return d.PinDmabuf(fd, 0, size)
-}
-
 // allocPinned allocates size bytes of the given kind and pins them; GPU
 // memory as via says.
 func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint32, via stream.Pinning) (*buffer, error) {
@@ -183,7 +150,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 		b.free = func() error {
 			return errors.Join(withContext(g, b.gpu.Free), g.Close())
 		}
-		b.pin, err = pinCUDA(d, b, size, via)
+		b.pin, _, err = cudamem.Pin(d, g, b.gpu.Ptr, size, via)
 	default:
 		m, ok := o.Memory[kind]
 		if !ok {

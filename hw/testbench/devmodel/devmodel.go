@@ -624,36 +624,32 @@ func (g *guestBus) checkAllocated(off, n uint64) {
 	}
 }
 
-// Read fails where the IOMMU refuses: a read gets an Unsupported Request
-// completion.
-func (g *guestBus) Read(addr uint64, p []byte) error {
+func (g *guestBus) Read(addr uint64, p []byte) error  { return g.access(addr, p, false) }
+func (g *guestBus) Write(addr uint64, p []byte) error { return g.access(addr, p, true) }
+
+// access moves p to or from addr, piece by piece where the IOMMU maps it
+// so. Where the IOMMU refuses, a read gets an Unsupported Request
+// completion, and a write is dropped and counted: a posted write has no
+// completion to fail, so the engine never learns.
+func (g *guestBus) access(addr uint64, p []byte, write bool) error {
 	for len(p) > 0 {
-		b, err := g.resolve(addr, len(p), false)
+		b, err := g.resolve(addr, len(p), write)
 		if errors.Is(err, errIOMMUFault) {
+			if write {
+				g.r.iommuFaults.Add(1)
+				return nil
+			}
 			return &xdma.BusError{Addr: addr, Len: len(p), Code: xdma.ErrCodeUnsupportedRequest}
 		}
 		if err != nil {
 			return err
 		}
-		n := copy(p, b)
-		addr, p = addr+uint64(n), p[n:]
-	}
-	return nil
-}
-
-// Write drops what the IOMMU refuses, and counts it: a posted write has
-// no completion to fail, so the engine never learns.
-func (g *guestBus) Write(addr uint64, p []byte) error {
-	for len(p) > 0 {
-		b, err := g.resolve(addr, len(p), true)
-		if errors.Is(err, errIOMMUFault) {
-			g.r.iommuFaults.Add(1)
-			return nil
+		var n int
+		if write {
+			n = copy(b, p)
+		} else {
+			n = copy(p, b)
 		}
-		if err != nil {
-			return err
-		}
-		n := copy(b, p)
 		addr, p = addr+uint64(n), p[n:]
 	}
 	return nil

@@ -96,6 +96,27 @@ func MustLoad(t testing.TB, name string, params ...string) {
 	})
 }
 
+// SetParam sets a loaded module's parameter until the test ends, and
+// returns what restores it sooner.
+func SetParam(t testing.TB, module, name, value string) (restore func()) {
+	t.Helper()
+	path := "/sys/module/" + module + "/parameters/" + name
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(value), 0); err != nil {
+		t.Fatal(err)
+	}
+	restore = func() {
+		if err := os.WriteFile(path, old, 0); err != nil {
+			t.Errorf("restoring %s: %v", path, err)
+		}
+	}
+	t.Cleanup(restore)
+	return restore
+}
+
 // Dmesg returns the kernel log buffer.
 func Dmesg() (string, error) {
 	n, err := unix.Klogctl(unix.SYSLOG_ACTION_SIZE_BUFFER, nil)

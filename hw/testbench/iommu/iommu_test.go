@@ -184,11 +184,7 @@ func TestUnmappedWritesAreLostSilently(t *testing.T) {
 	requireTranslation(t)
 	a, gpuMem := gpuAlloc(t, r, simgpu.Fragmented)
 	// nvidia_p2p mappings moved off what the IOMMU maps.
-	const param = "/sys/module/nvp2p_sim/parameters/dma_offset"
-	if err := os.WriteFile(param, []byte("1099511627776"), 0); err != nil {
-		t.Fatal(err)
-	}
-	defer os.WriteFile(param, []byte("0"), 0)
+	defer guest.SetParam(t, "nvp2p_sim", "dma_offset", "1099511627776")()
 	p, err := r.Dev.PinGPU(a.VA, a.Size, p2p.PinOptions{})
 	if err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
@@ -389,28 +390,7 @@ func u64s(a, b uint64) []byte {
 // setParam sets a gpufpga parameter and returns what restores it.
 func setParam(t *testing.T, name, value string) func() {
 	t.Helper()
-	return setModuleParam(t, "gpufpga", name, value)
-}
-
-// setModuleParam sets a module's parameter until the test ends, and
-// returns what restores it sooner.
-func setModuleParam(t *testing.T, module, name, value string) func() {
-	t.Helper()
-	path := "/sys/module/" + module + "/parameters/" + name
-	old, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, []byte(value), 0); err != nil {
-		t.Fatal(err)
-	}
-	restore := func() {
-		if err := os.WriteFile(path, old, 0); err != nil {
-			t.Errorf("restoring %s: %v", path, err)
-		}
-	}
-	t.Cleanup(restore)
-	return restore
+	return guest.SetParam(t, "gpufpga", name, value)
 }
 
 func TestLimits(t *testing.T) {

@@ -155,7 +155,7 @@ func TestDmabufRefusedAttachmentIsEOPNOTSUPP(t *testing.T) {
 	if f == nil {
 		return
 	}
-	setModuleParam(t, "nvp2p_sim", "dmabuf_topology_ok", "N")
+	guest.SetParam(t, "nvp2p_sim", "dmabuf_topology_ok", "N")
 	p, err := d.PinDmabuf(int(f.Fd()), 0, a.Size)
 	if err == nil {
 		p.Unpin()

@@ -503,16 +503,8 @@ func TestTopPageIsNotFollowedByPageZero(t *testing.T) {
 	if err != nil || len(table) != 2 || table[1] != table[0]+simgpu.PageSize {
 		t.Fatalf("allocation table %#x, %v: want two contiguous pages", table, err)
 	}
-	const param = "/sys/module/nvp2p_sim/parameters/dma_offset"
 	offset := -table[0] - simgpu.PageSize // page 0 to 2^64-64K, page 1 to 0
-	if err := os.WriteFile(param, []byte(strconv.FormatUint(offset, 10)), 0); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := os.WriteFile(param, []byte("0"), 0); err != nil {
-			t.Error(err)
-		}
-	}()
+	defer guest.SetParam(t, "nvp2p_sim", "dma_offset", strconv.FormatUint(offset, 10))()
 	p := pinGPU(t, d, a.VA, a.Size)
 	defer p.Unpin()
 	st, err := p.Query(true)

@@ -78,14 +78,6 @@ func counters(t *testing.T, g *simgpu.GPU) simgpu.Counters {
 	return c
 }
 
-func setParam(t *testing.T, module, name string, v int) {
-	t.Helper()
-	path := "/sys/module/" + module + "/parameters/" + name
-	if err := os.WriteFile(path, []byte(strconv.Itoa(v)), 0); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // TestBridgeNextToProprietaryDriver loads the bridge next to a provider
 // licensed as NVIDIA's proprietary driver is: the kernel refuses a module
 // that imports from a proprietary one and uses any GPL-only symbol.
@@ -153,7 +145,7 @@ func TestCallbackBeforeGetPagesReturns(t *testing.T) {
 		t.Run(variant, func(t *testing.T) {
 			d, g := rig(t, variant)
 			const rounds = 50
-			setParam(t, "nvp2p_sim", "free_in_get_pages", rounds)
+			guest.SetParam(t, "nvp2p_sim", "free_in_get_pages", strconv.Itoa(rounds))
 			for i := range rounds {
 				a := alloc(t, g, uint64(1+i%4)<<16)
 				p, err := d.PinGPU(a.VA+uint64(i), a.Size-uint64(i), p2p.PinOptions{})

@@ -108,7 +108,7 @@ func (c *GPU) Close() error {
 
 // DmabufSupported implements stream.DmabufGPU: the device's
 // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED.
-func (c *GPU) DmabufSupported() (bool, error) { return deviceDmabuf{c.dev}.DmabufSupported() }
+func (c *GPU) DmabufSupported() (bool, error) { return c.dev.DmabufSupported() }
 
 // Alloc implements stream.GPU: cuMemAlloc rounded to 64 KiB, SYNC_MEMOPS
 // set.
@@ -370,7 +370,7 @@ func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*
 	if err != nil {
 		return nil, 0, err
 	}
-	via, err = stream.ChoosePinning(d, deviceDmabuf{g}, via)
+	via, err = stream.ChoosePinning(d, g, via)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -389,17 +389,4 @@ func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*
 	defer unix.Close(fd) // the pin holds the dma-buf
 	p, err := d.PinDmabuf(fd, ptr-start, size)
 	return p, via, err
-}
-
-// deviceDmabuf is a CUDA device as a stream.DmabufGPU.
-type deviceDmabuf struct{ g *cuda.Device }
-
-// DmabufSupported is CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED; drivers before
-// CUDA 11.7 do not know it, which means no.
-func (d deviceDmabuf) DmabufSupported() (bool, error) {
-	v, err := d.g.Attribute(cuda.AttrDmaBufSupported)
-	if errors.Is(err, cuda.ErrorInvalidValue) {
-		return false, nil
-	}
-	return v != 0, err
 }
