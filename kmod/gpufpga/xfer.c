@@ -401,7 +401,6 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
 }
 
-
 /* Ends everything on a channel whose device is gone: nothing can move. */
 static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
 {
@@ -942,9 +941,10 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 			if (ch->active == r && !ch->halting &&
 			    (wb & XDMA_WB_ERROR || (wb & XDMA_WB_COUNT) >= r->nsegs)) {
 				/* The status register is read only when it failed. */
-				status = wb & XDMA_WB_ERROR ?
-					 gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC)) :
-					 XDMA_STAT_DESC_STOPPED;
+				status = XDMA_STAT_DESC_STOPPED;
+				if (wb & XDMA_WB_ERROR)
+					status = gpufpga_read(ch->dev,
+							      gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 				gpufpga_complete_active(ch, status);
 				gpufpga_start_next(ch);
 			}
@@ -1153,8 +1153,10 @@ int gpufpga_chan_init(struct gpufpga_chan *ch)
 	sg = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
 	gpufpga_write(ch->dev, sg + XDMA_REG_DESC_LO, lower_32_bits(ch->ring_bus));
 	gpufpga_write(ch->dev, sg + XDMA_REG_DESC_HI, upper_32_bits(ch->ring_bus));
-	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO), lower_32_bits(ch->wb_bus));
-	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI), upper_32_bits(ch->wb_bus));
+	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO),
+		      lower_32_bits(ch->wb_bus));
+	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI),
+		      upper_32_bits(ch->wb_bus));
 	ch->last_chain = kvzalloc((size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
 	if (!ch->last_chain) {
 		dma_free_coherent(dev, ch->ring_size, ch->ring, ch->ring_bus);
