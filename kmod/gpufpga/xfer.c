@@ -915,6 +915,14 @@ out:
 	return ret;
 }
 
+/* A polled chain's status: the register is read only when it failed. */
+static u32 gpufpga_wb_status(struct gpufpga_chan *ch, u32 wb)
+{
+	if (!(wb & XDMA_WB_ERROR))
+		return XDMA_STAT_DESC_STOPPED;
+	return gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+}
+
 /*
  * Poll mode: spins on the engine's writeback word until r's last
  * descriptor completes or the engine reports an error, and completes r
@@ -927,7 +935,7 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 {
 	struct gpufpga_chan *ch = r->chan;
 	unsigned long until = jiffies + r->timeout;
-	u32 wb, status;
+	u32 wb;
 
 	while (!READ_ONCE(r->finished)) {
 		wb = le32_to_cpu(READ_ONCE(*ch->wb));
@@ -940,12 +948,7 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 			wb = le32_to_cpu(READ_ONCE(*ch->wb));
 			if (ch->active == r && !ch->halting &&
 			    (wb & XDMA_WB_ERROR || (wb & XDMA_WB_COUNT) >= r->nsegs)) {
-				/* The status register is read only when it failed. */
-				status = XDMA_STAT_DESC_STOPPED;
-				if (wb & XDMA_WB_ERROR)
-					status = gpufpga_read(ch->dev,
-							      gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-				gpufpga_complete_active(ch, status);
+				gpufpga_complete_active(ch, gpufpga_wb_status(ch, wb));
 				gpufpga_start_next(ch);
 			}
 			spin_unlock_irq(&ch->lock);
