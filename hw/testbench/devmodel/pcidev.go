@@ -53,10 +53,12 @@ type pciServer struct {
 	req  net.Conn
 	irq  net.Conn
 
-	// Interrupt messages wait in irqs; irqMu orders their writes, so that
-	// a read's answer never overtakes an interrupt raised before the read,
-	// as on PCIe, where a completion does not pass an earlier message.
+	// Interrupt messages wait in irqs, and leave it only under irqMu, so
+	// that they are written in order and a read's answer never overtakes
+	// an interrupt raised before the read, as on PCIe, where a completion
+	// does not pass an earlier message. kick wakes the writer.
 	irqs  chan [8]byte
+	kick  chan struct{}
 	irqMu sync.Mutex
 	// xlateMu keeps one translation request in flight.
 	xlateMu sync.Mutex
@@ -72,7 +74,8 @@ func listenPCI(sock string) (*pciServer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devmodel: %w", err)
 	}
-	return &pciServer{sock: sock, ln: ln, irqs: make(chan [8]byte, pciIRQBuffer), done: make(chan struct{})}, nil
+	return &pciServer{sock: sock, ln: ln, irqs: make(chan [8]byte, pciIRQBuffer),
+		kick: make(chan struct{}, 1), done: make(chan struct{})}, nil
 }
 
 // accept takes the device's two connections, in whichever order they come,
@@ -142,8 +145,8 @@ func (s *pciServer) serve(dev pciDevice, fail func(error)) {
 		defer s.wg.Done()
 		for {
 			select {
-			case m := <-s.irqs:
-				if err := s.writeIRQ(m); err != nil {
+			case <-s.kick:
+				if err := s.flushIRQs(); err != nil {
 					if !deviceGone(err) {
 						fail(fmt.Errorf("devmodel: interrupt: %w", err))
 					}
@@ -168,14 +171,8 @@ func deviceGone(err error) bool {
 		errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
-func (s *pciServer) writeIRQ(m [8]byte) error {
-	s.irqMu.Lock()
-	defer s.irqMu.Unlock()
-	_, err := s.irq.Write(m[:])
-	return err
-}
-
-// flushIRQs writes every interrupt queued so far, before a read's answer.
+// flushIRQs writes every interrupt queued so far: for the writer, and
+// before a read's answer.
 func (s *pciServer) flushIRQs() error {
 	s.irqMu.Lock()
 	defer s.irqMu.Unlock()
@@ -264,10 +261,14 @@ func (s *pciServer) send(kind byte, v uint32) error {
 	binary.LittleEndian.PutUint32(m[4:], v)
 	select {
 	case s.irqs <- m:
-		return nil
 	default:
 		return fmt.Errorf("devmodel: %d interrupt messages undelivered", pciIRQBuffer)
 	}
+	select {
+	case s.kick <- struct{}{}:
+	default: // the writer is awake already
+	}
+	return nil
 }
 
 func (s *pciServer) close() {
