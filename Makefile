@@ -7,7 +7,9 @@ BIN   := $(CURDIR)/bin
 
 # The kernels the modules are built for and the guest boots: Debian's 6.1
 # (bookworm) and 6.12 (bookworm-backports), the newest installed of each.
-# KVER is the one `make kmod` and `make demo` use.
+# KVER is the one `make kmod` and `make demo` use. They are looked up when a
+# recipe runs, never in a prerequisite list (expanded as the Makefile is
+# read), so `make deps kmod` finds the kernels that deps has just installed.
 headers = $(shell ls -d /usr/src/linux-headers-$(1)-amd64 2>/dev/null | sed 's|.*/linux-headers-||' | sort -V | tail -n 1)
 KVER_61  ?= $(call headers,6.1.0-*)
 KVER_612 ?= $(call headers,6.12.*+deb12)
@@ -17,7 +19,7 @@ KDIR ?= /lib/modules/$(KVER)/build
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser \
-	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev
+	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev libfdt-dev zlib1g-dev python3
 # From bookworm-backports, pinned so that nothing else comes from there.
 BPO_PACKAGES := linux-headers-6.12-amd64
 BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
@@ -25,8 +27,7 @@ BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
 SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
-MODULES_OUT := $(CURDIR)/build/kmod-$(KVER)
-VMLINUX := $(CURDIR)/build/vmlinux-$(KVER)
+MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
 .PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
@@ -70,15 +71,13 @@ NV_SYMVERS ?= $(if $(NVIDIA_SRC),$(NVIDIA_SRC)/Module.symvers,$(CURDIR)/hw/testb
 # The modules for kernel $(1), W=1 and sparse (C=2) clean, into
 # build/kmod-$(1)/; $(2) is that kernel's build tree, $(3) its vmlinux.
 kmod_for = hw/testbench/kernel/build-modules.sh $(2) $(3) $(CURDIR)/build/kmod-$(1) $(NVIDIA_SRC)
+# The same for an installed Debian kernel $(1), whose vmlinux comes out of
+# its bzImage (Debian ships none) into build/ once.
+debian_kmod = vm=$$(hw/testbench/kernel/vmlinux-for.sh "$(1)" $(CURDIR)/build) && \
+	$(call kmod_for,$(1),/lib/modules/$(1)/build,$$vm)
 
-kmod: $(CURDIR)/build/vmlinux-$(KVER)
-	$(call kmod_for,$(KVER),$(KDIR),$<)
-
-# Debian ships no vmlinux: take the ELF image (with .BTF) out of the bzImage.
-$(CURDIR)/build/vmlinux-%:
-	@test -f /boot/vmlinuz-$* || { echo "no /boot/vmlinuz-$*: run make deps" >&2; exit 1; }
-	@mkdir -p $(dir $@)
-	hw/testbench/kernel/extract-vmlinux.sh /boot/vmlinuz-$* $@
+kmod:
+	$(call debian_kmod,$(KVER))
 
 # The guest suite on one kernel: $(1) release, $(2) image, $(3) modules,
 # $(4) guest kernel modules ("" when what the guest needs is built in),
@@ -93,29 +92,29 @@ vmtest_on = GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3
 # open one, each with 2 vCPUs; then a 6.12 guest whose DMA is bounced.
 vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu
 
-vmtest-6.1: $(CURDIR)/build/vmlinux-$(KVER_61) qemu
+vmtest-6.1: qemu
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
-	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
+	$(call debian_kmod,$(KVER_61))
 	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),proprietary)
 
-vmtest-6.12: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
+vmtest-6.12: qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
-	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
+	$(call debian_kmod,$(KVER_612))
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
 
 # DMA through SWIOTLB bounce buffers (swiotlb=force), on 6.12: host pins
 # are refused with the reason, GPU pins work.
-vmtest-swiotlb: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
+vmtest-swiotlb: qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
-	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
+	$(call debian_kmod,$(KVER_612))
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestBounceBuffers)
 
 # An IOMMU translating the FPGA's DMA (intel-iommu), on 6.12 next to the
 # open NVIDIA driver: pins through IOVAs, and dma-bufs whose raw BAR
 # addresses the IOMMU would drop refused with the reason.
-vmtest-iommu: $(CURDIR)/build/vmlinux-$(KVER_612) qemu
+vmtest-iommu: qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
-	$(call kmod_for,$(KVER_612),/lib/modules/$(KVER_612)/build,$<)
+	$(call debian_kmod,$(KVER_612))
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestIOMMU)
 
 # The same suite, and the ABI fuzzer, on the debug kernel (KASAN, lockdep,
@@ -192,8 +191,9 @@ $(PTXAS_DEB_DIR)/usr/bin/ptxas:
 
 # The BPF objects of pkg/trace and their Go bindings, from vmlinux.h made
 # from the BTF of the kernel the rig boots (needs clang, libbpf-dev, bpftool).
-bpf: $(VMLINUX)
-	bpftool btf dump file $(VMLINUX) format c > pkg/trace/bpf/vmlinux.h
+bpf:
+	vm=$$(hw/testbench/kernel/vmlinux-for.sh "$(KVER)" $(CURDIR)/build) && \
+	bpftool btf dump file $$vm format c > pkg/trace/bpf/vmlinux.h
 	$(GO) generate ./pkg/trace
 
 # The Go mirror of the driver's ABI (needs gcc).
@@ -253,8 +253,8 @@ bench:
 
 # The driver's guest CPU cost per operation against a null ioctl, on an
 # instruction-counting guest (6.1); the figures go to build/icount.json.
-bench-icount: $(CURDIR)/build/vmlinux-$(KVER_61) qemu
-	$(call kmod_for,$(KVER_61),/lib/modules/$(KVER_61)/build,$<)
+bench-icount: qemu
+	$(call debian_kmod,$(KVER_61))
 	@set -o pipefail; $(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),open,TestICount) > build/icount.log 2>&1 \
 		|| { tail -n 40 build/icount.log; exit 1; }
 	@sed -n 's/.*ICOUNT| //p' build/icount.log | tee build/icount.json
