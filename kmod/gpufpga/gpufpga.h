@@ -100,6 +100,12 @@ struct gpufpga_chan {
 	struct gpufpga_stream_state *acq;	/* a running stream, or NULL */
 	bool halting;			/* mutex holder owns the engine */
 	bool quiet;			/* interrupt off, for polled chains */
+	/*
+	 * Read-to-clear status bits of the running chain, from every read
+	 * since it started (gpufpga_chan_status): none is lost. Under lock,
+	 * or mutex while halting.
+	 */
+	u32 status_seen;
 	int acq_error;			/* the stream must end with it */
 	/* Watchdog: a lost interrupt, a timeout, a stream that must end. */
 	struct delayed_work work;
@@ -295,6 +301,7 @@ int gpufpga_regs_init(struct gpufpga_dev *dev);
 int gpufpga_discover_channels(struct gpufpga_dev *dev);
 u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
 u32 gpufpga_chan_halt(struct gpufpga_chan *ch);
+u32 gpufpga_chan_status(struct gpufpga_chan *ch);
 
 /* pin.c */
 int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int size);

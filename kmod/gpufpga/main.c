@@ -39,13 +39,40 @@ unsigned long gpufpga_max_pinned_total = 256UL << 30;
 module_param_named(max_pinned_total, gpufpga_max_pinned_total, ulong, 0644);
 MODULE_PARM_DESC(max_pinned_total, "pinned bytes per device");
 
+/*
+ * Parameters writable at run time are checked when set: a zero timeout
+ * would spin the channel's watchdog, a zero queue refuse every record.
+ */
+#define GPUFPGA_MAX_TIMEOUT_MS	(3600U * 1000)
+#define GPUFPGA_MAX_QUEUED	BIT(20)
+
+static int gpufpga_set_max_queued(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 1, GPUFPGA_MAX_QUEUED);
+}
+
+static const struct kernel_param_ops gpufpga_max_queued_ops = {
+	.set = gpufpga_set_max_queued,
+	.get = param_get_uint,
+};
+
 unsigned int gpufpga_max_queued = 1024;
-module_param_named(max_queued, gpufpga_max_queued, uint, 0644);
-MODULE_PARM_DESC(max_queued, "asynchronous transfers per open file, queued or finished but not yet read");
+module_param_cb(max_queued, &gpufpga_max_queued_ops, &gpufpga_max_queued, 0644);
+MODULE_PARM_DESC(max_queued, "asynchronous transfers per open file, queued or finished but not yet read (1 to 1048576)");
+
+static int gpufpga_set_timeout_ms(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 1, GPUFPGA_MAX_TIMEOUT_MS);
+}
+
+static const struct kernel_param_ops gpufpga_timeout_ms_ops = {
+	.set = gpufpga_set_timeout_ms,
+	.get = param_get_uint,
+};
 
 unsigned int gpufpga_timeout_ms = 5000;
-module_param_named(timeout_ms, gpufpga_timeout_ms, uint, 0644);
-MODULE_PARM_DESC(timeout_ms, "default transfer timeout");
+module_param_cb(timeout_ms, &gpufpga_timeout_ms_ops, &gpufpga_timeout_ms, 0644);
+MODULE_PARM_DESC(timeout_ms, "default transfer timeout (1 to 3600000)");
 
 /* Read at probe: a device bound later (or rebound) takes the new value. */
 static char *gpufpga_interrupts = "auto";

@@ -119,6 +119,24 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
 }
 
 /*
+ * Reads the channel's read-to-clear status and keeps what it returns in
+ * ch->status_seen for the running chain: a bit read is gone from the
+ * engine, and a card may report a chain's stop before BUSY drops, or its
+ * completion and its stop in different reads (PG195 promises no order).
+ * Returns every bit seen since the chain started, with this read's BUSY.
+ * Under ch->lock, or ch->mutex with ch->halting set.
+ */
+u32 gpufpga_chan_status(struct gpufpga_chan *ch)
+{
+	u32 st = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+
+	if (READ_ONCE(ch->dev->link_down))
+		return st;
+	ch->status_seen |= st & ~XDMA_STAT_BUSY;
+	return ch->status_seen | (st & XDMA_STAT_BUSY);
+}
+
+/*
  * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
  * busy, halts descriptor fetching too. Returns the final status, read-
  * cleared. May sleep: called with ch->mutex held and ch->halting set, or
@@ -162,5 +180,5 @@ u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
 		pci_clear_master(dev->pdev);
 		dev->dead = true;
 	}
-	return gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	return gpufpga_chan_status(ch);
 }

@@ -233,6 +233,17 @@ static void gpufpga_stream_fail(struct gpufpga_chan *ch, int error)
 	mod_delayed_work(gpufpga_wq, &ch->work, 0);
 }
 
+/*
+ * Whether the status bits seen tell that the engine left the ring: an
+ * error, a stop (no descriptor of the ring asks for one) or RUN cleared
+ * under it. BUSY tells nothing here: an engine that has used every credit
+ * waits, and PG195 does not say whether BUSY stays set while it does.
+ */
+static bool gpufpga_stream_stopped(u32 seen)
+{
+	return seen & (XDMA_STAT_ERRORS | XDMA_STAT_DESC_STOPPED | XDMA_STAT_IDLE_STOPPED);
+}
+
 /* A slot filled, or the engine stopped. Hard IRQ, ch->lock held. */
 void gpufpga_stream_irq(struct gpufpga_chan *ch)
 {
@@ -240,7 +251,7 @@ void gpufpga_stream_irq(struct gpufpga_chan *ch)
 	u32 status;
 	int ret;
 
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	status = gpufpga_chan_status(ch);
 	if (ch->acq_error)
 		return;		/* ending already */
 	if (READ_ONCE(dev->link_down)) {
@@ -250,7 +261,7 @@ void gpufpga_stream_irq(struct gpufpga_chan *ch)
 	ret = gpufpga_stream_collect(ch);
 	if (ret < 0)
 		gpufpga_stream_fail(ch, ret);
-	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY))
+	else if (gpufpga_stream_stopped(status))
 		gpufpga_stream_fail(ch, -EIO);
 }
 
@@ -269,7 +280,7 @@ void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 	error = ch->acq_error;
 	if (!error && !ch->halting) {
 		/* As the IRQ handler would have: its stop may be what was lost. */
-		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+		status = gpufpga_chan_status(ch);
 		found = gpufpga_stream_collect(ch);
 		if (found > 0)
 			dev_warn_ratelimited(&dev->pdev->dev, "C2H channel %u: %d stream slots filled without an interrupt\n",
@@ -278,7 +289,7 @@ void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 			error = -ENODEV;
 		else if (found < 0)
 			error = found;
-		else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_BUSY))
+		else if (gpufpga_stream_stopped(status))
 			error = -EIO;
 		if (error)
 			ch->errors++;
@@ -330,6 +341,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	gpufpga_stream_load(ch, st);
 	st->completed = 0;	/* RUN's rising edge clears the count */
 	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	ch->status_seen = 0;
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_LO), lower_32_bits(ch->ring_bus));
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_HI), upper_32_bits(ch->ring_bus));
 	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ch->last_first_adj);

@@ -356,6 +356,7 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	wmb();
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
+	ch->status_seen = 0;
 	ch->runs++;
 	ch->deadline = jiffies + r->timeout;
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL),
@@ -376,9 +377,32 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 }
 
 /*
- * The engine went idle: collect the active request's result, given the
- * status the caller read (and so cleared). Only the last descriptor stops
- * the engine: a chain that stopped without an error completed all of its
+ * Whether the active chain has ended, by every status bit read since it
+ * started (seen) and the completed count: with an error, or with its stop,
+ * which only its last descriptor carries. BUSY is not consulted: a card may
+ * report it for a while after the stop. A stop with fewer descriptors
+ * completed than the chain has cannot be this chain's (a late report of a
+ * polled one before it) and is dropped. Under ch->lock.
+ */
+static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
+{
+	u32 completed;
+
+	if (seen & XDMA_STAT_ERRORS)
+		return true;
+	if (!(seen & XDMA_STAT_DESC_STOPPED))
+		return false;
+	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	if (completed >= ch->active->nsegs)
+		return true;
+	ch->status_seen &= ~XDMA_STAT_DESC_STOPPED;
+	return false;
+}
+
+/*
+ * The chain ended: collect the active request's result, given every
+ * status bit seen since it started. Only the last descriptor stops the
+ * engine: a chain that stopped without an error completed all of its
  * descriptors, and only a failed one needs its count read. Under ch->lock.
  */
 static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
@@ -434,20 +458,16 @@ void gpufpga_chan_irq(struct gpufpga_chan *ch)
 		gpufpga_stream_irq(ch);
 		return;
 	}
-	/*
-	 * One read: it clears what it returns. While the engine runs, that
-	 * is at most progress bits: the stop and the errors come with its
-	 * halt.
-	 */
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	/* One read: it clears what it returns, which the channel keeps. */
+	status = gpufpga_chan_status(ch);
 	if (!ch->active)
 		return;
 	if (READ_ONCE(dev->link_down)) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		return;
 	}
-	/* A shared vector, or a stale edge: not this chain's end. */
-	if (status & XDMA_STAT_BUSY || !(status & (XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS)))
+	/* A shared vector, a stale edge, or part of the end: wait for more. */
+	if (!gpufpga_chain_ended(ch, status))
 		return;
 	gpufpga_complete_active(ch, status);
 	gpufpga_start_next(ch);
@@ -541,12 +561,12 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 		queue_delayed_work(gpufpga_wq, &ch->work, ch->deadline - jiffies);
 		goto out;
 	}
-	status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	status = gpufpga_chan_status(ch);
 	if (dev->link_down) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		goto out;
 	}
-	if (!(status & XDMA_STAT_BUSY)) {
+	if (gpufpga_chain_ended(ch, status)) {
 		if (!r->poll)
 			dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu ended without an interrupt\n",
 					     ch->dir ? "C2H" : "H2C", ch->index, r->id);
@@ -666,9 +686,8 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 			spin_unlock_irq(&ch->lock);
 			return;
 		}
-		status = dev->link_down ? XDMA_STAT_BUSY :
-			 gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-		if (!(status & XDMA_STAT_BUSY)) {
+		status = dev->link_down ? 0 : gpufpga_chan_status(ch);
+		if (!dev->link_down && gpufpga_chain_ended(ch, status)) {
 			gpufpga_complete_active(ch, status);
 			gpufpga_start_next(ch);
 			spin_unlock_irq(&ch->lock);
@@ -920,7 +939,7 @@ static u32 gpufpga_wb_status(struct gpufpga_chan *ch, u32 wb)
 {
 	if (!(wb & XDMA_WB_ERROR))
 		return XDMA_STAT_DESC_STOPPED;
-	return gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	return gpufpga_chan_status(ch);
 }
 
 /*

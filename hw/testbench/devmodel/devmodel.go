@@ -44,6 +44,9 @@ type Config struct {
 	// Source configures the C2H stream source until the guest reconfigures
 	// it through the control mailbox.
 	Source acq.SourceConfig
+	// Quirks are the behaviours PG195 leaves open that the card shows,
+	// until the guest selects others through the control mailbox.
+	Quirks xdmamodel.Quirk
 }
 
 // The rig's channels: 0 is memory-mapped to card memory in both
@@ -139,6 +142,9 @@ func New(cfg Config) (*Rig, error) {
 		Level: r.level,
 	})
 	if err != nil {
+		return nil, err
+	}
+	if err := r.engine.SetQuirks(cfg.Quirks); err != nil {
 		return nil, err
 	}
 	ok = true
@@ -447,6 +453,12 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return split(r.lateWrites.Load())
 	case rl.CtlIOMMUFaults:
 		return split(r.iommuFaults.Load())
+	case rl.CtlQuirks:
+		was := r.engine.Quirks()
+		if r.engine.SetQuirks(xdmamodel.Quirk(a0)) != nil {
+			return einval, 0, 0
+		}
+		return 0, uint32(was), 0
 	}
 	return einval, 0, 0
 }

@@ -104,6 +104,16 @@ func (c *Control) InjectFault(dir xdma.Direction, ch int, f xdmamodel.Fault) err
 	return nil
 }
 
+// SetQuirks selects the behaviours PG195 leaves open that the simulated
+// XDMA shows from now on, and returns those it showed.
+func (c *Control) SetQuirks(q xdmamodel.Quirk) (xdmamodel.Quirk, error) {
+	was, _, err := c.mb.Call(rl.CtlQuirks, uint32(q), 0, 0)
+	if err != nil {
+		return 0, fmt.Errorf("rigctl: quirks %v: %w", q, err)
+	}
+	return xdmamodel.Quirk(was), nil
+}
+
 // SetLinkDown takes the simulated FPGA off the bus, or puts it back.
 func (c *Control) SetLinkDown(down bool) error {
 	var v uint32

@@ -40,6 +40,7 @@ const (
 	CtlSinkStats   = 6
 	CtlSourceSnap  = 7
 	CtlIOMMUFaults = 8
+	CtlQuirks      = 9
 
 	SrcGenerated = 0
 	SrcDelivered = 1

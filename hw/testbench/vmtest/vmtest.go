@@ -31,6 +31,7 @@ import (
 	"github.com/u-root/mkuimage/uimage"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/devmodel"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 )
 
 // GuestModuleDir is where the project's modules sit in the guest. It is
@@ -189,6 +190,13 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 	if cfg.VRAM == 0 {
 		cfg.VRAM = 256 << 20
 	}
+	// The card's behaviour where PG195 leaves it open (xdmamodel.Quirk).
+	if q := os.Getenv("GPUFPGA_QUIRKS"); q != "" && cfg.Quirks == 0 {
+		if cfg.Quirks, err = xdmamodel.ParseQuirks(q); err != nil {
+			t.Fatalf("GPUFPGA_QUIRKS: %v", err)
+		}
+	}
+	t.Logf("card quirks: %v", cfg.Quirks)
 	cfg.Dir, err = os.MkdirTemp("/dev/shm", "gpufpga-rig-")
 	if err != nil {
 		t.Fatal(err)

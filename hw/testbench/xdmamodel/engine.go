@@ -133,6 +133,7 @@ type Engine struct {
 	levelAsserted bool
 	irqMode       InterruptMode
 	linkDown      bool
+	quirks        Quirk
 	pollWBScratch [4]byte
 	resultScratch [8]byte
 	descriptorBuf [(xdma.MaxNextAdjacent + 1) * xdma.DescSize]byte
@@ -144,16 +145,19 @@ type fetched struct {
 }
 
 type channel struct {
-	dir   xdma.Direction
-	index int
-	cfg   ChannelConfig
-	irq   uint32 // bit in the interrupt block
+	engine *Engine // its quirks and credit mode; under engine.mu
+	dir    xdma.Direction
+	index  int
+	cfg    ChannelConfig
+	irq    uint32 // bit in the interrupt block
 
 	control, status, completed, intMask uint32
 	wbLo, wbHi                          uint32
 	descLo, descHi, descAdj, credits    uint32
 
 	busy     bool
+	lateBusy int       // status reads still to see BUSY (QuirkLateBusy)
+	deferred uint32    // status bits the next read makes visible (QuirkSplitStatus)
 	queue    []fetched // fetched, not yet started
 	nextAddr uint64    // next block to fetch
 	nextAdj  int
@@ -196,7 +200,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 }
 
 func (e *Engine) newChannel(dir xdma.Direction, i int, cc ChannelConfig, irq uint32) *channel {
-	return &channel{dir: dir, index: i, cfg: cc, irq: irq, scratch: make([]byte, e.chunk)}
+	return &channel{engine: e, dir: dir, index: i, cfg: cc, irq: irq, scratch: make([]byte, e.chunk)}
 }
 
 func (e *Engine) channel(dir xdma.Direction, i int) *channel {
@@ -363,11 +367,9 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 	case xdma.RegControl:
 		return c.control
 	case xdma.RegStatus:
-		return c.statusWord()
+		return c.readStatus(false)
 	case xdma.RegStatusRC:
-		v := c.statusWord()
-		c.status = 0
-		return v
+		return c.readStatus(true)
 	case xdma.RegCompletedCount:
 		if c.fault == FaultCountAllOnes {
 			c.fault = FaultNone
@@ -388,12 +390,44 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 	return 0
 }
 
-func (c *channel) statusWord() uint32 {
+// readStatus answers a read of the status register, clearing what it
+// returns when clear is set. Under the quirks a read may see BUSY after the
+// stop, and bits held back appear for the next read.
+func (c *channel) readStatus(clear bool) uint32 {
 	v := c.status
-	if c.busy {
-		v |= xdma.CtrlRun
+	if c.busy && !c.idleWithoutCredits() || c.lateBusy > 0 {
+		v |= xdma.CtrlRun // BUSY
 	}
+	if c.lateBusy > 0 {
+		c.lateBusy--
+	}
+	if clear {
+		c.status = 0
+	}
+	c.status |= c.deferred
+	c.deferred = 0
 	return v
+}
+
+// idleWithoutCredits reports whether c reports idle while it waits for
+// credits (QuirkIdleWithoutCredits).
+func (c *channel) idleWithoutCredits() bool {
+	e := c.engine
+	return e.quirks&QuirkIdleWithoutCredits != 0 && e.creditMode&c.commonBit() != 0 && c.credits == 0 &&
+		!c.active && len(c.queue) == 0
+}
+
+// ended records the end of a chain: the stop bits (held back for a read
+// under QuirkSplitStatus) and a BUSY that lingers under QuirkLateBusy.
+func (c *channel) ended(stop uint32) {
+	if c.engine.quirks&QuirkSplitStatus != 0 {
+		c.deferred |= stop & c.control
+	} else {
+		c.log(stop)
+	}
+	if c.engine.quirks&QuirkLateBusy != 0 {
+		c.lateBusy = LateBusyReads
+	}
 }
 
 func (c *channel) writeChannel(reg, v uint32) {
@@ -433,6 +467,8 @@ func (c *channel) setControl(v uint32) {
 // count reset, and the first block comes from the SGDMA registers.
 func (c *channel) start() {
 	c.status = 0
+	c.deferred = 0
+	c.lateBusy = 0
 	c.completed = 0
 	c.busy = true
 	c.queue = c.queue[:0]
@@ -898,7 +934,7 @@ func (e *Engine) complete(c *channel, eop bool) {
 		c.log(xdma.StatDescCompleted)
 	}
 	if d.Flags&xdma.FlagStop != 0 {
-		c.log(xdma.StatDescStopped)
+		c.ended(xdma.StatDescStopped)
 		c.busy = false
 		c.queue = c.queue[:0]
 	}
@@ -908,6 +944,7 @@ func (e *Engine) complete(c *channel, eop bool) {
 // fail stops the channel with error status bits, which are always logged.
 func (e *Engine) fail(c *channel, bits uint32) {
 	c.status |= bits
+	c.ended(0)
 	c.busy = false
 	c.active = false
 	c.queue = c.queue[:0]

@@ -1,0 +1,109 @@
+package xdmamodel
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Quirk is a behaviour that PG195 leaves open and real XDMA builds differ
+// in. The model is strict in each: a driver that works with every Quirk
+// set, and with none, does not lean on timing a card does not promise.
+type Quirk uint32
+
+const (
+	// QuirkLateBusy keeps BUSY set for LateBusyReads reads of the status
+	// after a chain has stopped, its stop bits already there: BUSY clears
+	// some time after the stop is reported.
+	QuirkLateBusy Quirk = 1 << iota
+	// QuirkSplitStatus reports a chain's end across two reads of the
+	// read-to-clear status: its last descriptor's completion first, the
+	// stop with the next read (and a fresh interrupt for it).
+	QuirkSplitStatus
+	// QuirkIdleWithoutCredits clears BUSY while a channel in credit mode
+	// waits for credits it has none of; without it, BUSY stays set.
+	QuirkIdleWithoutCredits
+
+	quirkLast = QuirkIdleWithoutCredits
+)
+
+// LateBusyReads is how many status reads see BUSY after a stop under
+// QuirkLateBusy: more than a driver's single read in its interrupt handler.
+const LateBusyReads = 3
+
+var quirkNames = []struct {
+	q    Quirk
+	name string
+}{
+	{QuirkLateBusy, "late-busy"},
+	{QuirkSplitStatus, "split-status"},
+	{QuirkIdleWithoutCredits, "idle-without-credits"},
+}
+
+// AllQuirks has every Quirk set.
+const AllQuirks = quirkLast<<1 - 1
+
+// Valid reports whether q holds only quirks the model knows.
+func (q Quirk) Valid() bool { return q&^AllQuirks == 0 }
+
+func (q Quirk) String() string {
+	if q == 0 {
+		return "none"
+	}
+	var names []string
+	for _, n := range quirkNames {
+		if q&n.q != 0 {
+			names = append(names, n.name)
+			q &^= n.q
+		}
+	}
+	if q != 0 {
+		names = append(names, fmt.Sprintf("%#x", uint32(q)))
+	}
+	return strings.Join(names, ",")
+}
+
+// ParseQuirks parses a comma-separated list of quirk names, the String
+// form; "" and "none" mean none, "all" every one.
+func ParseQuirks(s string) (Quirk, error) {
+	var q Quirk
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		switch f {
+		case "", "none":
+			continue
+		case "all":
+			q |= AllQuirks
+			continue
+		}
+		found := false
+		for _, n := range quirkNames {
+			if n.name == f {
+				q |= n.q
+				found = true
+			}
+		}
+		if !found {
+			return 0, fmt.Errorf("xdma: unknown quirk %q", f)
+		}
+	}
+	return q, nil
+}
+
+// SetQuirks selects the behaviours PG195 leaves open. They belong to the
+// card's build: Reset keeps them.
+func (e *Engine) SetQuirks(q Quirk) error {
+	if !q.Valid() {
+		return fmt.Errorf("xdma: unknown quirks %#x", uint32(q))
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.quirks = q
+	return nil
+}
+
+// Quirks returns the quirks in force.
+func (e *Engine) Quirks() Quirk {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.quirks
+}

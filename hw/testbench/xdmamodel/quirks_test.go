@@ -1,0 +1,128 @@
+package xdmamodel_test
+
+import (
+	"testing"
+
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
+	"github.com/gpufpga/gpufpga/pkg/sgl"
+	"github.com/gpufpga/gpufpga/pkg/xdma"
+)
+
+// startC2H runs a two-page chain on C2H channel 0 to its end with the stop
+// and error interrupts on vector 7.
+func (r *rig) startC2H(t *testing.T) uint32 {
+	t.Helper()
+	irq := xdma.Base(xdma.TargetIRQ, 0)
+	r.e.WriteReg(irq+xdma.RegChanVector, 7<<16)
+	r.e.WriteReg(irq+xdma.RegChanIntEnableW1S, 1<<2)
+	ch := xdma.Base(xdma.TargetC2H, 0)
+	r.e.WriteReg(ch+xdma.RegIntEnable, xdma.StatDescStopped|xdma.StatErrorMask)
+	segs := r.segments(t, 0, 2*sgl.PageSize64K, sgl.Limits{})
+	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H})
+	must(t, err)
+	xdma.Start(r.e, xdma.C2H, 0, c, xdma.ControlDefault)
+	r.e.RunUntilIdle()
+	return ch
+}
+
+func TestQuirkLateBusy(t *testing.T) {
+	r := newRig(t, 2)
+	must(t, r.e.SetQuirks(xdmamodel.QuirkLateBusy))
+	ch := r.startC2H(t)
+	if r.e.Busy() {
+		t.Fatal("the engine still moves data")
+	}
+	end := uint32(xdma.StatDescStopped | xdma.StatDescCompleted)
+	want := []uint32{xdma.CtrlRun | end}
+	for range xdmamodel.LateBusyReads - 1 {
+		want = append(want, xdma.CtrlRun)
+	}
+	want = append(want, 0)
+	for i, w := range want {
+		if st := r.e.ReadReg(ch + xdma.RegStatusRC); st != w {
+			t.Fatalf("read %d: %s, want %s", i, xdma.DecodeStatus(xdma.C2H, 0, st), xdma.DecodeStatus(xdma.C2H, 0, w))
+		}
+	}
+	// A new chain starts without a BUSY left over.
+	r.e.WriteReg(ch+xdma.RegControlW1C, xdma.CtrlRun)
+	if st := r.e.ReadReg(ch + xdma.RegStatus); st != 0 {
+		t.Fatalf("idle status %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+}
+
+func TestQuirkSplitStatus(t *testing.T) {
+	r := newRig(t, 2)
+	must(t, r.e.SetQuirks(xdmamodel.QuirkSplitStatus))
+	ch := r.startC2H(t)
+	// The completion is logged but not enabled: no interrupt yet.
+	if len(r.raised) != 0 {
+		t.Fatalf("raised %v before the stop showed", r.raised)
+	}
+	if st := r.e.ReadReg(ch + xdma.RegStatusRC); st != xdma.StatDescCompleted {
+		t.Fatalf("first read: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+	// The stop arrives with that read, and raises its interrupt.
+	if len(r.raised) != 1 || r.raised[0] != 7 {
+		t.Fatalf("raised %v, want [7]", r.raised)
+	}
+	if st := r.e.ReadReg(ch + xdma.RegStatusRC); st != xdma.StatDescStopped {
+		t.Fatalf("second read: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+	if st := r.e.ReadReg(ch + xdma.RegStatusRC); st != 0 {
+		t.Fatalf("third read: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+}
+
+func TestQuirkIdleWithoutCredits(t *testing.T) {
+	for _, q := range []xdmamodel.Quirk{0, xdmamodel.QuirkIdleWithoutCredits} {
+		t.Run(q.String(), func(t *testing.T) {
+			r := newRig(t, 4)
+			must(t, r.e.SetQuirks(q))
+			common := xdma.Base(xdma.TargetSGDMACommon, 0)
+			r.e.WriteReg(common+xdma.RegCreditModeW1S, 1<<16)
+			segs := r.segments(t, 0, 4*sgl.PageSize64K, sgl.Limits{})
+			c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H})
+			must(t, err)
+			xdma.Start(r.e, xdma.C2H, 0, c, xdma.ControlDefault)
+			r.e.WriteReg(xdma.Base(xdma.TargetC2HSGDMA, 0)+xdma.RegDescCredits, 2)
+			r.e.RunUntilIdle()
+			st := r.e.ReadReg(xdma.Base(xdma.TargetC2H, 0) + xdma.RegStatus)
+			if busy := st&xdma.CtrlRun != 0; busy != (q == 0) {
+				t.Fatalf("waiting for credits: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+			}
+			r.e.WriteReg(xdma.Base(xdma.TargetC2HSGDMA, 0)+xdma.RegDescCredits, 2)
+			r.e.RunUntilIdle()
+			if n := r.e.ReadReg(xdma.Base(xdma.TargetC2H, 0) + xdma.RegCompletedCount); n != 4 {
+				t.Fatalf("%d descriptors completed, want 4", n)
+			}
+		})
+	}
+}
+
+func TestParseQuirks(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want xdmamodel.Quirk
+		err  bool
+	}{
+		{"", 0, false},
+		{"none", 0, false},
+		{"late-busy,split-status", xdmamodel.QuirkLateBusy | xdmamodel.QuirkSplitStatus, false},
+		{"all", xdmamodel.AllQuirks, false},
+		{"late-busy,bogus", 0, true},
+	} {
+		q, err := xdmamodel.ParseQuirks(tc.in)
+		if (err != nil) != tc.err || q != tc.want {
+			t.Errorf("ParseQuirks(%q) = %v, %v; want %v, error %v", tc.in, q, err, tc.want, tc.err)
+		}
+		if err == nil {
+			if back, _ := xdmamodel.ParseQuirks(q.String()); back != q {
+				t.Errorf("%v does not parse back: %v", q, back)
+			}
+		}
+	}
+	r := newRig(t, 1)
+	if err := r.e.SetQuirks(xdmamodel.AllQuirks << 1); err == nil {
+		t.Error("an unknown quirk bit was accepted")
+	}
+}
