@@ -146,10 +146,15 @@ const (
 )
 
 // Error codes in the read, write and descriptor error fields. PG195 names
-// one bit per cause.
+// one bit per cause. On the PCIe side (the host's memory and the
+// descriptors) all five are PCIe's; on the AXI side (card memory, an H2C
+// channel's writes and a C2H channel's reads) the first two are AXI's
+// responses, DECERR first.
 const (
-	ErrCodeUnsupportedRequest = 1 << 0 // or AXI SLVERR on the write side
-	ErrCodeCompleterAbort     = 1 << 1 // or AXI DECERR on the write side
+	ErrCodeUnsupportedRequest = 1 << 0
+	ErrCodeCompleterAbort     = 1 << 1
+	ErrCodeAXIDecode          = 1 << 0 // DECERR: nothing at the address
+	ErrCodeAXISlave           = 1 << 1 // SLVERR: the slave refused the access
 	ErrCodeParity             = 1 << 2
 	ErrCodeHeaderEP           = 1 << 3
 	ErrCodeUnexpectedComp     = 1 << 4

@@ -552,7 +552,7 @@ type cardMemory []byte
 
 func (c cardMemory) access(addr uint64, n int) ([]byte, error) {
 	if addr >= uint64(len(c)) || uint64(n) > uint64(len(c))-addr {
-		return nil, &xdma.BusError{Addr: addr, Len: n, Code: xdma.ErrCodeCompleterAbort}
+		return nil, &xdma.BusError{Addr: addr, Len: n, Code: xdma.ErrCodeAXIDecode}
 	}
 	return c[addr : addr+uint64(n)], nil
 }

@@ -3,6 +3,7 @@ package devmodel
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
@@ -255,5 +256,19 @@ func TestGuestBusLateWrites(t *testing.T) {
 	}
 	if err := bus.Read(1<<20-2, make([]byte, 4)); err == nil {
 		t.Fatal("read across the end of guest RAM succeeded")
+	}
+}
+
+// TestCardMemoryOutOfRangeIsDecodeError: an AXI access past the card's
+// memory finds no slave, which AXI answers with DECERR.
+func TestCardMemoryOutOfRangeIsDecodeError(t *testing.T) {
+	c := cardMemory(make([]byte, 4096))
+	var be *xdma.BusError
+	err := c.Read(4000, make([]byte, 100))
+	if !errors.As(err, &be) || be.Code != xdma.ErrCodeAXIDecode {
+		t.Fatalf("read past the end: %v, want DECERR", err)
+	}
+	if err := c.Read(0, make([]byte, 4096)); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -432,6 +432,8 @@ func (c *channel) ended(stop uint32) {
 
 func (c *channel) writeChannel(reg, v uint32) {
 	switch reg {
+	case xdma.RegStatus:
+		c.status &^= v // write 1 to clear (PG195)
 	case xdma.RegControl:
 		c.setControl(v)
 	case xdma.RegControlW1S:
@@ -561,9 +563,9 @@ func (e *Engine) writeIRQ(reg, v uint32) {
 	case xdma.RegUserIntEnableW1C:
 		e.userIntEnable &^= v
 	case xdma.RegChanIntEnable:
-		e.chanIntEnable = v
+		e.chanIntEnable = v & e.channelBits()
 	case xdma.RegChanIntEnableW1S:
-		e.chanIntEnable |= v
+		e.chanIntEnable |= v & e.channelBits()
 	case xdma.RegChanIntEnableW1C:
 		e.chanIntEnable &^= v
 	case xdma.RegUserVector, xdma.RegUserVector + 4, xdma.RegUserVector + 8, xdma.RegUserVector + 12:
@@ -571,6 +573,12 @@ func (e *Engine) writeIRQ(reg, v uint32) {
 	case xdma.RegChanVector, xdma.RegChanVector + 4:
 		e.chanVectors[(reg-xdma.RegChanVector)/4] = v & 0x1F1F1F1F
 	}
+}
+
+// channelBits has one bit per channel the engine has, H2C first: the
+// channel interrupt registers hold no others (PG195).
+func (e *Engine) channelBits() uint32 {
+	return 1<<(len(e.h2c)+len(e.c2h)) - 1
 }
 
 func (e *Engine) readConfig(reg uint32) uint32 {
@@ -951,9 +959,11 @@ func (e *Engine) fail(c *channel, bits uint32) {
 	e.writeback(c, true)
 }
 
-// writeback writes the poll-mode writeback word when it is enabled.
+// writeback writes the poll-mode writeback word when it is enabled: PG195
+// writes it on a descriptor's completion, so it needs the completion's
+// interrupt enable (control bit 2) as well as the writeback enable.
 func (e *Engine) writeback(c *channel, failed bool) {
-	if c.control&xdma.CtrlPollModeWB == 0 {
+	if c.control&xdma.CtrlPollModeWB == 0 || c.control&xdma.StatDescCompleted == 0 {
 		return
 	}
 	addr := uint64(c.wbHi)<<32 | uint64(c.wbLo)
