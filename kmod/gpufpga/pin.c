@@ -576,6 +576,32 @@ static int gpufpga_check_pin_arg(const struct gpufpga_pin *a)
 	return 0;
 }
 
+/*
+ * PIN returns only the errnos the uapi header lists for it. NVIDIA and a
+ * dma-buf exporter may fail with others (-ENOTSUPP, which user space cannot
+ * name, or an exporter's own): those become -EIO, with the original logged.
+ */
+static int gpufpga_pin_errno(struct gpufpga_dev *dev, int ret)
+{
+	switch (ret) {
+	case -EINVAL:
+	case -EBADF:
+	case -EOPNOTSUPP:
+	case -EXDEV:
+	case -EKEYREVOKED:
+	case -ENOSPC:
+	case -ENOMEM:
+	case -EFAULT:
+	case -EINTR:
+	case -EIO:
+		return ret;
+	case -ENOTSUPP:
+		return -EOPNOTSUPP;
+	}
+	dev_info_ratelimited(&dev->pdev->dev, "pin failed with %d, reported as -EIO\n", ret);
+	return -EIO;
+}
+
 int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_dev *dev = f->dev;
@@ -618,7 +644,7 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	if (ret) {
 		trace_gpufpga_error(dev->id, "pin", ret, 0);
 		gpufpga_mem_put(m);
-		return ret;
+		return gpufpga_pin_errno(dev, ret);
 	}
 	gpufpga_count_runs(m);
 	bytes = gpufpga_mem_bytes(m);

@@ -333,6 +333,9 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		if err := rawIoctl(f, tc.cmd, tc.arg); err != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
 		}
+		if call := ioctlCall(tc.cmd); !documented(call, tc.want) {
+			t.Errorf("%s: %v is not in the header's list for %s", tc.name, tc.want, call)
+		}
 	}
 	// The structs hold the addresses of these arrays as integers.
 	runtime.KeepAlive(xfers)

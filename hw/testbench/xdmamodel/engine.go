@@ -156,17 +156,20 @@ type channel struct {
 	descLo, descHi, descAdj, credits    uint32
 
 	busy     bool
-	lateBusy int       // status reads still to see BUSY (QuirkLateBusy)
-	deferred uint32    // status bits the next read makes visible (QuirkSplitStatus)
-	queue    []fetched // fetched, not yet started
-	nextAddr uint64    // next block to fetch
-	nextAdj  int
-	cur      fetched
-	active   bool   // cur is being processed
-	done     uint64 // bytes of cur moved
-	fault    Fault
-	stalled  bool
-	scratch  []byte
+	lateBusy int // status reads still to see BUSY (QuirkLateBusy)
+	// Status bits not yet visible (QuirkSplitStatus): they show at the
+	// next status read, or after deferSteps more steps.
+	deferred   uint32
+	deferSteps int
+	queue      []fetched // fetched, not yet started
+	nextAddr   uint64    // next block to fetch
+	nextAdj    int
+	cur        fetched
+	active     bool   // cur is being processed
+	done       uint64 // bytes of cur moved
+	fault      Fault
+	stalled    bool
+	scratch    []byte
 }
 
 // NewEngine returns an engine for cfg.
@@ -422,6 +425,7 @@ func (c *channel) idleWithoutCredits() bool {
 func (c *channel) ended(stop uint32) {
 	if c.engine.quirks&QuirkSplitStatus != 0 {
 		c.deferred |= stop & c.control
+		c.deferSteps = SplitSteps
 	} else {
 		c.log(stop)
 	}
@@ -691,13 +695,14 @@ func (e *Engine) updateIRQ() {
 	}
 }
 
-// Busy reports whether any channel is running a chain.
+// Busy reports whether any channel is running a chain, or has status bits
+// still to show (QuirkSplitStatus): either needs Step called.
 func (e *Engine) Busy() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, list := range [][]*channel{e.h2c, e.c2h} {
 		for _, c := range list {
-			if c.busy {
+			if c.busy || c.deferred != 0 {
 				return true
 			}
 		}
@@ -734,6 +739,12 @@ func (e *Engine) RunUntilIdle() {
 }
 
 func (e *Engine) stepChannel(c *channel) bool {
+	if c.deferred != 0 {
+		if c.deferSteps--; c.deferSteps <= 0 {
+			c.status |= c.deferred
+			c.deferred = 0
+		}
+	}
 	if !c.busy || c.stalled {
 		return false
 	}

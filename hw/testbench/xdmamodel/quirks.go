@@ -15,9 +15,10 @@ const (
 	// after a chain has stopped, its stop bits already there: BUSY clears
 	// some time after the stop is reported.
 	QuirkLateBusy Quirk = 1 << iota
-	// QuirkSplitStatus reports a chain's end across two reads of the
-	// read-to-clear status: its last descriptor's completion first, the
-	// stop with the next read (and a fresh interrupt for it).
+	// QuirkSplitStatus reports a chain's end in two parts: its last
+	// descriptor's completion first, the stop a little later (SplitSteps
+	// engine steps, or sooner, with the next read of the status), with an
+	// interrupt of its own. A read between them sees the completion alone.
 	QuirkSplitStatus
 	// QuirkIdleWithoutCredits clears BUSY while a channel in credit mode
 	// waits for credits it has none of; without it, BUSY stays set.
@@ -25,6 +26,10 @@ const (
 
 	quirkLast = QuirkIdleWithoutCredits
 )
+
+// SplitSteps is how many engine steps the stop lags the completion by
+// under QuirkSplitStatus, unless a status read shows it sooner.
+const SplitSteps = 2
 
 // LateBusyReads is how many status reads see BUSY after a stop under
 // QuirkLateBusy: more than a driver's single read in its interrupt handler.

@@ -126,3 +126,27 @@ func TestParseQuirks(t *testing.T) {
 		t.Error("an unknown quirk bit was accepted")
 	}
 }
+
+// TestQuirkSplitStatusUnread: the stop shows by itself, with its
+// interrupt, when nothing reads the status in between.
+func TestQuirkSplitStatusUnread(t *testing.T) {
+	r := newRig(t, 2)
+	must(t, r.e.SetQuirks(xdmamodel.QuirkSplitStatus))
+	ch := r.startC2H(t)
+	if !r.e.Busy() {
+		t.Fatal("a stop still to show needs steps")
+	}
+	for range xdmamodel.SplitSteps {
+		r.e.Step()
+	}
+	if len(r.raised) != 1 || r.raised[0] != 7 {
+		t.Fatalf("raised %v, want [7]", r.raised)
+	}
+	end := uint32(xdma.StatDescStopped | xdma.StatDescCompleted)
+	if st := r.e.ReadReg(ch + xdma.RegStatusRC); st != end {
+		t.Fatalf("status %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+	}
+	if r.e.Busy() {
+		t.Fatal("busy after the stop showed")
+	}
+}

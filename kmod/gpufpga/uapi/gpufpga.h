@@ -6,9 +6,15 @@
  * Conventions:
  *  - Every struct is fixed-size and explicitly padded; addresses, lengths
  *    and handles are __u64.
- *  - The ABI grows by appending fields. The kernel accepts a struct shorter
- *    than its own (the missing tail reads as zero) or longer (the extra tail
- *    must be zero, else -E2BIG); the size travels in the ioctl number.
+ *  - The ABI grows by appending fields; the size travels in the ioctl
+ *    number. The kernel accepts a struct shorter than its own down to a
+ *    per-call minimum, the fields of ABI 1's first release (the missing
+ *    tail reads as zero, and output past the caller's size is not written):
+ *    INFO 44 bytes (through @pin_kinds), PIN 32 (through @pad), QUERY 24
+ *    (through @flags), XFER 48 (through @user_data), STREAM_START 24
+ *    (through @pad); UNPIN, CANCEL, STREAM_RELEASE and STREAM_STOP only
+ *    whole. Shorter than that is -EINVAL. A longer struct's extra tail must
+ *    be zero, else -E2BIG; INFO fills a longer one's tail with zeros.
  *  - Unknown flags, and reserved or padding fields that are not zero, are
  *    rejected with -EINVAL.
  *  - User space never supplies a bus address: transfers name pinned memory
@@ -16,8 +22,11 @@
  *  - Pins and transfers belong to the file descriptor that made them. Closing
  *    it stops its transfers and unpins everything.
  *
- * Errors common to all ioctls: -EFAULT (bad user pointer), -ENODEV (the
- * device is gone or its link is down), -ENOTTY (unknown ioctl).
+ * Each call's "Errors:" list names every errno it returns besides these,
+ * common to all ioctls: -EFAULT (bad user pointer), -ENODEV (the device
+ * was removed), -ENOTTY (unknown ioctl, or wrong direction bits), -EINVAL
+ * (struct below the call's minimum size), -E2BIG (longer struct with a
+ * non-zero tail). hw/testbench/kmodtest holds the driver to these lists.
  */
 #ifndef _UAPI_LINUX_GPUFPGA_H
 #define _UAPI_LINUX_GPUFPGA_H
@@ -110,15 +119,20 @@ struct gpufpga_info {
  * @largest_run: out: pages in the longest run.
  *
  * Errors: -EINVAL (bad kind, flags, length or fd, a file that is not a
- * dma-buf, or a range NVIDIA refuses: the kernel log names the reason),
- * -EBADF (@fd is not open), -EOPNOTSUPP (this pin kind is not available:
- * no nvidia.ko, a dma-buf exporter that refuses peer-to-peer, or host
- * memory that DMA reaches only through bounce buffers or cache
- * maintenance, as under swiotlb=force), -EXDEV (a dma-buf whose addresses
- * the IOMMU translating for the FPGA does not map: its exporter handed over
- * raw PCIe addresses), -EKEYREVOKED (a dma-buf whose exporter has revoked
- * it), -ENOSPC
- * (a pin limit would be exceeded), -ENOMEM, -EFAULT (host range not mapped).
+ * dma-buf, a range past the dma-buf's end, or a range NVIDIA refuses: the
+ * kernel log names the reason), -EBADF (@fd is not open), -EOPNOTSUPP
+ * (this pin kind is not available: no nvidia.ko, a dma-buf exporter that
+ * refuses peer-to-peer, or host memory that DMA reaches only through
+ * bounce buffers or cache maintenance, as under swiotlb=force), -EXDEV (a
+ * dma-buf whose addresses the IOMMU translating for the FPGA does not map:
+ * its exporter handed over raw PCIe addresses), -EKEYREVOKED (the GPU
+ * memory was freed while it was being pinned, or a dma-buf's exporter has
+ * revoked it), -ENOSPC (a pin limit would be exceeded), -ENOMEM (also a
+ * host pin over RLIMIT_MEMLOCK without CAP_IPC_LOCK), -EFAULT (host range
+ * not mapped, not writable or not long-term pinnable; or the result could
+ * not be written back, and the pin then lives until close), -EIO (NVIDIA or
+ * the dma-buf exporter failed otherwise: the kernel log has its error),
+ * -EINTR (a fatal signal).
  */
 struct gpufpga_pin {
 	__u32 kind;
@@ -142,8 +156,9 @@ struct gpufpga_pin {
  * @flags:	must be 0.
  * @pad:	must be 0.
  *
- * Errors: -ENOENT (no such handle in this file), -EBUSY (transfers that use
- * the pin are queued or running). Unpinning a revoked pin succeeds.
+ * Errors: -EINVAL (@flags or @pad not 0), -ENOENT (no such handle in this
+ * file), -EBUSY (transfers or a running stream use the pin). Unpinning a
+ * revoked pin succeeds.
  */
 struct gpufpga_unpin {
 	__u64 handle;
@@ -165,6 +180,10 @@ struct gpufpga_unpin {
  * @kind, @state, @addr, @len, @offset, @page_size, @npages, @nruns,
  * @largest_run: out, as at pin time; @state is GPUFPGA_PIN_*.
  * @inflight:	out: transfers queued or running on the pin.
+ *
+ * Errors: -EINVAL (@flags or reserved not 0), -EPERM (@pages without
+ * CAP_SYS_ADMIN, checked before the handle), -ENOENT (no such handle in
+ * this file).
  */
 struct gpufpga_query {
 	__u64 handle;
@@ -223,22 +242,25 @@ struct gpufpga_seg {
  * @duration_ns: out (sync): from start on the engine to completion.
  * @descs:	out: descriptors the transfer used.
  *
- * A synchronous transfer returns when it is done, failed, timed out or was
- * interrupted by a signal (the channel is halted first). With
+ * A synchronous transfer returns when it is done, failed or timed out; of
+ * signals only a fatal one ends the wait (the channel is halted first). With
  * GPUFPGA_XFER_POLL it waits by spinning on the engine's poll-mode
  * writeback word (PG195) instead of sleeping until the interrupt: the
  * lowest latency, for a busy CPU. Not with GPUFPGA_XFER_ASYNC. An asynchronous
  * one fails with -EAGAIN while gpufpga_info.max_queued of the file's
  * transfers are queued or finished but unread: read completions first.
- * Errors: -EINVAL
- * (bad direction, channel, flags or their combination, card address, eventfd, or a segment
- * outside its pin, zero-length or overflowing), -ENXIO (a memory-mapped
- * channel while gpufpga_info.card_mem_size is 0), -EBADF (@eventfd is not
- * open), -ENOENT (unknown handle),
- * -EKEYREVOKED (a pin was revoked, before or during the transfer),
- * -E2BIG (more descriptors or segments than the limits), -ETIMEDOUT (the
- * engine stalled; it was halted and @status says why), -EIO (the engine
- * reported an error in @status), -ENODEV (link down), -EINTR.
+ * Errors: -EINVAL (bad direction, channel, flags or their combination,
+ * eventfd, a card address that is not 0 on a stream channel or that runs
+ * past gpufpga_info.card_mem_size, a segment outside its pin, zero-length
+ * or overflowing, or an address or length the channel's ALIGNMENTS
+ * refuse), -ENXIO (a memory-mapped channel while
+ * gpufpga_info.card_mem_size is 0), -EBADF (@eventfd is not open), -ENOENT
+ * (unknown handle), -EBUSY (a stream runs on the channel), -EAGAIN (async:
+ * gpufpga_info.max_queued unread), -ENOMEM, -EKEYREVOKED (a pin was
+ * revoked, before or during the transfer), -E2BIG (more descriptors or
+ * segments than the limits), -ETIMEDOUT (the engine stalled; it was halted
+ * and @status says why), -EIO (the engine reported an error in @status),
+ * -ENODEV (link down).
  */
 struct gpufpga_xfer {
 	__u32 dir;
@@ -263,7 +285,8 @@ struct gpufpga_xfer {
 /**
  * struct gpufpga_cancel - GPUFPGA_IOC_CANCEL: stop an async transfer. It
  * completes with -ECANCELED (unless it already completed).
- * Errors: -ENOENT (no such transfer pending).
+ * Errors: -EINVAL (@flags or @pad not 0), -ENOENT (no such transfer
+ * pending: unknown, or finished even if its record is unread).
  */
 struct gpufpga_cancel {
 	__u64 id;
@@ -283,7 +306,8 @@ struct gpufpga_cancel {
  * struct gpufpga_completion - read() from the device returns whole records
  * of this; poll() reports POLLIN while any are waiting. A read with room
  * for none fails with -EINVAL; with none waiting it blocks, or fails with
- * -EAGAIN under O_NONBLOCK. Each field means one thing; a field that does
+ * -EAGAIN under O_NONBLOCK, or -EINTR when a signal interrupts it; a
+ * record that cannot be copied out stays queued (-EFAULT). Each field means one thing; a field that does
  * not apply to a kind is 0. The record is 112 bytes in ABI 1 and grows
  * only into @reserved.
  * @kind:	GPUFPGA_EVENT_*.
@@ -344,9 +368,11 @@ struct gpufpga_completion {
  * @flags:	must be 0.
  * @pad:	must be 0.
  *
- * Errors: -EINVAL (not a C2H stream channel, bad slot), -EBUSY (the
- * channel is in use), -ENOENT, -EKEYREVOKED, -E2BIG (too many slots or
- * descriptors).
+ * Errors: -EINVAL (not a C2H stream channel, @flags, @pad or reserved not
+ * 0, @nslots 0, a slot outside its pin or zero-length), -EBUSY (a stream
+ * of any file, or transfers queued or running, on the channel), -ENOENT
+ * (unknown slot handle), -EKEYREVOKED (a slot's pin was revoked), -E2BIG
+ * (too many slots or descriptors), -ENOMEM, -ENODEV (link down).
  */
 struct gpufpga_stream {
 	__u32 channel;
@@ -364,6 +390,10 @@ struct gpufpga_stream {
  * @nslots:	entries at @slots.
  * @slots:	user pointer to __u32 slot indices, each filled and not yet
  *		released (-EINVAL otherwise; nothing is released then).
+ *
+ * Errors: -EINVAL (not a C2H stream channel, reserved not 0, @nslots 0 or
+ * over 1023, a bad or repeated index), -ENOENT (no stream of this file on
+ * the channel, as after its STREAM_END), -ENOMEM.
  */
 struct gpufpga_release {
 	__u32 channel;
@@ -375,7 +405,8 @@ struct gpufpga_release {
 /**
  * struct gpufpga_stream_stop - GPUFPGA_IOC_STREAM_STOP: halt the stream;
  * fills the engine finished first are reported, then STREAM_END.
- * Errors: -ENOENT (no stream of this file on the channel).
+ * Errors: -EINVAL (not a C2H stream channel, @flags not 0), -ENOENT (no
+ * stream of this file on the channel).
  */
 struct gpufpga_stream_stop {
 	__u32 channel;
