@@ -313,6 +313,8 @@ u32 gpufpga_pin_kinds(void);
 
 /* xfer.c */
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
+			    u32 nsegs, u64 card);
 int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_chan_init(struct gpufpga_chan *ch);
 void gpufpga_chan_fini(struct gpufpga_chan *ch);

@@ -144,7 +144,7 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 		}
 	}
 	a.pin_kinds = gpufpga_pin_kinds();
-	a.max_desc_len = XDMA_DESC_MAX_LEN;
+	a.max_desc_len = XDMA_DESC_SPLIT_LEN;
 	a.card_mem_size = gpufpga_card_mem_size;
 	a.max_descs = gpufpga_max_descs;
 	a.max_segs = gpufpga_max_segs;

@@ -148,6 +148,28 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 	}
 }
 
+/*
+ * Whether the card can address every page of m: NVIDIA's and an exporter's
+ * bus addresses are not bounded by the device's DMA mask, which probe set
+ * from the engine's address bits (ALIGNMENTS). Host pins are mapped through
+ * the DMA API, which honours it.
+ */
+static bool gpufpga_mem_reachable(struct gpufpga_mem *m)
+{
+	struct device *dev = &m->dev->pdev->dev;
+	u64 mask = dma_get_mask(dev);
+	u32 i;
+
+	for (i = 0; i < m->npages; i++) {
+		if (m->bus[i] > mask || m->page_size - 1 > mask - m->bus[i]) {
+			dev_info_ratelimited(dev, "pinned memory at bus address %pad is beyond the engine's %u address bits\n",
+					     &m->bus[i], m->dev->addr_bits);
+			return false;
+		}
+	}
+	return true;
+}
+
 static void gpufpga_count_runs(struct gpufpga_mem *m)
 {
 	u32 i, run = 1;
@@ -645,6 +667,11 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 		trace_gpufpga_error(dev->id, "pin", ret, 0);
 		gpufpga_mem_put(m);
 		return gpufpga_pin_errno(dev, ret);
+	}
+	if (a.kind != GPUFPGA_PIN_HOST && !gpufpga_mem_reachable(m)) {
+		trace_gpufpga_error(dev->id, "pin", -EOPNOTSUPP, 0);
+		gpufpga_mem_put(m);
+		return -EOPNOTSUPP;
 	}
 	gpufpga_count_runs(m);
 	bytes = gpufpga_mem_bytes(m);

@@ -371,8 +371,8 @@ static u32 gpufpga_stream_max_descs(void)
  * Looks up and checks the slots and lays out their descriptors. Called with
  * f->lock held.
  */
-static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_state *st,
-				const struct gpufpga_seg *us)
+static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_chan *ch,
+				struct gpufpga_stream_state *st, const struct gpufpga_seg *us)
 {
 	const u32 max = gpufpga_stream_max_descs();
 	struct gpufpga_req probe = {};
@@ -393,6 +393,8 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_stream_st
 		probe.nsegs = 0;
 		ret = gpufpga_append_window_limited(&probe, m, m->offset + us[i].offset, us[i].len,
 						    max - st->ndescs);
+		if (!ret)
+			ret = gpufpga_check_alignment(ch, probe.segs, probe.nsegs, 0);
 		if (ret)
 			return ret;
 		st->first[i] = st->ndescs;
@@ -457,7 +459,7 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 		goto err;
 	}
 	mutex_lock(&f->lock);
-	ret = gpufpga_stream_slots(f, st, us);
+	ret = gpufpga_stream_slots(f, ch, st, us);
 	mutex_unlock(&f->lock);
 	if (ret)
 		goto err;

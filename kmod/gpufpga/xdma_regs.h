@@ -92,6 +92,11 @@
 #define XDMA_DESC_COMPLETED	BIT(1)
 #define XDMA_DESC_EOP		BIT(4)
 #define XDMA_DESC_MAX_LEN	(BIT(28) - 1)
+/*
+ * The longest descriptor the driver makes: a 64 KiB multiple, so that the
+ * pieces of a longer run stay as aligned as its start, for any ALIGNMENTS.
+ */
+#define XDMA_DESC_SPLIT_LEN	(BIT(28) - SZ_64K)
 #define XDMA_DESC_MAX_ADJ	63
 #define XDMA_DESC_BLOCK		4096	/* adjacent descriptors never cross it */
 

@@ -62,7 +62,7 @@ static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32
 	int ret;
 
 	if (last && last->addr + last->len == addr) {
-		take = min_t(u64, XDMA_DESC_MAX_LEN - last->len, n);
+		take = min_t(u64, XDMA_DESC_SPLIT_LEN - last->len, n);
 		last->len += take;
 		addr += take;
 		n -= take;
@@ -75,7 +75,7 @@ static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32
 			if (ret)
 				return ret;
 		}
-		take = min_t(u64, XDMA_DESC_MAX_LEN, n);
+		take = min_t(u64, XDMA_DESC_SPLIT_LEN, n);
 		r->segs[r->nsegs].addr = addr;
 		r->segs[r->nsegs].len = take;
 		r->nsegs++;
@@ -863,19 +863,25 @@ static int gpufpga_req_shrink(struct gpufpga_req *r)
 	return 0;
 }
 
-/* Every descriptor as the engine's ALIGNMENTS register allows. */
-static int gpufpga_check_alignment(struct gpufpga_req *r)
+/*
+ * Every descriptor as the engine's ALIGNMENTS register allows: its bus
+ * address and, on a memory-mapped channel, its card address aligned, its
+ * length a multiple of the granularity.
+ */
+int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
+			    u32 nsegs, u64 card)
 {
-	const struct gpufpga_chan *ch = r->chan;
 	u32 i;
 
 	if (ch->addr_align == 1 && ch->len_gran == 1)
 		return 0;
-	if (!ch->stream && r->card_addr % ch->addr_align)
-		goto bad;
-	for (i = 0; i < r->nsegs; i++)
-		if (r->segs[i].addr % ch->addr_align || r->segs[i].len % ch->len_gran)
+	for (i = 0; i < nsegs; i++) {
+		if (segs[i].addr % ch->addr_align || segs[i].len % ch->len_gran)
 			goto bad;
+		if (!ch->stream && card % ch->addr_align)
+			goto bad;
+		card += segs[i].len;
+	}
 	return 0;
 bad:
 	dev_info_ratelimited(&ch->dev->pdev->dev, "%s channel %u takes %u-byte aligned addresses and lengths in %u-byte steps\n",
@@ -1025,7 +1031,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	ret = gpufpga_req_shrink(r);
 	if (ret)
 		goto out;
-	ret = gpufpga_check_alignment(r);
+	ret = gpufpga_check_alignment(r->chan, r->segs, r->nsegs, r->card_addr);
 	if (ret)
 		goto out;
 	if (!r->chan->stream && (r->card_addr + r->total < r->card_addr ||

@@ -31,7 +31,7 @@ func BenchmarkTableToChain(b *testing.B) {
 	}{{"fragmented", true}, {"contiguous", false}} {
 		b.Run(tc.name, func(b *testing.B) {
 			table := benchTable(tc.fragmented)
-			builder := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxDescLen}}
+			builder := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxSegmentLen}}
 			buf := make([]byte, len(table.Pages)*xdma.DescSize)
 			b.ReportAllocs()
 			for b.Loop() {

@@ -39,7 +39,7 @@ func TestDriverHeaderAgrees(t *testing.T) {
 	}
 	// The BIT()/GENMASK() fields, by value.
 	if uint32(StatReadErrorMask) != 0x3e00 || uint32(StatWriteErrorMask) != 0x7c000 || uint32(StatDescErrorMask) != 0xf80000 ||
-		MaxDescLen != 1<<28-1 || CtrlInterruptsAll != 0xfffffe || CtrlPollModeWB != 1<<26 ||
+		MaxDescLen != 1<<28-1 || MaxSegmentLen != 1<<28-1<<16 || CtrlInterruptsAll != 0xfffffe || CtrlPollModeWB != 1<<26 ||
 		(PollWriteback{Completed: 0xFFFFFF, Error: true}).Encode() != 0x80FFFFFF {
 		t.Error("bit fields differ from xdma_regs.h's GENMASK definitions")
 	}

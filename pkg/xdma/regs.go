@@ -204,6 +204,33 @@ func (d Direction) SGDMATarget() int {
 	return TargetH2CSGDMA
 }
 
+// Alignments is a channel's ALIGNMENTS register (PG195): the byte alignment
+// of every source and destination address, the granularity of lengths in
+// bytes, and the address bits the engine drives. A build that needs no
+// alignment reports 1 and 1.
+type Alignments struct {
+	Addr, Len, Bits uint8
+}
+
+// Encode returns the register's value.
+func (a Alignments) Encode() uint32 {
+	return uint32(a.Addr)<<16 | uint32(a.Len)<<8 | uint32(a.Bits)
+}
+
+// DecodeAlignments decodes the register.
+func DecodeAlignments(v uint32) Alignments {
+	return Alignments{Addr: uint8(v >> 16), Len: uint8(v >> 8), Bits: uint8(v)}
+}
+
+// Valid reports whether a is what a build can report: powers of two up to
+// the 512-bit datapath's 64 bytes, and 32 to 64 address bits.
+func (a Alignments) Valid() bool {
+	pow2 := func(v uint8) bool { return v != 0 && v&(v-1) == 0 && v <= 64 }
+	return pow2(a.Addr) && pow2(a.Len) && a.Bits >= 32 && a.Bits <= 64
+}
+
+func (a Alignments) String() string { return fmt.Sprintf("%d/%d/%d", a.Addr, a.Len, a.Bits) }
+
 // Identifier is a decoded identifier register.
 type Identifier struct {
 	Target  int

@@ -53,7 +53,7 @@ func describePin(p *p2p.Pin) pinJSON {
 		}
 		return out
 	}
-	b := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxDescLen}}
+	b := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxSegmentLen}}
 	if err := b.Append(st.Table, p.Offset, p.Len); err != nil {
 		out.SGNote = err.Error()
 		return out

@@ -47,6 +47,10 @@ type Config struct {
 	// Quirks are the behaviours PG195 leaves open that the card shows,
 	// until the guest selects others through the control mailbox.
 	Quirks xdmamodel.Quirk
+	// Align is what the engine's ALIGNMENTS registers report until the
+	// guest selects another through the control mailbox; zero means
+	// xdmamodel.AnyAlignment.
+	Align xdma.Alignments
 }
 
 // The rig's channels: 0 is memory-mapped to card memory in both
@@ -147,6 +151,11 @@ func New(cfg Config) (*Rig, error) {
 	if err := r.engine.SetQuirks(cfg.Quirks); err != nil {
 		return nil, err
 	}
+	if cfg.Align != (xdma.Alignments{}) {
+		if err := r.engine.SetAlignments(cfg.Align); err != nil {
+			return nil, err
+		}
+	}
 	ok = true
 	return r, nil
 }
@@ -234,9 +243,17 @@ func (r *Rig) Serve(ctx context.Context) error {
 }
 
 // Err returns the first internal error the rig hit, if any.
+// Err returns the first error the rig met serving the guest, or the
+// descriptors it was handed that the engine's alignments forbid: a driver
+// must never start one.
 func (r *Rig) Err() error {
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
+	if r.err == nil {
+		if v := r.engine.Violations(); v != 0 {
+			return fmt.Errorf("devmodel: the driver handed the engine %d descriptors its ALIGNMENTS forbid", v)
+		}
+	}
 	return r.err
 }
 
@@ -453,6 +470,14 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return split(r.lateWrites.Load())
 	case rl.CtlIOMMUFaults:
 		return split(r.iommuFaults.Load())
+	case rl.CtlAlign:
+		was := r.engine.Alignments()
+		if r.engine.SetAlignments(xdma.DecodeAlignments(a0)) != nil {
+			return einval, 0, 0
+		}
+		return 0, was.Encode(), 0
+	case rl.CtlViolations:
+		return split(r.engine.Violations())
 	case rl.CtlQuirks:
 		was := r.engine.Quirks()
 		if r.engine.SetQuirks(xdmamodel.Quirk(a0)) != nil {

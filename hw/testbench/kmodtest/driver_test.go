@@ -75,7 +75,7 @@ func TestInfo(t *testing.T) {
 			t.Errorf("pin kind %v not available", k)
 		}
 	}
-	if info.ABIVersion != 1 || info.MaxDescLen != xdma.MaxDescLen || info.CardMemSize != 64<<20 {
+	if info.ABIVersion != 1 || info.MaxDescLen != xdma.MaxSegmentLen || info.CardMemSize != 64<<20 {
 		t.Fatalf("info %+v", info)
 	}
 	// Module BTF, for fentry/fexit on the driver's functions.
@@ -211,7 +211,7 @@ func TestPinHostAndDmabuf(t *testing.T) {
 // have built for segs, at the ring address the driver reports.
 func expectedChain(t *testing.T, segs []p2p.Segment, ringAddr uint64, spec xdma.ChainSpec) ([]byte, xdma.Chain) {
 	t.Helper()
-	b := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxDescLen}}
+	b := sgl.Builder{Limits: sgl.Limits{MaxSegment: xdma.MaxSegmentLen}}
 	for _, s := range segs {
 		st, err := s.Pin.Query(true)
 		if err != nil {

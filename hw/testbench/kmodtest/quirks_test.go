@@ -4,8 +4,11 @@ package kmodtest
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
@@ -135,6 +138,136 @@ func TestStreamWaitsWithoutBusy(t *testing.T) {
 	for range s.Slots() {
 	}
 	if s.Err() != nil || chk.Gaps != 0 || chk.CRCFailures != 0 {
+		t.Fatalf("stream ended %v: %+v", s.Err(), chk.Stats)
+	}
+}
+
+// TestAlignments binds the FPGA as builds that report other ALIGNMENTS
+// (PG195: address alignment, length granularity, address bits) and runs
+// transfers and a stream: aligned work moves its data, misaligned work is
+// refused with EINVAL before it reaches the engine, and the engine (which
+// fails any descriptor its alignments forbid and counts it) counts none.
+func TestAlignments(t *testing.T) {
+	setup(t)
+	bdf := fpgaBDF(t)
+	ctl := control(t)
+	for _, a := range []xdma.Alignments{
+		{Addr: 1, Len: 1, Bits: 64},
+		{Addr: 64, Len: 64, Bits: 64},
+		{Addr: 8, Len: 8, Bits: 64},
+		{Addr: 64, Len: 64, Bits: 32},
+	} {
+		t.Run(a.String(), func(t *testing.T) {
+			was, err := ctl.SetAlignments(a)
+			if err != nil {
+				t.Fatal(err)
+			}
+			rebind(t, bdf)
+			defer func() {
+				if _, err := ctl.SetAlignments(was); err != nil {
+					t.Error(err)
+				}
+				rebind(t, bdf)
+			}()
+			alignedWork(t, a)
+			if n, err := ctl.Violations(); err != nil || n != 0 {
+				t.Fatalf("the engine was handed %d descriptors its alignments forbid (%v)", n, err)
+			}
+		})
+	}
+}
+
+func alignedWork(t *testing.T, a xdma.Alignments) {
+	t.Helper()
+	d, err := p2p.Open(devPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	g := openGPU(t)
+	src := alloc(t, g, 1<<20, simgpu.Fragmented)
+	dst := alloc(t, g, 1<<20, simgpu.RandomRuns)
+	srcMem, _ := src.Bytes()
+	dstMem, _ := dst.Bytes()
+	fill(srcMem, 9)
+	ps := pinGPU(t, d, src.VA, src.Size)
+	pd := pinGPU(t, d, dst.VA, dst.Size)
+	xfer := func(dir p2p.Direction, card uint64, seg p2p.Segment) error {
+		_, err := d.Transfer(ctx(t), p2p.Transfer{Dir: dir, CardAddr: card, Segments: []p2p.Segment{seg}})
+		return err
+	}
+	// Aligned: a whole run, and a window at an aligned offset.
+	if err := xfer(p2p.H2C, 0, ps.Whole()); err != nil {
+		t.Fatalf("aligned H2C: %v", err)
+	}
+	if err := xfer(p2p.C2H, 0, pd.Whole()); err != nil {
+		t.Fatalf("aligned C2H: %v", err)
+	}
+	if !bytes.Equal(dstMem, srcMem) {
+		t.Fatal("aligned round trip changed the data")
+	}
+	off, n := uint64(3*int(a.Addr)), uint64(1000*int(a.Len))
+	if err := xfer(p2p.C2H, off, p2p.Segment{Pin: pd, Offset: off, Len: n}); err != nil {
+		t.Fatalf("aligned window: %v", err)
+	}
+	if !bytes.Equal(dstMem[off:off+n], srcMem[off:off+n]) {
+		t.Fatal("aligned window changed the data")
+	}
+	if a.Addr > 1 {
+		for _, tc := range []struct {
+			name string
+			card uint64
+			seg  p2p.Segment
+		}{
+			{"bus address", 0, p2p.Segment{Pin: pd, Offset: 1, Len: uint64(a.Len) * 4}},
+			{"card address", 1, p2p.Segment{Pin: pd, Offset: 0, Len: uint64(a.Len) * 4}},
+			{"length", 0, p2p.Segment{Pin: pd, Offset: 0, Len: uint64(a.Len)*4 + 1}},
+		} {
+			err := xfer(p2p.C2H, tc.card, tc.seg)
+			var e *p2p.Error
+			if !errors.As(err, &e) || e.Err != unix.EINVAL {
+				t.Errorf("misaligned %s: %v, want EINVAL", tc.name, err)
+			}
+		}
+		// A stream's slot, at an offset the engine cannot write to.
+		_, err := d.StartStream(1, []p2p.Segment{{Pin: pd, Offset: 1, Len: 4096}})
+		var e *p2p.Error
+		if !errors.As(err, &e) || e.Err != unix.EINVAL {
+			t.Errorf("misaligned stream slot: %v, want EINVAL", err)
+		}
+	}
+	// A stream of aligned slots runs.
+	ctl := control(t)
+	const slot = 4096
+	if err := ctl.ConfigureSource(slot-frame.HeaderSize, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	var slots []p2p.Segment
+	for i := range 8 {
+		slots = append(slots, p2p.Segment{Pin: pd, Offset: uint64(i) * slot, Len: slot})
+	}
+	s, err := d.StartStream(1, slots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var chk frame.Checker
+	for sl := range s.Slots() {
+		if _, err := chk.Check(dstMem[sl.Index*slot : sl.Index*slot+int(sl.Bytes)]); err != nil {
+			t.Fatalf("slot %d: %v", sl.Index, err)
+		}
+		if err := s.Release(sl.Index); err != nil {
+			t.Fatal(err)
+		}
+		if chk.Frames == 32 {
+			break
+		}
+	}
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for range s.Slots() {
+	}
+	if s.Err() != nil || chk.Gaps != 0 {
 		t.Fatalf("stream ended %v: %+v", s.Err(), chk.Stats)
 	}
 }

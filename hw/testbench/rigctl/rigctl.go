@@ -114,6 +114,23 @@ func (c *Control) SetQuirks(q xdmamodel.Quirk) (xdmamodel.Quirk, error) {
 	return xdmamodel.Quirk(was), nil
 }
 
+// SetAlignments makes the simulated XDMA report a from now on (the driver
+// reads it when it binds), and returns what it reported.
+func (c *Control) SetAlignments(a xdma.Alignments) (xdma.Alignments, error) {
+	was, _, err := c.mb.Call(rl.CtlAlign, a.Encode(), 0, 0)
+	if err != nil {
+		return xdma.Alignments{}, fmt.Errorf("rigctl: alignments %v: %w", a, err)
+	}
+	return xdma.DecodeAlignments(was), nil
+}
+
+// Violations returns how many descriptors the engine was handed that its
+// alignments forbid.
+func (c *Control) Violations() (uint64, error) {
+	lo, hi, err := c.mb.Call(rl.CtlViolations, 0, 0, 0)
+	return uint64(hi)<<32 | uint64(lo), err
+}
+
 // SetLinkDown takes the simulated FPGA off the bus, or puts it back.
 func (c *Control) SetLinkDown(down bool) error {
 	var v uint32

@@ -41,6 +41,8 @@ const (
 	CtlSourceSnap  = 7
 	CtlIOMMUFaults = 8
 	CtlQuirks      = 9
+	CtlAlign       = 10
+	CtlViolations  = 11
 
 	SrcGenerated = 0
 	SrcDelivered = 1

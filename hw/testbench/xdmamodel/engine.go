@@ -134,6 +134,8 @@ type Engine struct {
 	irqMode       InterruptMode
 	linkDown      bool
 	quirks        Quirk
+	align         xdma.Alignments
+	violations    uint64 // descriptors the engine's alignments forbid
 	pollWBScratch [4]byte
 	resultScratch [8]byte
 	descriptorBuf [(xdma.MaxNextAdjacent + 1) * xdma.DescSize]byte
@@ -183,7 +185,7 @@ func NewEngine(cfg Config) (*Engine, error) {
 	if cfg.Version == 0 {
 		cfg.Version = 6
 	}
-	e := &Engine{cfg: cfg, chunk: cfg.Chunk}
+	e := &Engine{cfg: cfg, chunk: cfg.Chunk, align: AnyAlignment}
 	if e.chunk <= 0 {
 		e.chunk = 64 << 10
 	}
@@ -380,9 +382,7 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 		}
 		return c.completed
 	case xdma.RegAlignments:
-		// Byte alignment, byte granularity, 64 address bits: the
-		// engine supports unaligned transfers.
-		return 1<<16 | 1<<8 | 64
+		return c.engine.align.Encode()
 	case xdma.RegPollWBLo:
 		return c.wbLo
 	case xdma.RegPollWBHi:
@@ -787,6 +787,11 @@ func (e *Engine) nextDescriptor(c *channel) bool {
 		e.fail(c, xdma.StatInvalidLength)
 		return true
 	}
+	if bits := e.misaligned(c, d); bits != 0 {
+		e.violations++
+		e.fail(c, bits)
+		return true
+	}
 	c.active = true
 	c.done = 0
 	return true
@@ -795,6 +800,11 @@ func (e *Engine) nextDescriptor(c *channel) bool {
 // fetch reads n descriptors at the channel's next block address.
 func (e *Engine) fetch(c *channel, n int) bool {
 	addr := c.nextAddr
+	if !e.reaches(addr) {
+		e.violations++
+		e.fail(c, xdma.ErrCodeUnsupportedRequest<<descErrorShift)
+		return false
+	}
 	if addr%xdma.DescAlign != 0 || !adjacentFits(addr, n-1) {
 		// The engine fetches adjacent descriptors in one read that must
 		// not cross a 4 KiB block; the model stops rather than guess.

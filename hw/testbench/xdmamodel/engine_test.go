@@ -114,7 +114,7 @@ func TestEngineMemoryMappedRoundTrip(t *testing.T) {
 	r := newRig(t, 16)
 	fill(r.cardMem, 1)
 	const off, n = 1000, 15*sgl.PageSize64K - 3000
-	segs := r.segments(t, off, n, sgl.Limits{MaxSegment: xdma.MaxDescLen})
+	segs := r.segments(t, off, n, sgl.Limits{MaxSegment: xdma.MaxSegmentLen})
 	st := r.run(t, xdma.C2H, 0, segs, xdma.ChainSpec{CardAddr: 4096}, xdma.ControlDefault)
 	if st != xdma.StatDescStopped|xdma.StatDescCompleted {
 		t.Fatalf("C2H status: %s", xdma.DecodeStatus(xdma.C2H, 0, st))

@@ -3,6 +3,8 @@ package xdmamodel
 import (
 	"fmt"
 	"strings"
+
+	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
 // Quirk is a behaviour that PG195 leaves open and real XDMA builds differ
@@ -111,4 +113,74 @@ func (e *Engine) Quirks() Quirk {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.quirks
+}
+
+// AnyAlignment is the ALIGNMENTS of a build with unaligned transfers
+// enabled and 64 address bits.
+var AnyAlignment = xdma.Alignments{Addr: 1, Len: 1, Bits: 64}
+
+// SetAlignments sets what every channel's ALIGNMENTS register reports, a
+// property of the build: Reset keeps it. From then on a descriptor that
+// breaks it, or a bus address past its address bits, fails its chain and
+// counts as a violation: a driver must never hand one to the engine.
+func (e *Engine) SetAlignments(a xdma.Alignments) error {
+	if !a.Valid() {
+		return fmt.Errorf("xdma: alignments %v: want powers of two up to 64 and 32 to 64 address bits", a)
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.align = a
+	return nil
+}
+
+// Violations returns how many descriptors (or descriptor fetches) broke
+// the engine's alignments since it was made.
+func (e *Engine) Violations() uint64 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.violations
+}
+
+// reaches reports whether the engine can drive bus address addr.
+func (e *Engine) reaches(addr uint64) bool {
+	return e.align.Bits >= 64 || addr>>e.align.Bits == 0
+}
+
+// misaligned returns the status bits that d earns on c under the
+// engine's alignments, or 0. Bus addresses must also be within its address
+// bits; card (AXI) addresses and a stream's result addresses are the
+// engine's own and not checked.
+func (e *Engine) misaligned(c *channel, d *xdma.Descriptor) uint32 {
+	var bus, card []uint64
+	switch {
+	case c.cfg.Stream && c.dir == xdma.H2C:
+		bus = []uint64{d.Src}
+	case c.cfg.Stream:
+		bus = []uint64{d.Dst}
+	case c.dir == xdma.H2C:
+		bus, card = []uint64{d.Src}, []uint64{d.Dst}
+	default:
+		bus, card = []uint64{d.Dst}, []uint64{d.Src}
+	}
+	for _, a := range bus {
+		if !e.reaches(a) || !e.reaches(a+uint64(d.Len)-1) {
+			return xdma.ErrCodeUnsupportedRequest << descErrorShift
+		}
+	}
+	for _, a := range append(bus, card...) {
+		if a%uint64(e.align.Addr) != 0 {
+			return xdma.StatAlignMismatch
+		}
+	}
+	if d.Len%uint32(e.align.Len) != 0 {
+		return xdma.StatAlignMismatch
+	}
+	return 0
+}
+
+// Alignments returns what the ALIGNMENTS registers report.
+func (e *Engine) Alignments() xdma.Alignments {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.align
 }

@@ -123,7 +123,8 @@ struct gpufpga_info {
  * kernel log names the reason), -EBADF (@fd is not open), -EOPNOTSUPP
  * (this pin kind is not available: no nvidia.ko, a dma-buf exporter that
  * refuses peer-to-peer, or host memory that DMA reaches only through
- * bounce buffers or cache maintenance, as under swiotlb=force), -EXDEV (a
+ * bounce buffers or cache maintenance, as under swiotlb=force, or GPU
+ * memory at bus addresses past the engine's address bits), -EXDEV (a
  * dma-buf whose addresses the IOMMU translating for the FPGA does not map:
  * its exporter handed over raw PCIe addresses), -EKEYREVOKED (the GPU
  * memory was freed while it was being pinned, or a dma-buf's exporter has
@@ -307,9 +308,9 @@ struct gpufpga_cancel {
  * of this; poll() reports POLLIN while any are waiting. A read with room
  * for none fails with -EINVAL; with none waiting it blocks, or fails with
  * -EAGAIN under O_NONBLOCK, or -EINTR when a signal interrupts it; a
- * record that cannot be copied out stays queued (-EFAULT). Each field means one thing; a field that does
- * not apply to a kind is 0. The record is 112 bytes in ABI 1 and grows
- * only into @reserved.
+ * record that cannot be copied out stays queued (-EFAULT). Each field
+ * means one thing; a field that does not apply to a kind is 0. The record
+ * is 112 bytes in ABI 1 and grows only into @reserved.
  * @kind:	GPUFPGA_EVENT_*.
  * @flags:	SLOT: GPUFPGA_SLOT_*.
  * @dir:	the channel's direction.

@@ -104,7 +104,7 @@ func (st *selftest) run() error {
 	// An unaligned window, as a buffer inside a larger allocation.
 	off, n := uint64(1000), table.Size()-3000
 	var b sgl.Builder
-	b.Limits.MaxSegment = xdma.MaxDescLen
+	b.Limits.MaxSegment = xdma.MaxSegmentLen
 	if err := b.Append(table, off, n); err != nil {
 		return err
 	}
