@@ -9,14 +9,14 @@ import (
 
 // Descriptor format constants (PG195, "Descriptors").
 const (
-	DescSize        = 32     // bytes
-	DescAlign       = 32     // descriptors sit on 32-byte boundaries
-	DescMagic       = 0xAD4B // bits 31:16 of the control word
-	MaxDescLen      = 1<<28 - 1
+	DescSize   = 32     // bytes
+	DescAlign  = 32     // descriptors sit on 32-byte boundaries
+	DescMagic  = 0xAD4B // bits 31:16 of the control word
+	MaxDescLen = 1<<28 - 1
 	// MaxSegmentLen is the longest descriptor the driver makes, where a
 	// longer run is split: a 64 KiB multiple, so that the pieces stay as
 	// aligned as the run's start whatever the ALIGNMENTS register says.
-	MaxSegmentLen = 1<<28 - 1<<16
+	MaxSegmentLen   = 1<<28 - 1<<16
 	MaxNextAdjacent = 63
 	// AdjacentBlock is the block that adjacent descriptors never cross.
 	AdjacentBlock = 4096
