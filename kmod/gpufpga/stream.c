@@ -85,8 +85,9 @@ bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 	return false;
 }
 
-static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_event *ev, u32 kind,
-			       u32 slot, u64 seq, u64 bytes, u32 flags, int error, u32 status)
+static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_file *f,
+			       struct gpufpga_event *ev, u32 kind, u32 slot, u64 seq, u64 bytes,
+			       u32 flags, int error, u32 status)
 {
 	ev->rec.kind = kind;
 	ev->rec.slot = slot;
@@ -98,8 +99,8 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_event *ev
 	ev->rec.timestamp_ns = ktime_get_ns();
 	ev->rec.dir = ch->dir;
 	ev->rec.channel = ch->index;
-	atomic_inc(&ch->acq->file->nevents);
-	gpufpga_post_event(ch->acq->file, ev, NULL);
+	atomic_inc(&f->nevents);
+	gpufpga_post_event(f, ev, NULL);
 }
 
 /*
@@ -117,7 +118,8 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 byt
 	ev = kzalloc(sizeof(*ev), GFP_ATOMIC);
 	if (!ev)
 		return -ENOMEM;
-	gpufpga_fill_event(ch, ev, GPUFPGA_EVENT_SLOT, slot, seq, bytes, flags, 0, 0);
+	gpufpga_fill_event(ch, ch->acq->file, ev, GPUFPGA_EVENT_SLOT, slot, seq, bytes, flags,
+			   0, 0);
 	return 0;
 }
 
@@ -176,15 +178,21 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 }
 
 /*
- * Ends the stream: halt, report what was filled, then STREAM_END. Called
- * with ch->mutex held and ch->lock not held.
+ * Ends the stream: halt, report what was filled, let the slots' pins go,
+ * then STREAM_END, so that a client that unpins once it has read it finds
+ * them idle. Called with ch->mutex held and ch->lock not held; holding it
+ * keeps the file (its close ends the stream under it too) and the channel
+ * (no new stream starts) as they are until STREAM_END is posted.
  */
 void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_stream_state *st;
+	struct gpufpga_event *end;
+	struct gpufpga_file *f;
 	u32 status = 0;
 	int collected;
+	u64 seq;
 
 	if (!gpufpga_chan_own(ch, NULL, 0))
 		return;
@@ -206,8 +214,10 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	if (error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
 	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
-	gpufpga_fill_event(ch, st->end, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0, error, status);
+	f = st->file;
+	end = st->end;
 	st->end = NULL;
+	seq = st->seq;
 	ch->last_status = status;
 	ch->acq = NULL;
 	ch->acq_error = 0;
@@ -215,6 +225,7 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	gpufpga_chan_release(ch);
 	spin_unlock_irq(&ch->lock);
 	gpufpga_stream_free(st);
+	gpufpga_fill_event(ch, f, end, GPUFPGA_EVENT_STREAM_END, 0, seq, 0, 0, error, status);
 }
 
 /* At close: ends the file's stream on ch, if it has one. Under ch->mutex. */

@@ -422,6 +422,8 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	/* Read the results the engine wrote before it stopped. */
 	rmb();
 	ch->active = NULL;
+	/* The chain ended: a BUSY read with its end is the card's lag. */
+	status &= ~XDMA_STAT_BUSY;
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
 }
 

@@ -187,3 +187,39 @@ func TestStreamEndsWhenMemoryIsFreed(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestStreamEndFindsSlotsIdle: once a stream's STREAM_END is read, its
+// slots' pin is idle and unpins at once. A stream that ends by itself
+// (short packets in slots of several descriptors end it with EPROTO, from
+// the channel's worker) is where a client reading STREAM_END on the other
+// CPU could once race the worker still letting the slots go.
+func TestStreamEndFindsSlotsIdle(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	ctl := control(t)
+	if err := ctl.ConfigureSource(2048-frame.HeaderSize, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	defer ctl.ConfigureSource(4096-frame.HeaderSize, 0, 64)
+	for i := range 20 {
+		a := alloc(t, g, 4*128<<10, simgpu.Fragmented)
+		p := pinGPU(t, d, a.VA, a.Size)
+		var slots []p2p.Segment
+		for j := range 4 {
+			slots = append(slots, p2p.Segment{Pin: p, Offset: uint64(j) * 128 << 10, Len: 128 << 10})
+		}
+		s, err := d.StartStream(1, slots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range s.Slots() {
+			t.Fatal("a slot with a hole was delivered")
+		}
+		if !errors.Is(s.Err(), p2p.ErrSlotLayout) {
+			t.Fatalf("round %d: stream ended %v, want ErrSlotLayout", i, s.Err())
+		}
+		if err := p.Unpin(); err != nil {
+			t.Fatalf("round %d: unpin right after STREAM_END: %v", i, err)
+		}
+	}
+}
