@@ -704,20 +704,50 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 	}
 }
 
+/* Whether ch's stream, running chain or queue uses m. Under ch->lock. */
+static bool gpufpga_chan_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
+{
+	struct gpufpga_req *r;
+
+	if (gpufpga_stream_uses(ch, m) || (ch->active && gpufpga_req_uses(ch->active, m)))
+		return true;
+	list_for_each_entry(r, &ch->queue, chan_node)
+		if (gpufpga_req_uses(r, m))
+			return true;
+	return false;
+}
+
 /*
  * The memory of m is being revoked. A running transfer on it gets
  * gpufpga_revoke_wait_ms to finish; then its channel is halted. Queued ones
  * never start. Afterwards no DMA touches m's pages.
+ *
+ * Called under NVIDIA's lock (or the exporter's reservation lock), so it
+ * touches only the channels whose work uses m. m is marked revoking before,
+ * so work queued on a channel after its check here sees the mark (under
+ * ch->lock) and never starts. For each channel that uses m, the worst-case
+ * wait is: ch->mutex, whose holders only halt the engine (gpufpga_chan_halt:
+ * at most 100 polls of 0.5-1 ms, then 1-2 ms with descriptors halted, about
+ * 102 ms) or revoke another pin (as here, about 202 ms); then revoke_wait_ms
+ * (at most 100 ms) for the running chain to end by itself, and one halt:
+ * about 400 ms per channel at worst, 8 channels at most. Nothing waits on
+ * user space or an interrupt.
  */
 void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
 {
 	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
 	struct gpufpga_req *r;
 	struct gpufpga_chan *ch;
+	bool uses;
 	u64 run;
 	int ci;
 
 	gpufpga_for_each_chan(dev, ch, ci) {
+		spin_lock_irq(&ch->lock);
+		uses = gpufpga_chan_uses(ch, m);
+		spin_unlock_irq(&ch->lock);
+		if (!uses)
+			continue;
 		mutex_lock(&ch->mutex);
 		if (gpufpga_stream_uses(ch, m)) {
 			spin_lock_irq(&ch->lock);
