@@ -127,8 +127,9 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 	if (persistent) {
 		if (m->nv.map)
 			ops->dma_unmap_pages(m->dev->pdev, m->nv.pt, m->nv.map);
-		if (m->nv.pt)
-			ops->put_pages_persistent(m->nv.va, m->nv.pt, 0);
+		if (m->nv.pt && ops->put_pages_persistent(m->nv.va, m->nv.pt, 0))
+			dev_warn(&m->dev->pdev->dev, "nvidia_p2p_put_pages_persistent failed for %#llx\n",
+				 m->nv.va);
 	} else if (m->nv.pt) {
 		bool freed;
 
@@ -141,10 +142,21 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 		 * put_pages; NVIDIA serialises it with a callback that starts
 		 * meanwhile.
 		 */
+		if (!freed && ops->put_pages(0, 0, m->nv.va, m->nv.pt)) {
+			/*
+			 * NVIDIA fails put_pages on a table whose free callback
+			 * ran while put_pages waited for NVIDIA's lock: then it
+			 * freed the table itself. Any other failure is NVIDIA's.
+			 */
+			spin_lock(&m->lock);
+			freed = m->nv.freed;
+			spin_unlock(&m->lock);
+			if (!freed)
+				dev_warn(&m->dev->pdev->dev, "nvidia_p2p_put_pages failed for %#llx\n",
+					 m->nv.va);
+		}
 		if (freed)
 			wait_for_completion(&m->nv.callback_done);
-		else
-			ops->put_pages(0, 0, m->nv.va, m->nv.pt);
 	}
 }
 
