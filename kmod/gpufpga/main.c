@@ -431,7 +431,8 @@ static int gpufpga_init_channels(struct gpufpga_dev *dev)
 
 /*
  * Stops every engine and its interrupts, whatever state a driver or an
- * earlier kernel left it in, and waits for each to go idle. Called before
+ * earlier kernel left it in, waits for each to go idle, and clears credit
+ * mode and the descriptor halt. Called before
  * bus mastering is enabled and at shutdown. An engine that will not stop
  * leaves bus mastering off and the device dead: -EIO.
  */
@@ -452,6 +453,9 @@ static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 		if (gpufpga_chan_halt(ch) & XDMA_STAT_BUSY)
 			ret = -EIO;
 	}
+	/* Credits and a descriptor halt left over would stall the next user. */
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C, ~0U);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C, ~0U);
 	return dev->link_down ? -ENODEV : ret;
 }
 
@@ -505,7 +509,11 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 		goto err_put;
 	/* Chains split segments at the descriptor limit themselves. */
 	dma_set_max_seg_size(&pdev->dev, UINT_MAX);
-	/* An earlier kernel (kexec) or driver may have left engines running. */
+	/*
+	 * An earlier kernel (kexec), driver or firmware may have left engines
+	 * running, with bus mastering on: off until they are stopped.
+	 */
+	pci_clear_master(pdev);
 	ret = gpufpga_stop_engines(dev);
 	if (ret) {
 		dev_err(&pdev->dev, "engines do not stop (%d): not enabling bus mastering\n", ret);

@@ -5,11 +5,13 @@ package kmodtest
 import (
 	"bytes"
 	"errors"
+	"os"
 	"testing"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
@@ -270,4 +272,33 @@ func alignedWork(t *testing.T, a xdma.Alignments) {
 	if s.Err() != nil || chk.Gaps != 0 {
 		t.Fatalf("stream ended %v: %+v", s.Err(), chk.Stats)
 	}
+}
+
+// TestProbeClearsLeftoverState binds the FPGA after something else (a
+// previous driver, firmware, a kexec'd kernel) left credit mode and the
+// descriptor halt set on every channel: probe clears both, and transfers
+// and a stream work.
+func TestProbeClearsLeftoverState(t *testing.T) {
+	setup(t)
+	bdf := fpgaBDF(t)
+	if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/unbind", []byte(bdf), 0); err != nil {
+		t.Fatal(err)
+	}
+	regs, err := rigctl.OpenRegisters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	common := xdma.Base(xdma.TargetSGDMACommon, 0)
+	regs.WriteReg(common+xdma.RegCreditModeW1S, 0x000F000F)
+	regs.WriteReg(common+xdma.RegDescHaltW1S, 0x000F000F)
+	if err := os.WriteFile("/sys/bus/pci/drivers/gpufpga/bind", []byte(bdf), 0); err != nil {
+		t.Fatal(err)
+	}
+	if v := regs.ReadReg(common + xdma.RegDescHalt); v != 0 {
+		t.Errorf("descriptor halt %#x after probe", v)
+	}
+	if v := regs.ReadReg(common + xdma.RegCreditMode); v != 0 {
+		t.Errorf("credit mode %#x after probe", v)
+	}
+	transfersAndStream(t)
 }
