@@ -278,8 +278,8 @@ static __poll_t gpufpga_poll(struct file *file, poll_table *wait)
 	if (!list_empty(&f->done))
 		mask |= EPOLLIN | EPOLLRDNORM;
 	spin_unlock_irq(&f->done_lock);
-	if (f->dev->dead)
-		mask |= EPOLLERR;
+	if (READ_ONCE(f->dev->dead))
+		mask |= EPOLLERR | EPOLLHUP;
 	return mask;
 }
 
@@ -571,6 +571,17 @@ static void gpufpga_fail_channels(struct gpufpga_dev *dev)
  * close() may be unpinning a pin it already took out of its table: wait
  * for that too. No pin can be made meanwhile: the device is dead.
  */
+/* Readers and pollers of a device that is gone learn it at once. */
+static void gpufpga_wake_files(struct gpufpga_dev *dev)
+{
+	struct gpufpga_file *f;
+
+	mutex_lock(&dev->files_lock);
+	list_for_each_entry(f, &dev->files, node)
+		wake_up_interruptible_all(&f->done_wq);
+	mutex_unlock(&dev->files_lock);
+}
+
 static void gpufpga_unpin_files(struct gpufpga_dev *dev)
 {
 	struct gpufpga_file *f;
@@ -593,7 +604,8 @@ static void gpufpga_remove(struct pci_dev *pdev)
 
 	gpufpga_debugfs_exit(dev);
 	misc_deregister(&dev->misc);
-	dev->dead = true;
+	WRITE_ONCE(dev->dead, true);
+	gpufpga_wake_files(dev);
 	gpufpga_fail_channels(dev);
 	down_write(&dev->ioctl_rwsem);
 	up_write(&dev->ioctl_rwsem);

@@ -1170,9 +1170,13 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 		if (!ev) {
 			if (done)
 				break;
+			/* Records queued before removal are still read. */
+			if (READ_ONCE(f->dev->dead))
+				return -ENODEV;
 			if (nonblock)
 				return -EAGAIN;
-			ret = wait_event_interruptible(f->done_wq, !list_empty(&f->done));
+			ret = wait_event_interruptible(f->done_wq, !list_empty(&f->done) ||
+						       READ_ONCE(f->dev->dead));
 			if (ret)
 				return ret;
 			continue;

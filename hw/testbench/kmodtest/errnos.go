@@ -20,7 +20,7 @@ var callErrnos = map[string][]unix.Errno{
 	"STREAM_START":   {unix.EINVAL, unix.EBUSY, unix.ENOENT, unix.EKEYREVOKED, unix.E2BIG, unix.ENOMEM, unix.ENODEV},
 	"STREAM_RELEASE": {unix.EINVAL, unix.ENOENT, unix.ENOMEM},
 	"STREAM_STOP":    {unix.EINVAL, unix.ENOENT},
-	"read":           {unix.EINVAL, unix.EAGAIN, unix.EINTR, unix.EFAULT},
+	"read":           {unix.EINVAL, unix.EAGAIN, unix.EINTR, unix.EFAULT, unix.ENODEV},
 }
 
 // documented reports whether call may return errno by the header.

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"os"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
@@ -25,6 +28,17 @@ func TestZXUnbind(t *testing.T) {
 	}
 	defer ctl.ConfigureSource(4064, 0, 64)
 	bdf := fpgaBDF(t)
+	// A reader blocked on a file of its own learns that the device left.
+	raw, err := unix.Open(devPath, unix.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(raw)
+	readErr := make(chan error, 1)
+	go func() {
+		_, err := unix.Read(raw, make([]byte, sizeCompletion))
+		readErr <- err
+	}()
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
 	p := pinGPU(t, d, a.VA, a.Size)
 	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}}, 0)
@@ -37,6 +51,18 @@ func TestZXUnbind(t *testing.T) {
 	c := <-d.Completions()
 	if c.ID != id || !errors.Is(c.Err, p2p.ErrDeviceGone) {
 		t.Fatalf("in-flight transfer at unbind: %+v", c)
+	}
+	select {
+	case err := <-readErr:
+		if err != unix.ENODEV {
+			t.Fatalf("blocked read at unbind: %v, want ENODEV", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a read blocked on a removed device did not return")
+	}
+	fds := []unix.PollFd{{Fd: int32(raw), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err != nil || n != 1 || fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != unix.POLLERR|unix.POLLHUP {
+		t.Fatalf("poll of a removed device: %d %#x %v, want POLLERR|POLLHUP", n, fds[0].Revents, err)
 	}
 	if _, err := d.Info(); !errors.Is(err, p2p.ErrDeviceGone) {
 		t.Fatalf("info after unbind: %v", err)

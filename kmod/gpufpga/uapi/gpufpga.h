@@ -308,7 +308,9 @@ struct gpufpga_cancel {
  * of this; poll() reports POLLIN while any are waiting. A read with room
  * for none fails with -EINVAL; with none waiting it blocks, or fails with
  * -EAGAIN under O_NONBLOCK, or -EINTR when a signal interrupts it; a
- * record that cannot be copied out stays queued (-EFAULT). Each field
+ * record that cannot be copied out stays queued (-EFAULT). Once the device
+ * is removed, the records queued before are still read, then read fails
+ * with -ENODEV and poll() reports POLLERR | POLLHUP. Each field
  * means one thing; a field that does not apply to a kind is 0. The record
  * is 112 bytes in ABI 1 and grows only into @reserved.
  * @kind:	GPUFPGA_EVENT_*.
