@@ -485,6 +485,9 @@ static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) +
 		      (mask ? XDMA_REG_CHAN_INT_ENABLE_W1C : XDMA_REG_CHAN_INT_ENABLE_W1S),
 		      BIT(ch->irq_bit));
+	/* The write is posted: read it back, so the mask holds from here on. */
+	if (mask)
+		gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE);
 }
 
 /*
