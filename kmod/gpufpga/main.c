@@ -414,19 +414,24 @@ static void gpufpga_fini_channels(struct gpufpga_dev *dev)
 
 static int gpufpga_init_channels(struct gpufpga_dev *dev)
 {
-	struct gpufpga_chan *ch;
+	struct gpufpga_chan *ch, *failed;
 	int ci;
 	int ret;
 
-	gpufpga_for_each_chan(dev, ch, ci) {
-		ret = gpufpga_chan_init(ch);
-		if (ret) {
-			ch->present = false;	/* not initialised: skip in fini */
-			gpufpga_fini_channels(dev);
-			return ret;
-		}
+	gpufpga_for_each_chan(dev, failed, ci) {
+		ret = gpufpga_chan_init(failed);
+		if (ret)
+			goto err;
 	}
 	return 0;
+err:
+	/* The channels before the one that failed; those after never began. */
+	gpufpga_for_each_chan(dev, ch, ci) {
+		if (ch == failed)
+			break;
+		gpufpga_chan_fini(ch);
+	}
+	return ret;
 }
 
 /*
