@@ -22,20 +22,3 @@ var callErrnos = map[string][]unix.Errno{
 	"STREAM_STOP":    {unix.EINVAL, unix.ENOENT},
 	"read":           {unix.EINVAL, unix.EAGAIN, unix.EINTR, unix.EFAULT, unix.ENODEV},
 }
-
-// documented reports whether call may return errno by the header.
-func documented(call string, errno unix.Errno) bool {
-	if call != "read" {
-		for _, e := range commonErrnos {
-			if e == errno {
-				return true
-			}
-		}
-	}
-	for _, e := range callErrnos[call] {
-		if e == errno {
-			return true
-		}
-	}
-	return false
-}

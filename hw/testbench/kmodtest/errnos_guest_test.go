@@ -134,3 +134,20 @@ func withoutCapability(t *testing.T, c int, fn func()) {
 	}()
 	fn()
 }
+
+// documented reports whether call may return errno by the header.
+func documented(call string, errno unix.Errno) bool {
+	if call != "read" {
+		for _, e := range commonErrnos {
+			if e == errno {
+				return true
+			}
+		}
+	}
+	for _, e := range callErrnos[call] {
+		if e == errno {
+			return true
+		}
+	}
+	return false
+}

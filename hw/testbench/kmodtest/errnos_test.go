@@ -25,6 +25,11 @@ func headerErrnos(t *testing.T) map[string][]string {
 	call := regexp.MustCompile(`struct gpufpga_\w+ - (GPUFPGA_IOC_(\w+)|read\(\))`)
 	errno := regexp.MustCompile(`-E[A-Z0-9]+`)
 	out := map[string][]string{}
+	// The opening comment's paragraph of errors common to all ioctls.
+	if i := strings.Index(string(b), "common to all ioctls:"); i >= 0 {
+		end := strings.Index(string(b)[i:], "*/")
+		out["common"] = names(errno.FindAllString(string(b)[i:i+end], -1))
+	}
 	for _, blk := range blocks {
 		m := call.FindStringSubmatch(blk)
 		if m == nil {
@@ -38,20 +43,26 @@ func headerErrnos(t *testing.T) map[string][]string {
 		} else {
 			text = ""
 		}
-		var list []string
-		for _, e := range errno.FindAllString(text, -1) {
-			e = e[1:]
-			if e == "EOPNOTSUPP" {
-				e = "ENOTSUP" // one number, which unix.ErrnoName calls so
-			}
-			if !slices.Contains(list, e) {
-				list = append(list, e)
-			}
-		}
-		slices.Sort(list)
-		out[name] = list
+		out[name] = names(errno.FindAllString(text, -1))
 	}
 	return out
+}
+
+// names turns "-EFOO" tokens into the sorted, distinct names
+// unix.ErrnoName gives their numbers.
+func names(tokens []string) []string {
+	var list []string
+	for _, e := range tokens {
+		e = e[1:]
+		if e == "EOPNOTSUPP" {
+			e = "ENOTSUP" // one number, which unix.ErrnoName calls so
+		}
+		if !slices.Contains(list, e) {
+			list = append(list, e)
+		}
+	}
+	slices.Sort(list)
+	return list
 }
 
 // TestHeaderListsEveryErrno: the header's lists and callErrnos, which the
@@ -71,8 +82,16 @@ func TestHeaderListsEveryErrno(t *testing.T) {
 		}
 	}
 	for call := range header {
-		if _, ok := callErrnos[call]; !ok {
+		if _, ok := callErrnos[call]; !ok && call != "common" {
 			t.Errorf("%s: documented in the header, unknown to the tests", call)
 		}
+	}
+	var common []string
+	for _, e := range commonErrnos {
+		common = append(common, unix.ErrnoName(e))
+	}
+	slices.Sort(common)
+	if !slices.Equal(header["common"], common) {
+		t.Errorf("common to all ioctls: the header lists %v, the tests %v", header["common"], common)
 	}
 }

@@ -155,25 +155,34 @@ func transfersAndStream(t *testing.T) {
 			t.Fatalf("round trip %d changed the data", i)
 		}
 	}
-	ctl := control(t)
 	const slot = 64 << 10
-	if err := ctl.ConfigureSource(slot-frame.HeaderSize, 0, 64); err != nil {
+	_, _, mem, slots := ring(t, d, g, 8, slot)
+	streamFrames(t, d, mem, slots, 64)
+}
+
+// streamFrames runs a stream over slots (each Len bytes at Offset of mem's
+// pin) with one frame per slot, checks n frames and stops it: every frame
+// in order, intact, and the stream ends cleanly.
+func streamFrames(t *testing.T, d *p2p.Device, mem []byte, slots []p2p.Segment, n uint64) {
+	t.Helper()
+	size := int(slots[0].Len)
+	if err := control(t).ConfigureSource(size-frame.HeaderSize, 0, 64); err != nil {
 		t.Fatal(err)
 	}
-	_, _, mem, slots := ring(t, d, g, 8, slot)
 	s, err := d.StartStream(1, slots)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var chk frame.Checker
 	for sl := range s.Slots() {
-		if _, err := chk.Check(mem[sl.Index*slot : sl.Index*slot+int(sl.Bytes)]); err != nil {
+		off := int(slots[sl.Index].Offset)
+		if _, err := chk.Check(mem[off : off+int(sl.Bytes)]); err != nil {
 			t.Fatalf("slot %d: %v", sl.Index, err)
 		}
 		if err := s.Release(sl.Index); err != nil {
 			t.Fatal(err)
 		}
-		if chk.Frames == 64 {
+		if chk.Frames == n {
 			break
 		}
 	}
@@ -182,7 +191,7 @@ func transfersAndStream(t *testing.T) {
 	}
 	for range s.Slots() {
 	}
-	if s.Err() != nil || chk.Frames != 64 || chk.Gaps != 0 || chk.CRCFailures != 0 {
+	if s.Err() != nil || chk.Frames != n || chk.Gaps != 0 || chk.CRCFailures != 0 {
 		t.Fatalf("stream ended %v: %+v", s.Err(), chk.Stats)
 	}
 }

@@ -239,39 +239,12 @@ func alignedWork(t *testing.T, a xdma.Alignments) {
 		}
 	}
 	// A stream of aligned slots runs.
-	ctl := control(t)
 	const slot = 4096
-	if err := ctl.ConfigureSource(slot-frame.HeaderSize, 0, 64); err != nil {
-		t.Fatal(err)
-	}
 	var slots []p2p.Segment
 	for i := range 8 {
 		slots = append(slots, p2p.Segment{Pin: pd, Offset: uint64(i) * slot, Len: slot})
 	}
-	s, err := d.StartStream(1, slots)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var chk frame.Checker
-	for sl := range s.Slots() {
-		if _, err := chk.Check(dstMem[sl.Index*slot : sl.Index*slot+int(sl.Bytes)]); err != nil {
-			t.Fatalf("slot %d: %v", sl.Index, err)
-		}
-		if err := s.Release(sl.Index); err != nil {
-			t.Fatal(err)
-		}
-		if chk.Frames == 32 {
-			break
-		}
-	}
-	if err := s.Stop(); err != nil {
-		t.Fatal(err)
-	}
-	for range s.Slots() {
-	}
-	if s.Err() != nil || chk.Gaps != 0 {
-		t.Fatalf("stream ended %v: %+v", s.Err(), chk.Stats)
-	}
+	streamFrames(t, d, dstMem, slots, 32)
 }
 
 // TestProbeClearsLeftoverState binds the FPGA after something else (a
