@@ -77,7 +77,8 @@ debian_kmod = vm=$$(hw/testbench/kernel/vmlinux-for.sh "$(1)" $(CURDIR)/build) &
 	$(call kmod_for,$(1),/lib/modules/$(1)/build,$$vm)
 
 kmod:
-	$(call debian_kmod,$(KVER))
+	vm=$$(hw/testbench/kernel/vmlinux-for.sh "$(KVER)" $(CURDIR)/build) && \
+	$(call kmod_for,$(KVER),$(KDIR),$$vm)
 
 # The guest suite on one kernel: $(1) release, $(2) image, $(3) modules,
 # $(4) guest kernel modules ("" when what the guest needs is built in),
@@ -104,7 +105,7 @@ vmtest-6.1: qemu
 vmtest-6.12: qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call debian_kmod,$(KVER_612))
-	GPUFPGA_QUIRKS=$(CARD_QUIRKS) $(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
+	GPUFPGA_QUIRKS='$(CARD_QUIRKS)' $(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
 
 # DMA through SWIOTLB bounce buffers (swiotlb=force), on 6.12: host pins
 # are refused with the reason, GPU pins work.
@@ -128,7 +129,7 @@ vmtest-iommu: qemu
 vmtest-debug: qemu
 	@set -e; kd=$$(hw/testbench/kernel/build-debug.sh); kver=$$(cat $$kd/include/config/kernel.release); \
 	$(call kmod_for,debug,$$kd,$$kd/vmlinux); \
-	GPUFPGA_QUIRKS=$(CARD_QUIRKS) GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,,open)
+	GPUFPGA_QUIRKS='$(CARD_QUIRKS)' GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,,open)
 
 FUZZ_OPS ?= 100000
 

@@ -229,6 +229,7 @@ func (a Alignments) Valid() bool {
 	return pow2(a.Addr) && pow2(a.Len) && a.Bits >= 32 && a.Bits <= 64
 }
 
+// String gives a as address/length/bits, PG195's field order.
 func (a Alignments) String() string { return fmt.Sprintf("%d/%d/%d", a.Addr, a.Len, a.Bits) }
 
 // Identifier is a decoded identifier register.

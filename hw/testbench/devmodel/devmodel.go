@@ -242,17 +242,16 @@ func (r *Rig) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Err returns the first internal error the rig hit, if any.
 // Err returns the first error the rig met serving the guest, or the
 // descriptors it was handed that the engine's alignments forbid: a driver
 // must never start one.
 func (r *Rig) Err() error {
+	// Before errMu: the engine calls fail, which takes errMu, under its lock.
+	violations := r.engine.Violations()
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
-	if r.err == nil {
-		if v := r.engine.Violations(); v != 0 {
-			return fmt.Errorf("devmodel: the driver handed the engine %d descriptors its ALIGNMENTS forbid", v)
-		}
+	if r.err == nil && violations != 0 {
+		return fmt.Errorf("devmodel: the driver handed the engine %d descriptors its ALIGNMENTS forbid", violations)
 	}
 	return r.err
 }

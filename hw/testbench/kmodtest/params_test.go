@@ -29,6 +29,10 @@ func TestParamsCheckedWhenSet(t *testing.T) {
 		}
 		if err := os.WriteFile(path, []byte(tc.bad), 0); !errors.Is(err, unix.EINVAL) {
 			t.Errorf("%s=%s: %v, want EINVAL", tc.name, tc.bad, err)
+			// Taken: put the old value back for the tests after.
+			if err := os.WriteFile(path, before, 0); err != nil {
+				t.Fatal(err)
+			}
 		}
 		after, err := os.ReadFile(path)
 		if err != nil {

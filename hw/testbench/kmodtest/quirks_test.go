@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +20,21 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
+
+// watchdogPeriod is the driver's timeout_ms, the period of a stream's
+// watchdog.
+func watchdogPeriod(t *testing.T) time.Duration {
+	t.Helper()
+	b, err := os.ReadFile("/sys/module/gpufpga/parameters/timeout_ms")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return time.Duration(ms) * time.Millisecond
+}
 
 // withQuirks makes the simulated card show q until the test ends.
 func withQuirks(t *testing.T, q xdmamodel.Quirk) {
@@ -108,7 +125,7 @@ func TestStreamWaitsWithoutBusy(t *testing.T) {
 	}
 	// Long enough for the interrupt of the last slot, and a watchdog
 	// period, to see the engine idle.
-	time.Sleep(2500 * time.Millisecond)
+	time.Sleep(watchdogPeriod(t) * 3 / 2)
 	if err := s.Err(); err != nil {
 		t.Fatalf("stream ended while it waited for credits: %v", err)
 	}
@@ -160,20 +177,24 @@ func TestAlignments(t *testing.T) {
 		{Addr: 64, Len: 64, Bits: 32},
 	} {
 		t.Run(a.String(), func(t *testing.T) {
+			before, err := ctl.Violations()
+			if err != nil {
+				t.Fatal(err)
+			}
 			was, err := ctl.SetAlignments(a)
 			if err != nil {
 				t.Fatal(err)
 			}
-			rebind(t, bdf)
-			defer func() {
+			t.Cleanup(func() {
 				if _, err := ctl.SetAlignments(was); err != nil {
 					t.Error(err)
 				}
 				rebind(t, bdf)
-			}()
+			})
+			rebind(t, bdf)
 			alignedWork(t, a)
-			if n, err := ctl.Violations(); err != nil || n != 0 {
-				t.Fatalf("the engine was handed %d descriptors its alignments forbid (%v)", n, err)
+			if n, err := ctl.Violations(); err != nil || n != before {
+				t.Fatalf("the engine was handed %d descriptors its alignments forbid (%v)", n-before, err)
 			}
 		})
 	}
@@ -225,6 +246,9 @@ func alignedWork(t *testing.T, a xdma.Alignments) {
 			{"card address", 1, p2p.Segment{Pin: pd, Offset: 0, Len: uint64(a.Len) * 4}},
 			{"length", 0, p2p.Segment{Pin: pd, Offset: 0, Len: uint64(a.Len)*4 + 1}},
 		} {
+			if tc.name == "length" && a.Len == 1 {
+				continue
+			}
 			err := xfer(p2p.C2H, tc.card, tc.seg)
 			var e *p2p.Error
 			if !errors.As(err, &e) || e.Err != unix.EINVAL {

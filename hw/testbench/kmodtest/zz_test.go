@@ -33,6 +33,14 @@ func TestZXUnbind(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rawOpen := true
+	closeRaw := func() {
+		if rawOpen {
+			unix.Close(raw)
+			rawOpen = false
+		}
+	}
+	defer closeRaw()
 	readErr := make(chan error, 1)
 	go func() {
 		_, err := unix.Read(raw, make([]byte, sizeCompletion))
@@ -63,7 +71,7 @@ func TestZXUnbind(t *testing.T) {
 	if n, err := unix.Poll(fds, 0); err != nil || n != 1 || fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != unix.POLLERR|unix.POLLHUP {
 		t.Fatalf("poll of a removed device: %d %#x %v, want POLLERR|POLLHUP", n, fds[0].Revents, err)
 	}
-	unix.Close(raw) // the device's name is free again once its last file closes
+	closeRaw() // the device's name is free again once its last file closes
 	if _, err := d.Info(); !errors.Is(err, p2p.ErrDeviceGone) {
 		t.Fatalf("info after unbind: %v", err)
 	}

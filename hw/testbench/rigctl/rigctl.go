@@ -128,7 +128,10 @@ func (c *Control) SetAlignments(a xdma.Alignments) (xdma.Alignments, error) {
 // alignments forbid.
 func (c *Control) Violations() (uint64, error) {
 	lo, hi, err := c.mb.Call(rl.CtlViolations, 0, 0, 0)
-	return uint64(hi)<<32 | uint64(lo), err
+	if err != nil {
+		return 0, fmt.Errorf("rigctl: violations: %w", err)
+	}
+	return uint64(hi)<<32 | uint64(lo), nil
 }
 
 // SetLinkDown takes the simulated FPGA off the bus, or puts it back.

@@ -495,7 +495,7 @@ func (c *channel) stop() {
 		c.fault = FaultNone
 	}
 	if c.busy {
-		c.log(xdma.StatIdleStopped)
+		c.ended(xdma.StatIdleStopped)
 	}
 	c.busy = false
 	c.active = false
@@ -732,7 +732,8 @@ func (e *Engine) Step() bool {
 	return progress
 }
 
-// RunUntilIdle steps until no channel progresses.
+// RunUntilIdle steps until no channel progresses. Status bits still to
+// show (QuirkSplitStatus) may keep Busy true after it returns.
 func (e *Engine) RunUntilIdle() {
 	for e.Step() {
 	}
@@ -984,6 +985,7 @@ func (e *Engine) fail(c *channel, bits uint32) {
 // writes it on a descriptor's completion, so it needs the completion's
 // interrupt enable (control bit 2) as well as the writeback enable.
 func (e *Engine) writeback(c *channel, failed bool) {
+	// Control bits 1-23 enable the status bits at the same positions.
 	if c.control&xdma.CtrlPollModeWB == 0 || c.control&xdma.StatDescCompleted == 0 {
 		return
 	}

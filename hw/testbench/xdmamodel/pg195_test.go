@@ -63,3 +63,69 @@ func TestPollWritebackNeedsCompletionEnable(t *testing.T) {
 		}
 	}
 }
+
+// TestAlignmentViolations: under a build's ALIGNMENTS every descriptor
+// whose addresses or length break them fails its chain with the status
+// PG195 gives and counts as a violation, on each kind of channel; aligned
+// work counts none.
+func TestAlignmentViolations(t *testing.T) {
+	const mismatch = xdma.StatAlignMismatch
+	const unreachable = xdma.ErrCodeUnsupportedRequest << 19 // descriptor error field
+	aligned := xdma.Alignments{Addr: 64, Len: 64, Bits: 64}
+	narrow := xdma.Alignments{Addr: 64, Len: 64, Bits: 32}
+	for _, tc := range []struct {
+		name   string
+		align  xdma.Alignments
+		dir    xdma.Direction
+		ch     int
+		bus    uint64 // offset into VRAM
+		card   uint64
+		n      uint64
+		status uint32 // 0: the chain completes
+	}{
+		{"H2C mm aligned", aligned, xdma.H2C, 0, 64, 128, 256, 0},
+		{"H2C mm bus", aligned, xdma.H2C, 0, 1, 128, 256, mismatch},
+		{"H2C mm card", aligned, xdma.H2C, 0, 64, 129, 256, mismatch},
+		{"H2C mm length", aligned, xdma.H2C, 0, 64, 128, 257, mismatch},
+		{"C2H mm aligned", aligned, xdma.C2H, 0, 64, 128, 256, 0},
+		{"C2H mm bus", aligned, xdma.C2H, 0, 8, 128, 256, mismatch},
+		{"C2H mm card", aligned, xdma.C2H, 0, 64, 8, 256, mismatch},
+		{"H2C stream bus", aligned, xdma.H2C, 1, 32, 0, 256, mismatch},
+		{"C2H stream bus", aligned, xdma.C2H, 1, 32, 0, 256, mismatch},
+		{"C2H mm past the address bits", narrow, xdma.C2H, 0, 64, 128, 256, unreachable},
+		{"H2C stream past the address bits", narrow, xdma.H2C, 1, 64, 0, 256, unreachable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, 2)
+			must(t, r.e.SetAlignments(tc.align))
+			if got := xdma.DecodeAlignments(r.e.ReadReg(xdma.Base(tc.dir.ChannelTarget(), tc.ch) + xdma.RegAlignments)); got != tc.align {
+				t.Fatalf("ALIGNMENTS reads %v, want %v", got, tc.align)
+			}
+			segs := []sgl.Segment{{Addr: vramBase + tc.bus, Len: tc.n}}
+			spec := xdma.ChainSpec{CardAddr: tc.card, Stream: tc.ch == 1}
+			if tc.ch == 1 && tc.dir == xdma.C2H {
+				spec.Results = resBase
+			}
+			st := r.run(t, tc.dir, tc.ch, segs, spec, xdma.ControlDefault)
+			want := uint32(0)
+			if tc.status != 0 {
+				want = 1
+			}
+			if st&(xdma.StatErrorMask) != tc.status || uint64(want) != r.e.Violations() {
+				t.Fatalf("status %s, %d violations; want errors %#x", xdma.DecodeStatus(tc.dir, tc.ch, st), r.e.Violations(), tc.status)
+			}
+		})
+	}
+	// A descriptor fetch past the address bits is one too.
+	r := newRig(t, 1)
+	must(t, r.e.SetAlignments(narrow))
+	xdma.Start(r.e, xdma.H2C, 0, xdma.Chain{Addr: 1 << 32}, xdma.ControlDefault)
+	r.e.RunUntilIdle()
+	st := r.e.ReadReg(xdma.Base(xdma.TargetH2C, 0) + xdma.RegStatusRC)
+	if st&xdma.StatErrorMask != unreachable || r.e.Violations() != 1 {
+		t.Fatalf("fetch past the address bits: %s, %d violations", xdma.DecodeStatus(xdma.H2C, 0, st), r.e.Violations())
+	}
+	if err := r.e.SetAlignments(xdma.Alignments{Addr: 3, Len: 1, Bits: 64}); err == nil {
+		t.Error("an alignment that is not a power of two was accepted")
+	}
+}

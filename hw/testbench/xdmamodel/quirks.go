@@ -52,6 +52,7 @@ const AllQuirks = quirkLast<<1 - 1
 // Valid reports whether q holds only quirks the model knows.
 func (q Quirk) Valid() bool { return q&^AllQuirks == 0 }
 
+// String names the quirks of q, comma-separated, as ParseQuirks reads them.
 func (q Quirk) String() string {
 	if q == 0 {
 		return "none"
@@ -87,6 +88,7 @@ func ParseQuirks(s string) (Quirk, error) {
 			if n.name == f {
 				q |= n.q
 				found = true
+				break
 			}
 		}
 		if !found {

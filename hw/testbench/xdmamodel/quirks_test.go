@@ -43,10 +43,33 @@ func TestQuirkLateBusy(t *testing.T) {
 			t.Fatalf("read %d: %s, want %s", i, xdma.DecodeStatus(xdma.C2H, 0, st), xdma.DecodeStatus(xdma.C2H, 0, w))
 		}
 	}
-	// A new chain starts without a BUSY left over.
+}
+
+// TestQuirkLateBusyEndsWithNewChain: a chain started while BUSY still
+// lingers from the last one shows its own state, not the leftover.
+func TestQuirkLateBusyEndsWithNewChain(t *testing.T) {
+	r := newRig(t, 2)
+	must(t, r.e.SetQuirks(xdmamodel.QuirkLateBusy))
+	ch := r.startC2H(t)
+	r.e.ReadReg(ch + xdma.RegStatusRC) // BUSY lingers for the reads after
+	// Stalled, the next chain stays busy: BUSY is its own.
+	must(t, r.e.InjectFault(xdma.C2H, 0, xdmamodel.FaultStall))
 	r.e.WriteReg(ch+xdma.RegControlW1C, xdma.CtrlRun)
-	if st := r.e.ReadReg(ch + xdma.RegStatus); st != 0 {
-		t.Fatalf("idle status %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+	r.startC2H(t)
+	for i := range xdmamodel.LateBusyReads + 1 {
+		if st := r.e.ReadReg(ch + xdma.RegStatus); st != xdma.CtrlRun {
+			t.Fatalf("read %d of a running chain: %s", i, xdma.DecodeStatus(xdma.C2H, 0, st))
+		}
+	}
+	// Stopped by RUN, it is idle once the lag has passed, and only then.
+	r.e.WriteReg(ch+xdma.RegControlW1C, xdma.CtrlRun)
+	for range xdmamodel.LateBusyReads {
+		if st := r.e.ReadReg(ch + xdma.RegStatus); st&xdma.CtrlRun == 0 {
+			t.Fatalf("BUSY cleared at once after the stop: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
+		}
+	}
+	if st := r.e.ReadReg(ch + xdma.RegStatus); st&xdma.CtrlRun != 0 {
+		t.Fatalf("BUSY past the lag: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
 	}
 }
 
@@ -132,13 +155,17 @@ func TestParseQuirks(t *testing.T) {
 func TestQuirkSplitStatusUnread(t *testing.T) {
 	r := newRig(t, 2)
 	must(t, r.e.SetQuirks(xdmamodel.QuirkSplitStatus))
-	ch := r.startC2H(t)
-	if !r.e.Busy() {
-		t.Fatal("a stop still to show needs steps")
+	ch := r.startC2H(t) // RunUntilIdle's last, idle step counts one
+	if !r.e.Busy() || len(r.raised) != 0 {
+		t.Fatalf("the stop showed before its time: busy %v, raised %v", r.e.Busy(), r.raised)
 	}
-	for range xdmamodel.SplitSteps {
+	for range xdmamodel.SplitSteps - 2 {
 		r.e.Step()
 	}
+	if len(r.raised) != 0 {
+		t.Fatalf("the stop showed a step early: raised %v", r.raised)
+	}
+	r.e.Step()
 	if len(r.raised) != 1 || r.raised[0] != 7 {
 		t.Fatalf("raised %v, want [7]", r.raised)
 	}
