@@ -103,7 +103,7 @@ struct gpufpga_chan {
 	/*
 	 * Read-to-clear status bits of the running chain, from every read
 	 * since it started (gpufpga_chan_status): none is lost. Under lock,
-	 * or mutex while halting.
+	 * or mutex while halting, or where no chain runs (probe, shutdown).
 	 */
 	u32 status_seen;
 	int acq_error;			/* the stream must end with it */
@@ -151,6 +151,8 @@ struct gpufpga_dev {
 	void __iomem *bar;		/* the DMA BAR: the engine's registers */
 	bool link_down;
 	bool dead;
+	/* Removed, and every record it will post queued: read() ends. */
+	bool gone;
 	/* Held for reading by every ioctl; remove takes it to wait them out. */
 	struct rw_semaphore ioctl_rwsem;
 

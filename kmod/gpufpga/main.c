@@ -279,7 +279,9 @@ static __poll_t gpufpga_poll(struct file *file, poll_table *wait)
 		mask |= EPOLLIN | EPOLLRDNORM;
 	spin_unlock_irq(&f->done_lock);
 	if (READ_ONCE(f->dev->dead))
-		mask |= EPOLLERR | EPOLLHUP;
+		mask |= EPOLLERR;
+	if (READ_ONCE(f->dev->gone))
+		mask |= EPOLLHUP;
 	return mask;
 }
 
@@ -418,10 +420,12 @@ static int gpufpga_init_channels(struct gpufpga_dev *dev)
 	int ci;
 	int ret;
 
-	gpufpga_for_each_chan(dev, failed, ci) {
-		ret = gpufpga_chan_init(failed);
-		if (ret)
+	gpufpga_for_each_chan(dev, ch, ci) {
+		ret = gpufpga_chan_init(ch);
+		if (ret) {
+			failed = ch;
 			goto err;
+		}
 	}
 	return 0;
 err:
@@ -459,8 +463,10 @@ static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 			ret = -EIO;
 	}
 	/* Credits and a descriptor halt left over would stall the next user. */
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C, ~0U);
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C, ~0U);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
+		      XDMA_COMMON_ALL);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C,
+		      XDMA_COMMON_ALL);
 	return dev->link_down ? -ENODEV : ret;
 }
 
@@ -516,7 +522,10 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	dma_set_max_seg_size(&pdev->dev, UINT_MAX);
 	/*
 	 * An earlier kernel (kexec), driver or firmware may have left engines
-	 * running, with bus mastering on: off until they are stopped.
+	 * running, with bus mastering on: off until they are stopped, so that
+	 * none writes into memory this kernel owns. An engine that cannot
+	 * drain without it is declared dead and the probe fails: a reset of
+	 * the function (sysfs reset, or a reboot) brings it back.
 	 */
 	pci_clear_master(pdev);
 	ret = gpufpga_stop_engines(dev);
@@ -571,11 +580,6 @@ static void gpufpga_fail_channels(struct gpufpga_dev *dev)
 	}
 }
 
-/*
- * Open files outlive the device; their DMA mappings of it must not. A
- * close() may be unpinning a pin it already took out of its table: wait
- * for that too. No pin can be made meanwhile: the device is dead.
- */
 /* Readers and pollers of a device that is gone learn it at once. */
 static void gpufpga_wake_files(struct gpufpga_dev *dev)
 {
@@ -587,6 +591,11 @@ static void gpufpga_wake_files(struct gpufpga_dev *dev)
 	mutex_unlock(&dev->files_lock);
 }
 
+/*
+ * Open files outlive the device; their DMA mappings of it must not. A
+ * close() may be unpinning a pin it already took out of its table: wait
+ * for that too. No pin can be made meanwhile: the device is dead.
+ */
 static void gpufpga_unpin_files(struct gpufpga_dev *dev)
 {
 	struct gpufpga_file *f;
@@ -610,11 +619,13 @@ static void gpufpga_remove(struct pci_dev *pdev)
 	gpufpga_debugfs_exit(dev);
 	misc_deregister(&dev->misc);
 	WRITE_ONCE(dev->dead, true);
-	gpufpga_wake_files(dev);
 	gpufpga_fail_channels(dev);
 	down_write(&dev->ioctl_rwsem);
 	up_write(&dev->ioctl_rwsem);
 	gpufpga_fail_channels(dev);
+	/* Every record the device posts is queued by now. */
+	WRITE_ONCE(dev->gone, true);
+	gpufpga_wake_files(dev);
 	gpufpga_unpin_files(dev);
 	gpufpga_teardown_irqs(dev);
 	gpufpga_fini_channels(dev);

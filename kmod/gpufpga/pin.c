@@ -142,18 +142,22 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 		 * put_pages; NVIDIA serialises it with a callback that starts
 		 * meanwhile.
 		 */
-		if (!freed && ops->put_pages(0, 0, m->nv.va, m->nv.pt)) {
+		if (!freed) {
+			int ret = ops->put_pages(0, 0, m->nv.va, m->nv.pt);
+
 			/*
-			 * NVIDIA fails put_pages on a table whose free callback
-			 * ran while put_pages waited for NVIDIA's lock: then it
-			 * freed the table itself. Any other failure is NVIDIA's.
+			 * A free callback may have run while put_pages waited
+			 * for NVIDIA's lock: NVIDIA then frees the table itself,
+			 * and its put_pages returns 0 (a table it no longer
+			 * finds) or an error. Either way, wait for the callback
+			 * to let go of m. Any other failure is NVIDIA's.
 			 */
 			spin_lock(&m->lock);
 			freed = m->nv.freed;
 			spin_unlock(&m->lock);
-			if (!freed)
-				dev_warn(&m->dev->pdev->dev, "nvidia_p2p_put_pages failed for %#llx\n",
-					 m->nv.va);
+			if (ret && !freed)
+				dev_warn(&m->dev->pdev->dev, "nvidia_p2p_put_pages failed (%d) for %#llx\n",
+					 ret, m->nv.va);
 		}
 		if (freed)
 			wait_for_completion(&m->nv.callback_done);
@@ -682,6 +686,7 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	}
 	if (a.kind != GPUFPGA_PIN_HOST && !gpufpga_mem_reachable(m)) {
 		trace_gpufpga_error(dev->id, "pin", -EOPNOTSUPP, 0);
+		gpufpga_mem_release(m);
 		gpufpga_mem_put(m);
 		return -EOPNOTSUPP;
 	}

@@ -124,7 +124,8 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
  * engine, and a card may report a chain's stop before BUSY drops, or its
  * completion and its stop in different reads (PG195 promises no order).
  * Returns every bit seen since the chain started, with this read's BUSY.
- * Under ch->lock, or ch->mutex with ch->halting set.
+ * Under ch->lock, or ch->mutex with ch->halting set, or where no chain can
+ * run (probe, shutdown).
  */
 u32 gpufpga_chan_status(struct gpufpga_chan *ch)
 {

@@ -8,6 +8,7 @@
 #define GPUFPGA_XDMA_REGS_H
 
 #include <linux/bits.h>
+#include <linux/sizes.h>
 #include <linux/types.h>
 
 #define XDMA_REG_SPACE		0x10000
@@ -49,6 +50,7 @@
 #define XDMA_REG_CREDIT_MODE_W1C 0x28
 #define XDMA_MAX_CREDITS	0x3ff
 #define XDMA_COMMON_C2H_SHIFT	16
+#define XDMA_COMMON_ALL		(GENMASK(3, 0) | GENMASK(19, 16))	/* every channel's bit */
 
 /* Interrupt block registers. */
 #define XDMA_REG_CHAN_INT_ENABLE	0x10

@@ -378,11 +378,13 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 
 /*
  * Whether the active chain has ended, by every status bit read since it
- * started (seen) and the completed count: with an error, or with its stop,
- * which only its last descriptor carries. BUSY is not consulted: a card may
- * report it for a while after the stop. A stop with fewer descriptors
- * completed than the chain has cannot be this chain's (a late report of a
- * polled one before it) and is dropped. Under ch->lock.
+ * started (seen, with the last read's BUSY) and the completed count: with an
+ * error, or with its stop, which only its last descriptor carries. BUSY
+ * does not decide a stop: a card may report it for a while after one. A
+ * stop with fewer descriptors completed than the chain has is either a late
+ * report of the polled chain before (the engine runs this one: BUSY, and
+ * the stop is dropped) or a count that lags the stop on an idle engine
+ * (the watchdog looks again in a jiffy). Under ch->lock.
  */
 static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 {
@@ -395,8 +397,26 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	if (completed >= ch->active->nsegs)
 		return true;
-	ch->status_seen &= ~XDMA_STAT_DESC_STOPPED;
+	if (seen & XDMA_STAT_BUSY)
+		ch->status_seen &= ~XDMA_STAT_DESC_STOPPED;
+	else
+		mod_delayed_work(gpufpga_wq, &ch->work, 1);
 	return false;
+}
+
+/*
+ * An error ends a chain, but PG195 does not say that an engine reporting
+ * one has drained: while BUSY is still set, the watchdog halts it, waiting
+ * for idle, rather than the chain ending (and its memory being let go)
+ * here. Under ch->lock.
+ */
+static bool gpufpga_failed_busy(struct gpufpga_chan *ch, u32 seen)
+{
+	if (!(seen & XDMA_STAT_ERRORS) || !(seen & XDMA_STAT_BUSY))
+		return false;
+	ch->deadline = jiffies;
+	mod_delayed_work(gpufpga_wq, &ch->work, 0);
+	return true;
 }
 
 /*
@@ -469,7 +489,7 @@ void gpufpga_chan_irq(struct gpufpga_chan *ch)
 		return;
 	}
 	/* A shared vector, a stale edge, or part of the end: wait for more. */
-	if (!gpufpga_chain_ended(ch, status))
+	if (!gpufpga_chain_ended(ch, status) || gpufpga_failed_busy(ch, status))
 		return;
 	gpufpga_complete_active(ch, status);
 	gpufpga_start_next(ch);
@@ -554,36 +574,42 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_req *r;
+	bool ended;
 	u64 id, run;
 	u32 status;
+	int error;
 
 	spin_lock_irq(&ch->lock);
 	r = ch->active;
 	run = ch->runs;
 	if (!r || ch->halting)
 		goto out;
-	if (time_before(jiffies, ch->deadline)) {
-		queue_delayed_work(gpufpga_wq, &ch->work, ch->deadline - jiffies);
-		goto out;
-	}
 	status = gpufpga_chan_status(ch);
 	if (dev->link_down) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		goto out;
 	}
-	if (gpufpga_chain_ended(ch, status)) {
-		if (!r->poll)
+	ended = gpufpga_chain_ended(ch, status);
+	if (ended && !(status & XDMA_STAT_ERRORS && status & XDMA_STAT_BUSY)) {
+		if (!r->poll && !time_before(jiffies, ch->deadline))
 			dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu ended without an interrupt\n",
 					     ch->dir ? "C2H" : "H2C", ch->index, r->id);
 		gpufpga_complete_active(ch, status);
 		gpufpga_start_next(ch);
 		goto out;
 	}
+	if (!ended && time_before(jiffies, ch->deadline)) {
+		queue_delayed_work(gpufpga_wq, &ch->work, ch->deadline - jiffies);
+		goto out;
+	}
+	/* Timed out, or failed with the engine still busy: halt it first. */
+	error = ended ? -EIO : -ETIMEDOUT;
 	id = r->id;
 	spin_unlock_irq(&ch->lock);
-	if (gpufpga_halt_active(ch, r, run, -ETIMEDOUT, &status))
-		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu timed out, halted (status %#x)\n",
-				     ch->dir ? "C2H" : "H2C", ch->index, id, status);
+	if (gpufpga_halt_active(ch, r, run, error, &status))
+		dev_warn_ratelimited(&dev->pdev->dev, "%s channel %u: transfer %llu %s, halted (status %#x)\n",
+				     ch->dir ? "C2H" : "H2C", ch->index, id,
+				     error == -EIO ? "failed" : "timed out", status);
 	return;
 out:
 	spin_unlock_irq(&ch->lock);
@@ -692,7 +718,8 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 			return;
 		}
 		status = dev->link_down ? 0 : gpufpga_chan_status(ch);
-		if (!dev->link_down && gpufpga_chain_ended(ch, status)) {
+		if (!dev->link_down && gpufpga_chain_ended(ch, status) &&
+		    !(status & XDMA_STAT_ERRORS && status & XDMA_STAT_BUSY)) {
 			gpufpga_complete_active(ch, status);
 			gpufpga_start_next(ch);
 			spin_unlock_irq(&ch->lock);
@@ -731,7 +758,8 @@ static bool gpufpga_chan_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
  * ch->lock) and never starts. For each channel that uses m, the worst-case
  * wait is: ch->mutex, whose holders only halt the engine (gpufpga_chan_halt:
  * at most 100 polls of 0.5-1 ms, then 1-2 ms with descriptors halted, about
- * 102 ms) or revoke another pin (as here, about 202 ms); then revoke_wait_ms
+ * 102 ms; gpufpga_chan_fail_all halts twice) or revoke another pin (as
+ * here, about 202 ms); then revoke_wait_ms
  * (at most 100 ms) for the running chain to end by itself, and one halt:
  * about 400 ms per channel at worst, 8 channels at most. Nothing waits on
  * user space or an interrupt.
@@ -1008,8 +1036,12 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 			wb = le32_to_cpu(READ_ONCE(*ch->wb));
 			if (ch->active == r && !ch->halting &&
 			    (wb & XDMA_WB_ERROR || (wb & XDMA_WB_COUNT) >= r->nsegs)) {
-				gpufpga_complete_active(ch, gpufpga_wb_status(ch, wb));
-				gpufpga_start_next(ch);
+				u32 status = gpufpga_wb_status(ch, wb);
+
+				if (!gpufpga_failed_busy(ch, status)) {
+					gpufpga_complete_active(ch, status);
+					gpufpga_start_next(ch);
+				}
 			}
 			spin_unlock_irq(&ch->lock);
 		}
@@ -1174,12 +1206,12 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 			if (done)
 				break;
 			/* Records queued before removal are still read. */
-			if (READ_ONCE(f->dev->dead))
+			if (READ_ONCE(f->dev->gone))
 				return -ENODEV;
 			if (nonblock)
 				return -EAGAIN;
 			ret = wait_event_interruptible(f->done_wq, !list_empty(&f->done) ||
-						       READ_ONCE(f->dev->dead));
+						       READ_ONCE(f->dev->gone));
 			if (ret)
 				return ret;
 			continue;

@@ -15,7 +15,7 @@ var callErrnos = map[string][]unix.Errno{
 	"PIN":            {unix.EINVAL, unix.EBADF, unix.EOPNOTSUPP, unix.EXDEV, unix.EKEYREVOKED, unix.ENOSPC, unix.ENOMEM, unix.EFAULT, unix.EIO, unix.EINTR},
 	"UNPIN":          {unix.EINVAL, unix.ENOENT, unix.EBUSY},
 	"QUERY":          {unix.EINVAL, unix.EPERM, unix.ENOENT},
-	"XFER":           {unix.EINVAL, unix.ENXIO, unix.EBADF, unix.ENOENT, unix.EBUSY, unix.EAGAIN, unix.ENOMEM, unix.EKEYREVOKED, unix.E2BIG, unix.ETIMEDOUT, unix.EIO, unix.ENODEV},
+	"XFER":           {unix.EINVAL, unix.ENXIO, unix.EBADF, unix.ENOENT, unix.EBUSY, unix.EAGAIN, unix.ENOMEM, unix.EKEYREVOKED, unix.E2BIG, unix.ETIMEDOUT, unix.EIO, unix.ENODEV, unix.EINTR},
 	"CANCEL":         {unix.EINVAL, unix.ENOENT},
 	"STREAM_START":   {unix.EINVAL, unix.EBUSY, unix.ENOENT, unix.EKEYREVOKED, unix.E2BIG, unix.ENOMEM, unix.ENODEV},
 	"STREAM_RELEASE": {unix.EINVAL, unix.ENOENT, unix.ENOMEM},

@@ -123,13 +123,14 @@ struct gpufpga_info {
  * kernel log names the reason), -EBADF (@fd is not open), -EOPNOTSUPP
  * (this pin kind is not available: no nvidia.ko, a dma-buf exporter that
  * refuses peer-to-peer, or host memory that DMA reaches only through
- * bounce buffers or cache maintenance, as under swiotlb=force, or GPU
+ * bounce buffers or cache maintenance, as under swiotlb=force, host
+ * memory that cannot be pinned long-term such as fsdax, or GPU or dma-buf
  * memory at bus addresses past the engine's address bits), -EXDEV (a
  * dma-buf whose addresses the IOMMU translating for the FPGA does not map:
  * its exporter handed over raw PCIe addresses), -EKEYREVOKED (the GPU
- * memory was freed while it was being pinned, or a dma-buf's exporter has
- * revoked it), -ENOSPC (a pin limit would be exceeded), -ENOMEM (also a
- * host pin over RLIMIT_MEMLOCK without CAP_IPC_LOCK), -EFAULT (host range
+ * memory was freed while it was being pinned), -ENOSPC (a pin limit would
+ * be exceeded), -ENOMEM (also a host pin over RLIMIT_MEMLOCK without
+ * CAP_IPC_LOCK), -EFAULT (host range
  * not mapped, not writable or not long-term pinnable; or the result could
  * not be written back, and the pin then lives until close), -EIO (NVIDIA or
  * the dma-buf exporter failed otherwise: the kernel log has its error),
@@ -261,7 +262,11 @@ struct gpufpga_seg {
  * revoked, before or during the transfer), -E2BIG (more descriptors or
  * segments than the limits), -ETIMEDOUT (the engine stalled; it was halted
  * and @status says why), -EIO (the engine reported an error in @status),
- * -ENODEV (link down).
+ * -ENODEV (link down), -EINTR (a fatal signal: the caller is being killed).
+ *
+ * @status is every bit the channel's status register reported while the
+ * transfer ran (a bit may come in any of several reads), without a BUSY
+ * that lingered after the stop; a halted transfer's has the halt's BUSY.
  */
 struct gpufpga_xfer {
 	__u32 dir;
@@ -322,8 +327,9 @@ struct gpufpga_cancel {
  * @seq:	SLOT and STREAM_END: the stream's fills reported before this
  *		record, so a slot's fill sequence number, from 0.
  * @slot:	SLOT: the slot's index.
- * @status:	XFER and STREAM_END: the channel's XDMA status register when
- *		it stopped. SLOT: 0.
+ * @status:	XFER: as gpufpga_xfer.status. STREAM_END: every bit the
+ *		channel's XDMA status register reported while the stream ran,
+ *		with its halt's. SLOT: 0.
  * @bytes:	XFER: bytes moved (before the failure, if one). SLOT: bytes
  *		in the slot. STREAM_END: 0.
  * @error:	0 or a negative errno (a STREAM_END after a failure says why).
@@ -372,7 +378,8 @@ struct gpufpga_completion {
  * @pad:	must be 0.
  *
  * Errors: -EINVAL (not a C2H stream channel, @flags, @pad or reserved not
- * 0, @nslots 0, a slot outside its pin or zero-length), -EBUSY (a stream
+ * 0, @nslots 0, a slot outside its pin or zero-length, or one the
+ * channel's ALIGNMENTS refuse), -EBUSY (a stream
  * of any file, or transfers queued or running, on the channel), -ENOENT
  * (unknown slot handle), -EKEYREVOKED (a slot's pin was revoked), -E2BIG
  * (too many slots or descriptors), -ENOMEM, -ENODEV (link down).
