@@ -389,7 +389,13 @@ static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
 					(u64)m->npages << PAGE_SHIFT, GFP_KERNEL);
 	if (ret)
 		goto err_unpin;
-	ret = dma_map_sgtable(dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
+	/*
+	 * No CPU sync: a pin whose memory would need one is refused below, so
+	 * the attribute holds for every pin kept. It is also what tells the
+	 * DMA API's checker that two mappings of one cache line, as two pins
+	 * of one page make, are safe.
+	 */
+	ret = dma_map_sgtable(dev, &m->host.sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
 	if (ret)
 		goto err_table;
 	ret = gpufpga_bus_from_sgt(m, &m->host.sgt, 0);
@@ -406,7 +412,7 @@ static int gpufpga_pin_host(struct gpufpga_mem *m, u64 addr, u64 len)
 	return 0;
 
 err_unmap:
-	dma_unmap_sgtable(dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
+	dma_unmap_sgtable(dev, &m->host.sgt, DMA_BIDIRECTIONAL, DMA_ATTR_SKIP_CPU_SYNC);
 err_table:
 	sg_free_table(&m->host.sgt);
 err_unpin:
@@ -423,7 +429,8 @@ err_free:
 
 static void gpufpga_unpin_host(struct gpufpga_mem *m)
 {
-	dma_unmap_sgtable(&m->dev->pdev->dev, &m->host.sgt, DMA_BIDIRECTIONAL, 0);
+	dma_unmap_sgtable(&m->dev->pdev->dev, &m->host.sgt, DMA_BIDIRECTIONAL,
+			  DMA_ATTR_SKIP_CPU_SYNC);
 	sg_free_table(&m->host.sgt);
 	unpin_user_pages_dirty_lock(m->host.pages, m->npages, true);
 	account_locked_vm(m->host.mm, m->npages, false);
