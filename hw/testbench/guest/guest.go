@@ -3,6 +3,7 @@
 package guest
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -105,6 +106,9 @@ func SetParam(t testing.TB, module, name, value string) (restore func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Reads end in a newline that a string parameter would keep if
+	// written back.
+	old = bytes.TrimSuffix(old, []byte("\n"))
 	if err := os.WriteFile(path, []byte(value), 0); err != nil {
 		t.Fatal(err)
 	}
