@@ -23,11 +23,18 @@ func TestZXUnbind(t *testing.T) {
 	d := openDev(t)
 	g := openGPU(t)
 	ctl := control(t)
-	if err := ctl.ConfigureSource(4064, 100, 64); err != nil {
+	// Two frames a second: the transfer below (a frame per 64 KiB page,
+	// 16 pages) is still in flight at the unbind however slow the guest.
+	if err := ctl.ConfigureSource(4064, 2, 64); err != nil {
 		t.Fatal(err)
 	}
 	defer ctl.ConfigureSource(4064, 0, 64)
 	bdf := fpgaBDF(t)
+	t.Cleanup(func() { // the tests after need the device, even if this one failed
+		if _, err := os.Stat(devPath); err != nil {
+			os.WriteFile("/sys/bus/pci/drivers/gpufpga/bind", []byte(bdf), 0)
+		}
+	})
 	// A reader blocked on a file of its own learns that the device left.
 	raw, err := unix.Open(devPath, unix.O_RDWR, 0)
 	if err != nil {
@@ -48,7 +55,7 @@ func TestZXUnbind(t *testing.T) {
 	}()
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
 	p := pinGPU(t, d, a.VA, a.Size)
-	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}}, 0)
+	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
