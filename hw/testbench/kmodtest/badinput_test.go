@@ -437,13 +437,14 @@ func TestUnpinBusyWhileTransferInFlight(t *testing.T) {
 	d := openDev(t)
 	g := openGPU(t)
 	ctl := control(t)
-	if err := ctl.ConfigureSource(4064, 100, 64); err != nil {
+	// Two frames a second: the transfer is in flight for seconds.
+	if err := ctl.ConfigureSource(4064, 2, 64); err != nil {
 		t.Fatal(err)
 	}
 	defer ctl.ConfigureSource(4064, 0, 64)
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
 	p := pinGPU(t, d, a.VA, a.Size)
-	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}}, 42)
+	id, err := d.Submit(p2p.Transfer{Dir: p2p.C2H, Channel: 1, Segments: []p2p.Segment{p.Whole()}, Timeout: time.Minute}, 42)
 	if err != nil {
 		t.Fatal(err)
 	}
