@@ -106,6 +106,7 @@ struct gpufpga_chan {
 	 * or mutex while halting, or where no chain runs (probe, shutdown).
 	 */
 	u32 status_seen;
+	bool stop_may_be_stale;		/* the last chain's stop was not read */
 	int acq_error;			/* the stream must end with it */
 	/* Watchdog: a lost interrupt, a timeout, a stream that must end. */
 	struct delayed_work work;

@@ -221,6 +221,7 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	ch->last_status = status;
 	ch->acq = NULL;
 	ch->acq_error = 0;
+	ch->stop_may_be_stale = true;	/* the halt's bits may still come */
 	gpufpga_start_next(ch);
 	gpufpga_chan_release(ch);
 	spin_unlock_irq(&ch->lock);

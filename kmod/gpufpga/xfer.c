@@ -378,13 +378,14 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 
 /*
  * Whether the active chain has ended, by every status bit read since it
- * started (seen, with the last read's BUSY) and the completed count: with an
- * error, or with its stop, which only its last descriptor carries. BUSY
- * does not decide a stop: a card may report it for a while after one. A
- * stop with fewer descriptors completed than the chain has is either a late
- * report of the polled chain before (the engine runs this one: BUSY, and
- * the stop is dropped) or a count that lags the stop on an idle engine
- * (the watchdog looks again in a jiffy). Under ch->lock.
+ * started (seen, with the last read's BUSY): with an error, or with its
+ * stop, which only its last descriptor carries. BUSY does not decide a
+ * stop: a card may report it for a while after one. After a polled chain,
+ * whose stop nobody read, a stop may be that chain's, reported late: then
+ * the completed count decides. A stop with fewer descriptors completed
+ * than the chain has is the late one if the engine runs (BUSY: it is
+ * dropped), else a count that lags the stop on an idle engine (the
+ * watchdog looks again in a jiffy). Under ch->lock.
  */
 static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 {
@@ -394,6 +395,8 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 		return true;
 	if (!(seen & XDMA_STAT_DESC_STOPPED))
 		return false;
+	if (!ch->stop_may_be_stale)
+		return true;
 	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	if (completed >= ch->active->nsegs)
 		return true;
@@ -442,6 +445,8 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	/* Read the results the engine wrote before it stopped. */
 	rmb();
 	ch->active = NULL;
+	/* A stop not read with this chain's end may show in the next one. */
+	ch->stop_may_be_stale = r->poll || !(status & XDMA_STAT_DESC_STOPPED);
 	/* The chain ended: a BUSY read with its end is the card's lag. */
 	status &= ~XDMA_STAT_BUSY;
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
@@ -556,6 +561,7 @@ static bool gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, 
 	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	spin_lock_irq(&ch->lock);
 	ch->active = NULL;
+	ch->stop_may_be_stale = true;	/* halted: its stop, if any, unread */
 	if (error == -EKEYREVOKED)
 		ch->revoked++;
 	if (error == -ETIMEDOUT)
@@ -1239,6 +1245,7 @@ int gpufpga_chan_init(struct gpufpga_chan *ch)
 	spin_lock_init(&ch->lock);
 	INIT_LIST_HEAD(&ch->queue);
 	INIT_DELAYED_WORK(&ch->work, gpufpga_chan_work);
+	ch->stop_may_be_stale = true;	/* whatever ran before the driver */
 	/* Descriptors, stream results, then the poll-mode writeback word. */
 	wb = ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE),
 		   SMP_CACHE_BYTES);
