@@ -37,6 +37,7 @@ struct gpufpga_stream_state {
 	u32 completed;			/* last completed count seen */
 	u64 seq;
 	struct gpufpga_event *end;	/* STREAM_END, made in advance */
+	bool idle;			/* the slots' inflight counts dropped */
 };
 
 static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
@@ -44,16 +45,27 @@ static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
 	return st->first[slot + 1] - st->first[slot];
 }
 
+/*
+ * The slots' pins are no longer in use by the engine: UNPIN may take them.
+ * Their references stay until gpufpga_stream_free, which may sleep.
+ */
+static void gpufpga_stream_idle_slots(struct gpufpga_stream_state *st)
+{
+	u32 i;
+
+	for (i = 0; i < st->nslots && st->mems[i]; i++)
+		atomic_dec(&st->mems[i]->inflight);
+	st->idle = true;
+}
+
 static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 {
 	u32 i;
 
-	for (i = 0; i < st->nslots; i++) {
-		if (!st->mems[i])
-			continue;
-		atomic_dec(&st->mems[i]->inflight);
+	if (!st->idle)
+		gpufpga_stream_idle_slots(st);
+	for (i = 0; i < st->nslots && st->mems[i]; i++)
 		gpufpga_mem_put(st->mems[i]);
-	}
 	kfree(st->end);
 	bitmap_free(st->held);
 	bitmap_free(st->released);
@@ -178,21 +190,18 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 }
 
 /*
- * Ends the stream: halt, report what was filled, let the slots' pins go,
- * then STREAM_END, so that a client that unpins once it has read it finds
- * them idle. Called with ch->mutex held and ch->lock not held; holding it
- * keeps the file (its close ends the stream under it too) and the channel
- * (no new stream starts) as they are until STREAM_END is posted.
+ * Ends the stream: halt, report what was filled, mark the slots' pins idle,
+ * then STREAM_END, all under ch->lock: a client that unpins once it has
+ * read STREAM_END finds them idle, and one whose release fails with
+ * -ENOENT finds STREAM_END queued. Called with ch->mutex held and ch->lock
+ * not held.
  */
 void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_stream_state *st;
-	struct gpufpga_event *end;
-	struct gpufpga_file *f;
 	u32 status = 0;
 	int collected;
-	u64 seq;
 
 	if (!gpufpga_chan_own(ch, NULL, 0))
 		return;
@@ -214,10 +223,10 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	if (error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
 	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
-	f = st->file;
-	end = st->end;
+	gpufpga_stream_idle_slots(st);
+	gpufpga_fill_event(ch, st->file, st->end, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0,
+			   error, status);
 	st->end = NULL;
-	seq = st->seq;
 	ch->last_status = status;
 	ch->acq = NULL;
 	ch->acq_error = 0;
@@ -226,7 +235,6 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	gpufpga_chan_release(ch);
 	spin_unlock_irq(&ch->lock);
 	gpufpga_stream_free(st);
-	gpufpga_fill_event(ch, f, end, GPUFPGA_EVENT_STREAM_END, 0, seq, 0, 0, error, status);
 }
 
 /* At close: ends the file's stream on ch, if it has one. Under ch->mutex. */
