@@ -127,6 +127,7 @@ struct chain_header {
 static ssize_t chain_read(struct file *file, char __user *buf, size_t count, loff_t *ppos)
 {
 	struct gpufpga_chan *ch = file->private_data;
+	struct gpufpga_ring *ring;
 	struct chain_header h;
 	void *snap;
 	size_t len;
@@ -135,14 +136,21 @@ static ssize_t chain_read(struct file *file, char __user *buf, size_t count, lof
 	snap = kvmalloc(sizeof(h) + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
 	if (!snap)
 		return -ENOMEM;
+	/*
+	 * The ring last run changes only when a chain built in the spare one
+	 * starts; while build_mutex is held nothing writes either ring.
+	 */
+	mutex_lock(&ch->build_mutex);
 	spin_lock_irq(&ch->lock);
-	len = sizeof(h) + (size_t)ch->last_count * XDMA_DESC_SIZE;
-	h.addr = cpu_to_le64(ch->last_addr);
-	h.count = cpu_to_le32(ch->last_count);
-	h.first_adj = cpu_to_le32(ch->last_first_adj);
-	memcpy(snap, &h, sizeof(h));
-	memcpy(snap + sizeof(h), ch->last_chain, len - sizeof(h));
+	ring = &ch->rings[ch->cur];
 	spin_unlock_irq(&ch->lock);
+	len = sizeof(h) + (size_t)ring->count * XDMA_DESC_SIZE;
+	h.addr = cpu_to_le64(ring->bus);
+	h.count = cpu_to_le32(ring->count);
+	h.first_adj = cpu_to_le32(ring->first_adj);
+	memcpy(snap, &h, sizeof(h));
+	memcpy(snap + sizeof(h), ring->desc, len - sizeof(h));
+	mutex_unlock(&ch->build_mutex);
 	ret = simple_read_from_buffer(buf, count, ppos, snap, len);
 	kvfree(snap);
 	return ret;

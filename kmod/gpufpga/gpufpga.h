@@ -8,13 +8,15 @@
  *   gpufpga_file.lock (mutex)   the file's pins and async requests
  *   NVIDIA's own locks          held by NVIDIA around its free callback
  *   gpufpga_chan.mutex          halting the channel's engine (may sleep)
+ *   gpufpga_chan.build_mutex    writing the channel's spare ring
  *   gpufpga_mem.lock (spinlock) a pin's state; never taken in IRQ
  *   gpufpga_chan.lock           the channel's running and queued requests
  *                               (spinlock, taken in the hard IRQ handler)
  *   gpufpga_file.pending        its xarray lock (IRQ-safe)
  *   gpufpga_file.done_lock      finished async requests (spinlock, leaf)
  * Completions run in the hard IRQ handler under chan.lock; nothing under
- * chan.lock sleeps. Whatever must wait for the engine (a halt, a revoked
+ * chan.lock sleeps, and the handler's work does not grow with a chain's
+ * length: chains are built in process context, under build_mutex. Whatever must wait for the engine (a halt, a revoked
  * transfer's last bytes) holds chan.mutex and sets chan.halting, which
  * keeps the IRQ handler off the channel, then drops chan.lock to wait.
  * The NVIDIA free callback and dma-buf move_notify run under their
@@ -81,6 +83,40 @@ static inline bool gpufpga_bus_follows(dma_addr_t prev, dma_addr_t next, u64 siz
 /* read() hands out records of exactly this size in ABI 1. */
 static_assert(sizeof(struct gpufpga_completion) == 112);
 
+/*
+ * One of a channel's two descriptor rings: descriptors, then one C2H stream
+ * result record per descriptor. A chain is built into the ring the engine
+ * does not run (the spare), in process context, so that starting it from
+ * the IRQ handler costs a few register writes whatever its length.
+ */
+struct gpufpga_ring {
+	void *desc;
+	dma_addr_t bus;
+	u32 count;		/* descriptors of the chain it holds */
+	u32 first_adj;		/* the adjacent count of its first */
+};
+
+struct gpufpga_chan;
+struct gpufpga_file;
+struct gpufpga_mem;
+
+/*
+ * A user of a channel's engine: transfers (always there) or a stream
+ * (while it runs). The engine calls the one that runs it, and never the
+ * other way up.
+ */
+struct gpufpga_chan_user {
+	/* Hard IRQ or a poller, ch->lock held: every status bit seen. */
+	void (*irq)(struct gpufpga_chan *ch, u32 seen);
+	/* The watchdog fired. ch->mutex held, ch->lock not. */
+	void (*watchdog)(struct gpufpga_chan *ch);
+	/* Whether its work uses m. ch->lock held. */
+	bool (*uses)(struct gpufpga_chan *ch, struct gpufpga_mem *m);
+	/* Ends its work on m (m NULL: all of it, or f's) with error. ch->mutex held. */
+	void (*stop)(struct gpufpga_chan *ch, struct gpufpga_file *f, struct gpufpga_mem *m,
+		     int error, unsigned long until);
+};
+
 struct gpufpga_chan {
 	struct gpufpga_dev *dev;
 	u8 dir;
@@ -93,13 +129,26 @@ struct gpufpga_chan {
 	u32 len_gran;		/* bytes; 1: any length */
 
 	struct mutex mutex;		/* halting the engine; outside lock */
-	spinlock_t lock;		/* all below but the debugfs snapshot */
+	/*
+	 * Writing the spare ring. Its holder is the only writer of
+	 * rings[cur ^ 1]; only it changes cur (by starting a chain it built,
+	 * or letting the IRQ handler start one marked ready, under lock).
+	 */
+	struct mutex build_mutex;
+	struct work_struct build_work;	/* builds the next queued chain */
+	spinlock_t lock;		/* all below */
+	struct gpufpga_ring rings[2];
+	u32 cur;			/* the ring the engine runs, or ran last */
+	const struct gpufpga_chan_user *user;	/* running the engine now */
+	const struct gpufpga_chan_user *idle_user;	/* when no stream runs */
 	struct gpufpga_req *active;
 	u64 runs;			/* chains started: names the active one */
 	struct list_head queue;
 	struct gpufpga_stream_state *acq;	/* a running stream, or NULL */
 	bool halting;			/* mutex holder owns the engine */
 	bool quiet;			/* interrupt off, for polled chains */
+	bool credit_mode;		/* a stream's: credits bound fetches */
+	u32 int_enable;			/* the channel's interrupt enable bits */
 	/*
 	 * Read-to-clear status bits of the running chain, from every read
 	 * since it started (gpufpga_chan_status): none is lost. Under lock,
@@ -112,21 +161,11 @@ struct gpufpga_chan {
 	struct delayed_work work;
 	unsigned long deadline;
 
-	/*
-	 * Descriptors, then one C2H stream result record per descriptor, then
-	 * the poll-mode writeback word.
-	 */
-	void *ring;
-	dma_addr_t ring_bus;
-	size_t ring_size;
-	__le32 *wb;
+	void *ring_mem;			/* both rings and the writeback word */
+	dma_addr_t ring_mem_bus;
+	size_t ring_mem_size;
+	__le32 *wb;			/* the poll-mode writeback word */
 	dma_addr_t wb_bus;
-
-	/* Last chain run, for debugfs: a copy of its descriptors. */
-	void *last_chain;
-	u32 last_count;
-	u32 last_first_adj;
-	dma_addr_t last_addr;
 
 	u64 xfers;
 	u64 bytes;
@@ -135,6 +174,12 @@ struct gpufpga_chan {
 	u64 revoked;
 	u32 last_status;
 };
+
+/* The stream results of the ring r, one per descriptor. */
+static inline struct xdma_result *gpufpga_ring_results(struct gpufpga_ring *r)
+{
+	return r->desc + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+}
 
 /* An interrupt vector's cookie. */
 struct gpufpga_vec {
@@ -271,6 +316,7 @@ struct gpufpga_req {
 	u64 user_data;
 	bool async;
 	bool poll;		/* the waiter spins on the writeback word */
+	bool ready;		/* its chain is in the spare ring (ch->lock) */
 	struct eventfd_ctx *efd;
 
 	struct gpufpga_mem **mems;	/* one reference per user segment */
@@ -302,9 +348,27 @@ u32 gpufpga_read(struct gpufpga_dev *dev, u32 off);
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val);
 int gpufpga_regs_init(struct gpufpga_dev *dev);
 int gpufpga_discover_channels(struct gpufpga_dev *dev);
+
+/* engine.c */
 u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
 u32 gpufpga_chan_halt(struct gpufpga_chan *ch);
 u32 gpufpga_chan_status(struct gpufpga_chan *ch);
+int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user,
+		      work_func_t build);
+void gpufpga_chan_fini(struct gpufpga_chan *ch);
+void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits);
+void gpufpga_chan_irq(struct gpufpga_chan *ch);
+bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
+void gpufpga_chan_release(struct gpufpga_chan *ch);
+void gpufpga_chan_set_quiet(struct gpufpga_chan *ch, bool quiet);
+struct gpufpga_ring *gpufpga_chan_spare(struct gpufpga_chan *ch);
+void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits);
+void gpufpga_chan_attach(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user);
+void gpufpga_chan_detach(struct gpufpga_chan *ch);
+void gpufpga_chan_add_credits(struct gpufpga_chan *ch, u32 n);
+u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining);
+void gpufpga_chan_stop_all(struct gpufpga_dev *dev, struct gpufpga_file *f,
+			   struct gpufpga_mem *m, int error);
 
 /* pin.c */
 int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int size);
@@ -319,15 +383,8 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
 			    u32 nsegs, u64 card);
 int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
-int gpufpga_chan_init(struct gpufpga_chan *ch);
-void gpufpga_chan_fini(struct gpufpga_chan *ch);
-void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error);
+int gpufpga_xfer_chan_init(struct gpufpga_chan *ch);
 void gpufpga_drain_completions(struct gpufpga_file *f);
-void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m);
-void gpufpga_cancel_file(struct gpufpga_file *f);
-void gpufpga_chan_irq(struct gpufpga_chan *ch);
-bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
-void gpufpga_chan_release(struct gpufpga_chan *ch);
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock);
 void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
@@ -335,20 +392,13 @@ void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
 int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
 int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
 				  u64 len, u32 max);
-u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining);
 bool gpufpga_mem_active(struct gpufpga_mem *m);
-bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m);
 void gpufpga_start_next(struct gpufpga_chan *ch);
 
 /* stream.c */
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size);
-void gpufpga_stream_irq(struct gpufpga_chan *ch);
-void gpufpga_stream_watchdog(struct gpufpga_chan *ch);
-void gpufpga_stream_end(struct gpufpga_chan *ch, int error);
-void gpufpga_stream_close(struct gpufpga_chan *ch, struct gpufpga_file *f);
-bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m);
 
 /* debugfs.c */
 void gpufpga_debugfs_init(struct gpufpga_dev *dev);

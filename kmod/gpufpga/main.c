@@ -249,7 +249,7 @@ static int gpufpga_release(struct inode *inode, struct file *file)
 	struct gpufpga_file *f = file->private_data;
 	struct gpufpga_dev *dev = f->dev;
 
-	gpufpga_cancel_file(f);
+	gpufpga_chan_stop_all(f->dev, f, NULL, -ECANCELED);
 	gpufpga_drain_completions(f);
 	gpufpga_unpin_all(f);
 	mutex_lock(&dev->files_lock);
@@ -382,13 +382,12 @@ static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
 		bit = ch->irq_bit;
 		vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
 		dev->irq_enabled |= BIT(bit);
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
-			      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	}
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR, vec[0]);
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4, vec[1]);
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1S,
-		      dev->irq_enabled);
+	/* No chain runs yet: each channel's interrupt goes on with the rest. */
+	gpufpga_for_each_chan(dev, ch, ci)
+		gpufpga_chan_program(ch, 0);
 	return 0;
 }
 
@@ -421,7 +420,7 @@ static int gpufpga_init_channels(struct gpufpga_dev *dev)
 	int ret;
 
 	gpufpga_for_each_chan(dev, ch, ci) {
-		ret = gpufpga_chan_init(ch);
+		ret = gpufpga_xfer_chan_init(ch);
 		if (ret) {
 			failed = ch;
 			goto err;
@@ -570,14 +569,7 @@ err_put:
 
 static void gpufpga_fail_channels(struct gpufpga_dev *dev)
 {
-	struct gpufpga_chan *ch;
-	int ci;
-
-	gpufpga_for_each_chan(dev, ch, ci) {
-		mutex_lock(&ch->mutex);
-		gpufpga_chan_fail_all(ch, -ENODEV);
-		mutex_unlock(&ch->mutex);
-	}
+	gpufpga_chan_stop_all(dev, NULL, NULL, -ENODEV);
 }
 
 /* Readers and pollers of a device that is gone learn it at once. */

@@ -89,7 +89,7 @@ static void gpufpga_mem_revoke(struct gpufpga_mem *m)
 	WRITE_ONCE(m->state, GPUFPGA_MEM_REVOKING);
 	spin_unlock(&m->lock);
 
-	gpufpga_revoke_transfers(m->dev, m);
+	gpufpga_chan_stop_all(m->dev, NULL, m, -EKEYREVOKED);
 
 	spin_lock(&m->lock);
 	WRITE_ONCE(m->state, GPUFPGA_MEM_REVOKED);

@@ -3,7 +3,6 @@
  * Register access: plain MMIO in the DMA BAR. Nothing here sleeps, so
  * registers may be read and written under spinlocks and in hard IRQ.
  */
-#include <linux/delay.h>
 #include <linux/io.h>
 
 #include "gpufpga.h"
@@ -63,13 +62,6 @@ int gpufpga_regs_init(struct gpufpga_dev *dev)
 	return -ENODEV;
 }
 
-u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
-{
-	return XDMA_BASE(ch->dir == GPUFPGA_H2C ? XDMA_TARGET_H2C : XDMA_TARGET_C2H,
-			 ch->index) + reg;
-}
-
-/* PG195's ALIGNMENTS: address alignment, length granularity, address bits. */
 static void gpufpga_read_alignments(struct gpufpga_dev *dev, struct gpufpga_chan *ch)
 {
 	u32 v = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_ALIGNMENTS));
@@ -116,70 +108,4 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
 				dev->chan[dir][i].irq_bit = dir ? dev->nchan[0] + i : i;
 	bits = dev->nchan[0] + dev->nchan[1];
 	return bits ? 0 : -ENODEV;
-}
-
-/*
- * Reads the channel's read-to-clear status and keeps what it returns in
- * ch->status_seen for the running chain: a bit read is gone from the
- * engine, and a card may report a chain's stop before BUSY drops, or its
- * completion and its stop in different reads (PG195 promises no order).
- * Returns every bit seen since the chain started, with this read's BUSY.
- * Under ch->lock, or ch->mutex with ch->halting set, or where no chain can
- * run (probe, shutdown).
- */
-u32 gpufpga_chan_status(struct gpufpga_chan *ch)
-{
-	u32 st = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-
-	if (READ_ONCE(ch->dev->link_down))
-		return st;
-	ch->status_seen |= st & ~XDMA_STAT_BUSY;
-	return ch->status_seen | (st & XDMA_STAT_BUSY);
-}
-
-/*
- * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
- * busy, halts descriptor fetching too. Returns the final status, read-
- * cleared. May sleep: called with ch->mutex held and ch->halting set, or
- * before the channel is in use.
- */
-u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
-{
-	struct gpufpga_dev *dev = ch->dev;
-	u32 halt_bit = ch->dir == GPUFPGA_C2H ? BIT(XDMA_COMMON_C2H_SHIFT + ch->index) :
-						BIT(ch->index);
-	u32 status;
-	int i;
-
-	if (dev->dead && !dev->pdev->is_busmaster)
-		return 0;	/* cut off the bus already: nothing can move */
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
-	for (i = 0; i < 100; i++) {
-		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
-		if (dev->link_down || !(status & XDMA_STAT_BUSY))
-			break;
-		usleep_range(500, 1000);
-	}
-	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
-		dev_err(&dev->pdev->dev, "%s channel %u stays busy after RUN cleared: halting descriptor fetch\n",
-			ch->dir ? "C2H" : "H2C", ch->index);
-		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1S,
-			      halt_bit);
-		usleep_range(1000, 2000);
-		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
-		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C,
-			      halt_bit);
-	}
-	/*
-	 * An engine that will not stop may still write into memory about to
-	 * be freed: cut it off the bus before anyone returns, and give up on
-	 * the device.
-	 */
-	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
-		dev_crit(&dev->pdev->dev, "%s channel %u does not halt: bus mastering off, device dead\n",
-			 ch->dir ? "C2H" : "H2C", ch->index);
-		pci_clear_master(dev->pdev);
-		dev->dead = true;
-	}
-	return gpufpga_chan_status(ch);
 }

@@ -75,17 +75,7 @@ static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 	kfree(st);
 }
 
-static u32 gpufpga_sgdma_reg(struct gpufpga_chan *ch, u32 reg)
-{
-	return XDMA_BASE(XDMA_TARGET_C2H_SGDMA, ch->index) + reg;
-}
-
-static u32 gpufpga_common_bit(struct gpufpga_chan *ch)
-{
-	return BIT(XDMA_COMMON_C2H_SHIFT + ch->index);
-}
-
-bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
+static bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 {
 	u32 i;
 
@@ -147,7 +137,7 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	int slots = 0;
 	int ret;
 	struct gpufpga_stream_state *st = ch->acq;
-	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u32 count, n, slot, d, status, len;
 
 	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
@@ -196,7 +186,7 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
  * -ENOENT finds STREAM_END queued. Called with ch->mutex held and ch->lock
  * not held.
  */
-void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
+static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_stream_state *st;
@@ -213,11 +203,13 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 		collected = gpufpga_stream_collect(ch);
 		if (collected < 0 && !error)
 			error = collected;
-		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
-			      gpufpga_common_bit(ch));
-		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
-			      XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
 	}
+	/* Transfers get the engine back, programmed as they need it. */
+	ch->credit_mode = false;
+	ch->int_enable = XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS;
+	if (!dev->link_down)
+		gpufpga_chan_program(ch, 0);
+	gpufpga_chan_detach(ch);
 	/* What the IRQ handler found wrong is why the stream ended. */
 	error = error ?: ch->acq_error;
 	if (error)
@@ -231,17 +223,26 @@ void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	ch->acq = NULL;
 	ch->acq_error = 0;
 	ch->stop_may_be_stale = true;	/* the halt's bits may still come */
-	gpufpga_start_next(ch);
 	gpufpga_chan_release(ch);
 	spin_unlock_irq(&ch->lock);
 	gpufpga_stream_free(st);
 }
 
-/* At close: ends the file's stream on ch, if it has one. Under ch->mutex. */
-void gpufpga_stream_close(struct gpufpga_chan *ch, struct gpufpga_file *f)
+/*
+ * Ends the stream if f started it (f NULL: anyone) and it uses m (m NULL:
+ * any memory), with error. Called with ch->mutex held.
+ */
+static void gpufpga_stream_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
+				struct gpufpga_mem *m, int error, unsigned long until)
 {
-	if (ch->acq && ch->acq->file == f)
-		gpufpga_stream_end(ch, -ECANCELED);
+	if (!ch->acq || (f && ch->acq->file != f) || (m && !gpufpga_stream_uses(ch, m)))
+		return;
+	if (error == -EKEYREVOKED) {
+		spin_lock_irq(&ch->lock);
+		ch->revoked++;
+		spin_unlock_irq(&ch->lock);
+	}
+	gpufpga_stream_end(ch, error);
 }
 
 /* The IRQ handler found the stream must end: the watchdog ends it. */
@@ -264,14 +265,15 @@ static bool gpufpga_stream_stopped(u32 seen)
 	return seen & (XDMA_STAT_ERRORS | XDMA_STAT_DESC_STOPPED | XDMA_STAT_IDLE_STOPPED);
 }
 
-/* A slot filled, or the engine stopped. Hard IRQ, ch->lock held. */
-void gpufpga_stream_irq(struct gpufpga_chan *ch)
+/*
+ * A slot filled, or the engine stopped: status is every bit seen since the
+ * stream started. Hard IRQ, ch->lock held.
+ */
+static void gpufpga_stream_irq(struct gpufpga_chan *ch, u32 status)
 {
 	struct gpufpga_dev *dev = ch->dev;
-	u32 status;
 	int ret;
 
-	status = gpufpga_chan_status(ch);
 	if (ch->acq_error)
 		return;		/* ending already */
 	if (READ_ONCE(dev->link_down)) {
@@ -290,7 +292,7 @@ void gpufpga_stream_irq(struct gpufpga_chan *ch)
  * handler failed, and reports slots whose interrupt never came. Called with
  * ch->mutex held.
  */
-void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
+static void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	int error, found;
@@ -323,18 +325,19 @@ void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 }
 
 /*
- * Lays out the cyclic ring: none stops, and the last descriptor of each
- * slot asks for the completion interrupt.
+ * Lays out the cyclic ring in ring: none stops, and the last descriptor of
+ * each slot asks for the completion interrupt. Called with ch->build_mutex
+ * held: the ring is the spare one.
  */
-static void gpufpga_stream_load(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+static void gpufpga_stream_load(struct gpufpga_ring *ring, struct gpufpga_stream_state *st)
 {
-	dma_addr_t results = ch->ring_bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
-	struct xdma_desc *d = ch->ring;
+	dma_addr_t results = ring->bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	struct xdma_desc *d = ring->desc;
 	u32 i, slot = 0, n = st->ndescs;
 
 	for (i = 0; i < n; i++, d++) {
 		u32 next = (i + 1) % n;
-		dma_addr_t next_addr = ch->ring_bus + (u64)next * XDMA_DESC_SIZE;
+		dma_addr_t next_addr = ring->bus + (u64)next * XDMA_DESC_SIZE;
 		u32 control = XDMA_DESC_MAGIC << 16 | gpufpga_adjacent_after(next_addr, n - next - 1) << 8;
 
 		if (i + 1 == st->first[slot + 1]) {
@@ -347,37 +350,36 @@ static void gpufpga_stream_load(struct gpufpga_chan *ch, struct gpufpga_stream_s
 		d->dst = cpu_to_le64(st->descs[i].addr);
 		d->next = cpu_to_le64(next_addr);
 	}
-	memset(ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, 0, (size_t)n * XDMA_RESULT_SIZE);
-	memcpy(ch->last_chain, ch->ring, (size_t)n * XDMA_DESC_SIZE);
-	ch->last_count = n;
-	ch->last_addr = ch->ring_bus;
-	ch->last_first_adj = gpufpga_adjacent_after(ch->ring_bus, n - 1);
+	memset(gpufpga_ring_results(ring), 0, (size_t)n * XDMA_RESULT_SIZE);
+	ring->count = n;
+	ring->first_adj = gpufpga_adjacent_after(ring->bus, n - 1);
 }
 
+static const struct gpufpga_chan_user gpufpga_stream_user = {
+	.irq = gpufpga_stream_irq,
+	.watchdog = gpufpga_stream_watchdog,
+	.uses = gpufpga_stream_uses,
+	.stop = gpufpga_stream_stop,
+};
+
+/*
+ * Runs the ring loaded into the spare ring, in credit mode with a credit
+ * for every descriptor. Called with ch->mutex, ch->build_mutex and
+ * ch->lock held, the channel idle.
+ */
 static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
 	struct gpufpga_dev *dev = ch->dev;
 
-	gpufpga_stream_load(ch, st);
 	st->completed = 0;	/* RUN's rising edge clears the count */
 	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-	ch->status_seen = 0;
-	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_LO), lower_32_bits(ch->ring_bus));
-	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_HI), upper_32_bits(ch->ring_bus));
-	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ch->last_first_adj);
-	/* Off, then on: no credit left over from an earlier user counts. */
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1C,
-		      gpufpga_common_bit(ch));
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_CREDIT_MODE_W1S,
-		      gpufpga_common_bit(ch));
-	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), st->ndescs);
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
-		      XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
+	ch->credit_mode = true;
+	ch->int_enable = XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS;
 	ch->quiet = false;
-	wmb();	/* the ring before RUN */
 	ch->acq = st;
+	gpufpga_chan_attach(ch, &gpufpga_stream_user);
+	gpufpga_chan_run(ch, XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN, st->ndescs);
 	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, st->bytes);
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN);
 	mod_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(gpufpga_timeout_ms));
 }
 
@@ -439,6 +441,20 @@ static struct gpufpga_chan *gpufpga_stream_chan(struct gpufpga_file *f, u32 chan
 	return ch->present && ch->stream ? ch : NULL;
 }
 
+/* Whether st may start on ch: idle, and every slot's pin still active. */
+static int gpufpga_stream_can_run(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	u32 i;
+
+	if (ch->acq || ch->active || !list_empty(&ch->queue))
+		return -EBUSY;
+	/* As for transfers: a revocation since the lookup wins. */
+	for (i = 0; i < st->nslots; i++)
+		if (!gpufpga_mem_active(st->mems[i]))
+			return -EKEYREVOKED;
+	return 0;
+}
+
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_stream_state *st;
@@ -446,7 +462,6 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	struct gpufpga_chan *ch;
 	struct gpufpga_seg *us;
 	int ret;
-	u32 i;
 
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_stream, pad));
 	if (ret)
@@ -485,18 +500,22 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 		goto err;
 
 	mutex_lock(&ch->mutex);
+	mutex_lock(&ch->build_mutex);
 	spin_lock_irq(&ch->lock);
-	if (ch->acq || ch->active || !list_empty(&ch->queue)) {
-		ret = -EBUSY;
-	} else {
-		/* As for transfers: a revocation since the lookup wins. */
-		for (i = 0; i < st->nslots && !ret; i++)
-			if (!gpufpga_mem_active(st->mems[i]))
-				ret = -EKEYREVOKED;
-	}
+	ret = gpufpga_stream_can_run(ch, st);
+	spin_unlock_irq(&ch->lock);
+	if (ret)
+		goto unlock;
+	/* Built outside ch->lock: a long ring with interrupts on. */
+	gpufpga_stream_load(gpufpga_chan_spare(ch), st);
+	spin_lock_irq(&ch->lock);
+	/* A transfer may have been queued meanwhile, or a pin revoked. */
+	ret = gpufpga_stream_can_run(ch, st);
 	if (!ret)
 		gpufpga_stream_run(ch, st);
 	spin_unlock_irq(&ch->lock);
+unlock:
+	mutex_unlock(&ch->build_mutex);
 	mutex_unlock(&ch->mutex);
 	if (ret)
 		goto err;
@@ -547,7 +566,7 @@ int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsig
 		st->next_credit = (st->next_credit + 1) % st->nslots;
 	}
 	if (credits)
-		gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), credits);
+		gpufpga_chan_add_credits(ch, credits);
 out:
 	if (ret == -EINVAL && st)	/* undo a partial pass */
 		while (i--) {

@@ -153,21 +153,16 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 	return 0;
 }
 
-u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
-{
-	u32 room = (XDMA_DESC_BLOCK - addr % XDMA_DESC_BLOCK) / XDMA_DESC_SIZE - 1;
-
-	return min3(remaining, room, (u32)XDMA_DESC_MAX_ADJ);
-}
-
 /*
- * Writes the chain into the channel's ring: one descriptor per bus segment,
- * laid out as pkg/xdma's BuildChain lays it out, byte for byte.
+ * Writes r's chain into ring: one descriptor per bus segment, laid out as
+ * pkg/xdma's BuildChain lays it out, byte for byte. Process context, with
+ * ch->build_mutex held: the ring is the spare one, which no chain runs.
  */
-static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
+static void gpufpga_build_chain(struct gpufpga_chan *ch, struct gpufpga_ring *ring,
+				struct gpufpga_req *r)
 {
-	struct xdma_desc *d = ch->ring;
-	dma_addr_t results = ch->ring_bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	struct xdma_desc *d = ring->desc;
+	dma_addr_t results = ring->bus + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
 	u64 card = r->card_addr;
 	u32 i, n = r->nsegs;
 
@@ -196,7 +191,7 @@ static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
 			if (ch->stream)
 				ctrl |= XDMA_DESC_EOP;
 		} else {
-			next = ch->ring_bus + (u64)(i + 1) * XDMA_DESC_SIZE;
+			next = ring->bus + (u64)(i + 1) * XDMA_DESC_SIZE;
 			ctrl |= gpufpga_adjacent_after(next, n - i - 2) << 8;
 		}
 		d->control = cpu_to_le32(ctrl);
@@ -206,13 +201,9 @@ static u32 gpufpga_load_chain(struct gpufpga_chan *ch, struct gpufpga_req *r)
 		d->next = cpu_to_le64(next);
 	}
 	if (ch->stream && ch->dir == GPUFPGA_C2H)
-		memset(ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE, 0,
-		       (size_t)n * XDMA_RESULT_SIZE);
-	memcpy(ch->last_chain, ch->ring, (size_t)n * XDMA_DESC_SIZE);
-	ch->last_count = n;
-	ch->last_addr = ch->ring_bus;
-	ch->last_first_adj = gpufpga_adjacent_after(ch->ring_bus, n - 1);
-	return ch->last_first_adj;
+		memset(gpufpga_ring_results(ring), 0, (size_t)n * XDMA_RESULT_SIZE);
+	ring->count = n;
+	ring->first_adj = gpufpga_adjacent_after(ring->bus, n - 1);
 }
 
 /*
@@ -294,7 +285,7 @@ static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 /* Bytes moved by the first completed descriptors of the chain. */
 static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u32 completed)
 {
-	struct xdma_result *res = ch->ring + (size_t)gpufpga_max_descs * XDMA_DESC_SIZE;
+	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u64 bytes = 0;
 	u32 i;
 
@@ -314,66 +305,89 @@ static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u3
 }
 
 /*
- * Poll mode keeps the channel's interrupt off (a quiet channel), so that
- * polled chains raise none; leaving it, the status the polled chains left
- * is cleared before their stop could raise one. Under ch->lock, the
- * channel idle.
+ * Runs r, whose chain is in the spare ring, on the idle channel. Called
+ * with ch->lock held.
  */
-static void gpufpga_set_quiet(struct gpufpga_chan *ch, bool quiet)
-{
-	struct gpufpga_dev *dev = ch->dev;
-
-	if (!quiet)
-		gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
-		      quiet ? 0 : XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS);
-	ch->quiet = quiet;
-}
-
-/* Runs r on the idle channel. Called with ch->lock held. */
 static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 {
 	struct gpufpga_dev *dev = ch->dev;
-	u32 sg = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
-	u32 adj;
 
 	if (dev->link_down || dev->dead) {
 		gpufpga_finish(ch, r, -ENODEV, 0, 0);
 		return;
 	}
-	/*
-	 * Each register read is a round trip over PCIe: the status was read
-	 * clean when the last chain ended, and the ring's address is set once
-	 * (gpufpga_chan_init), so a chain costs two posted writes here.
-	 */
-	adj = gpufpga_load_chain(ch, r);
-	gpufpga_write(dev, sg + XDMA_REG_DESC_ADJ, adj);
 	if (r->poll != ch->quiet)
-		gpufpga_set_quiet(ch, r->poll);
+		gpufpga_chan_set_quiet(ch, r->poll);
 	if (r->poll)
 		WRITE_ONCE(*ch->wb, 0);
-	/* The chain is in coherent memory; order it before RUN. */
-	wmb();
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
-	ch->status_seen = 0;
-	ch->runs++;
 	ch->deadline = jiffies + r->timeout;
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL),
-		      XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN | (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0));
+	gpufpga_chan_run(ch, XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN |
+			 (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0), 0);
 	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
 	mod_delayed_work(gpufpga_wq, &ch->work, r->timeout);
 }
 
+/*
+ * Starts the first queued request if the channel is idle and its chain is
+ * built; if it is not, the build work builds it (and starts it). Bounded
+ * work, whatever the chain's length: called from the hard IRQ handler.
+ * Called with ch->lock held.
+ */
 void gpufpga_start_next(struct gpufpga_chan *ch)
 {
+	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_req *r;
 
 	while (!ch->active && !list_empty(&ch->queue)) {
 		r = list_first_entry(&ch->queue, struct gpufpga_req, chan_node);
+		if (!r->ready && !dev->link_down && !dev->dead) {
+			queue_work(gpufpga_wq, &ch->build_work);
+			return;
+		}
 		list_del(&r->chan_node);
+		r->ready = false;
 		gpufpga_start(ch, r);
 	}
+}
+
+/*
+ * Builds the chain of the first queued request into the spare ring, then
+ * starts it if the channel is idle, or marks it ready for the IRQ handler
+ * to start. Only the first one waits in the spare ring: requests leave the
+ * queue from its head, so a ready request is the head or gone. Process
+ * context, no lock held.
+ */
+static void gpufpga_build_next(struct gpufpga_chan *ch)
+{
+	struct gpufpga_req *r;
+
+	mutex_lock(&ch->build_mutex);
+	spin_lock_irq(&ch->lock);
+	r = list_first_entry_or_null(&ch->queue, struct gpufpga_req, chan_node);
+	if (!r || r->ready || ch->acq) {
+		spin_unlock_irq(&ch->lock);
+		mutex_unlock(&ch->build_mutex);
+		return;
+	}
+	kref_get(&r->ref);
+	spin_unlock_irq(&ch->lock);
+	gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
+	spin_lock_irq(&ch->lock);
+	/* Still queued, so still first: only the first leaves unfinished. */
+	if (!r->finished) {
+		r->ready = true;
+		gpufpga_start_next(ch);
+	}
+	spin_unlock_irq(&ch->lock);
+	mutex_unlock(&ch->build_mutex);
+	gpufpga_req_put(r);
+}
+
+static void gpufpga_build_work(struct work_struct *work)
+{
+	gpufpga_build_next(container_of(work, struct gpufpga_chan, build_work));
 }
 
 /*
@@ -469,80 +483,22 @@ static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
 }
 
 /*
- * The channel's interrupt fired, or a vector it shares did. Hard IRQ,
- * ch->lock held. Every path reads the status to clear, which drops the
- * channel's request: the next completion raises a fresh edge, and a level
- * interrupt deasserts.
+ * The channel's interrupt, or a poller: seen is every status bit read
+ * since the chain started. Hard IRQ, ch->lock held.
  */
-void gpufpga_chan_irq(struct gpufpga_chan *ch)
+static void gpufpga_xfer_irq(struct gpufpga_chan *ch, u32 seen)
 {
-	struct gpufpga_dev *dev = ch->dev;
-	u32 status;
-
-	if (ch->halting)
-		return;		/* masked; the mutex holder owns the engine */
-	if (ch->acq) {
-		gpufpga_stream_irq(ch);
-		return;
-	}
-	/* One read: it clears what it returns, which the channel keeps. */
-	status = gpufpga_chan_status(ch);
 	if (!ch->active)
 		return;
-	if (READ_ONCE(dev->link_down)) {
+	if (READ_ONCE(ch->dev->link_down)) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		return;
 	}
 	/* A shared vector, a stale edge, or part of the end: wait for more. */
-	if (!gpufpga_chain_ended(ch, status) || gpufpga_failed_busy(ch, status))
+	if (!gpufpga_chain_ended(ch, seen) || gpufpga_failed_busy(ch, seen))
 		return;
-	gpufpga_complete_active(ch, status);
+	gpufpga_complete_active(ch, seen);
 	gpufpga_start_next(ch);
-}
-
-/* While the mutex holder halts the engine, its interrupt stays off. */
-static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
-{
-	struct gpufpga_dev *dev = ch->dev;
-
-	if (!(dev->irq_enabled & BIT(ch->irq_bit)) || READ_ONCE(dev->link_down))
-		return;
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) +
-		      (mask ? XDMA_REG_CHAN_INT_ENABLE_W1C : XDMA_REG_CHAN_INT_ENABLE_W1S),
-		      BIT(ch->irq_bit));
-	/* The write is posted: read it back, so the mask holds from here on. */
-	if (mask)
-		gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE);
-}
-
-/*
- * Takes the engine from the IRQ handler, to halt it: returns false if the
- * channel is already halting, or no longer runs r as its run'th chain (r
- * NULL: the stream). r is only compared: it may have ended and been freed,
- * and run tells a new request at the same address apart. The interrupt
- * is masked before the lock is dropped, so that a level one cannot fire
- * at a handler that leaves the channel alone. Called with ch->mutex held
- * and ch->lock not held.
- */
-bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run)
-{
-	bool own;
-
-	spin_lock_irq(&ch->lock);
-	own = !ch->halting && (r ? ch->active == r && ch->runs == run : !!ch->acq);
-	if (own) {
-		ch->halting = true;
-		gpufpga_chan_mask(ch, true);
-	}
-	spin_unlock_irq(&ch->lock);
-	return own;
-}
-
-/* Gives the engine back to the IRQ handler. Called with ch->lock held. */
-void gpufpga_chan_release(struct gpufpga_chan *ch)
-{
-	ch->halting = false;
-	gpufpga_chan_mask(ch, false);
 }
 
 /*
@@ -622,23 +578,6 @@ out:
 }
 
 /*
- * The channel's watchdog: armed at a transfer's timeout, and every timeout
- * period while a stream runs; kicked at once when the IRQ handler finds a
- * stream that must end. Not a poll: interrupts complete everything.
- */
-static void gpufpga_chan_work(struct work_struct *work)
-{
-	struct gpufpga_chan *ch = container_of(to_delayed_work(work), struct gpufpga_chan, work);
-
-	mutex_lock(&ch->mutex);
-	if (ch->acq)
-		gpufpga_stream_watchdog(ch);
-	else
-		gpufpga_xfer_watchdog(ch);
-	mutex_unlock(&ch->mutex);
-}
-
-/*
  * Stops r wherever it is and ends it with error. Called with ch->mutex
  * held and ch->lock not held.
  */
@@ -663,6 +602,16 @@ static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int
 	spin_unlock_irq(&ch->lock);
 }
 
+static bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
+{
+	u32 i;
+
+	for (i = 0; i < r->nmems; i++)
+		if (r->mems[i] == m)
+			return true;
+	return false;
+}
+
 /* Ends the queued requests that match. Called with ch->lock held. */
 static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *f,
 				  struct gpufpga_mem *m, int error)
@@ -677,32 +626,6 @@ static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *
 			ch->revoked++;
 		gpufpga_finish(ch, r, error, 0, 0);
 	}
-}
-
-/* Called with ch->mutex held and ch->lock not held. */
-void gpufpga_chan_fail_all(struct gpufpga_chan *ch, int error)
-{
-	struct gpufpga_req *r;
-	u64 run;
-
-	gpufpga_stream_end(ch, error);
-	spin_lock_irq(&ch->lock);
-	gpufpga_finish_queued(ch, NULL, NULL, error);
-	r = ch->active;
-	run = ch->runs;
-	spin_unlock_irq(&ch->lock);
-	if (r)
-		gpufpga_halt_active(ch, r, run, error, NULL);
-}
-
-bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
-{
-	u32 i;
-
-	for (i = 0; i < r->nmems; i++)
-		if (r->mems[i] == m)
-			return true;
-	return false;
 }
 
 /*
@@ -740,12 +663,12 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 	}
 }
 
-/* Whether ch's stream, running chain or queue uses m. Under ch->lock. */
-static bool gpufpga_chan_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
+/* Whether ch's running chain or queue uses m. Under ch->lock. */
+static bool gpufpga_xfer_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 {
 	struct gpufpga_req *r;
 
-	if (gpufpga_stream_uses(ch, m) || (ch->active && gpufpga_req_uses(ch->active, m)))
+	if (ch->active && gpufpga_req_uses(ch->active, m))
 		return true;
 	list_for_each_entry(r, &ch->queue, chan_node)
 		if (gpufpga_req_uses(r, m))
@@ -754,55 +677,37 @@ static bool gpufpga_chan_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 }
 
 /*
- * The memory of m is being revoked. A running transfer on it gets
- * gpufpga_revoke_wait_ms to finish; then its channel is halted. Queued ones
- * never start. Afterwards no DMA touches m's pages.
+ * Ends the transfers f started (f NULL: anyone's) or that use m, with
+ * error: queued ones never start; a running one is halted, or, if m is
+ * being revoked, gets until to finish by itself first. Called with
+ * ch->mutex held and ch->lock not held.
  *
- * Called under NVIDIA's lock (or the exporter's reservation lock), so it
- * touches only the channels whose work uses m. m is marked revoking before,
- * so work queued on a channel after its check here sees the mark (under
- * ch->lock) and never starts. For each channel that uses m, the worst-case
- * wait is: ch->mutex, whose holders only halt the engine (gpufpga_chan_halt:
- * at most 100 polls of 0.5-1 ms, then 1-2 ms with descriptors halted, about
- * 102 ms; gpufpga_chan_fail_all halts twice) or revoke another pin (as
- * here, about 202 ms); then revoke_wait_ms
- * (at most 100 ms) for the running chain to end by itself, and one halt:
- * about 400 ms per channel at worst, 8 channels at most. Nothing waits on
- * user space or an interrupt.
+ * A revoke runs under NVIDIA's lock (or the exporter's reservation lock).
+ * For each channel that uses m, its worst-case wait is: ch->mutex, whose
+ * holders only halt the engine (gpufpga_chan_halt: at most 100 polls of
+ * 0.5-1 ms, then 1-2 ms with descriptors halted, about 102 ms; a stop of
+ * every transfer halts twice) or revoke another pin (as here, about
+ * 202 ms); then revoke_wait_ms (at most 100 ms) for the running chain to
+ * end by itself, and one halt: about 400 ms per channel at worst, 8
+ * channels at most. Nothing waits on user space or an interrupt.
  */
-void gpufpga_revoke_transfers(struct gpufpga_dev *dev, struct gpufpga_mem *m)
+static void gpufpga_xfer_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
+			      struct gpufpga_mem *m, int error, unsigned long until)
 {
-	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
 	struct gpufpga_req *r;
-	struct gpufpga_chan *ch;
-	bool uses;
 	u64 run;
-	int ci;
 
-	gpufpga_for_each_chan(dev, ch, ci) {
-		spin_lock_irq(&ch->lock);
-		uses = gpufpga_chan_uses(ch, m);
-		spin_unlock_irq(&ch->lock);
-		if (!uses)
-			continue;
-		mutex_lock(&ch->mutex);
-		if (gpufpga_stream_uses(ch, m)) {
-			spin_lock_irq(&ch->lock);
-			ch->revoked++;
-			spin_unlock_irq(&ch->lock);
-			gpufpga_stream_end(ch, -EKEYREVOKED);
-		}
-		spin_lock_irq(&ch->lock);
-		gpufpga_finish_queued(ch, NULL, m, -EKEYREVOKED);
-		r = ch->active;
-		run = ch->runs;
-		if (r && !gpufpga_req_uses(r, m))
-			r = NULL;
-		spin_unlock_irq(&ch->lock);
-		if (r)
-			gpufpga_revoke_active(ch, r, run, until);
-		mutex_unlock(&ch->mutex);
-	}
+	spin_lock_irq(&ch->lock);
+	gpufpga_finish_queued(ch, f, m, error);
+	r = ch->active;
+	run = ch->runs;
+	if (r && ((f && r->file != f) || (m && !gpufpga_req_uses(r, m))))
+		r = NULL;
+	spin_unlock_irq(&ch->lock);
+	if (r && m)
+		gpufpga_revoke_active(ch, r, run, until);
+	else if (r)
+		gpufpga_halt_active(ch, r, run, error, NULL);
 }
 
 static void gpufpga_cancel_req(struct gpufpga_req *r, int error)
@@ -812,30 +717,6 @@ static void gpufpga_cancel_req(struct gpufpga_req *r, int error)
 	mutex_lock(&ch->mutex);
 	gpufpga_stop_req(ch, r, error);
 	mutex_unlock(&ch->mutex);
-}
-
-/* At close: stop everything the file started. */
-void gpufpga_cancel_file(struct gpufpga_file *f)
-{
-	struct gpufpga_req *r;
-	struct gpufpga_chan *ch;
-	u64 run;
-	int ci;
-
-	gpufpga_for_each_chan(f->dev, ch, ci) {
-		mutex_lock(&ch->mutex);
-		gpufpga_stream_close(ch, f);
-		spin_lock_irq(&ch->lock);
-		gpufpga_finish_queued(ch, f, NULL, -ECANCELED);
-		r = ch->active;
-		run = ch->runs;
-		if (r && r->file != f)
-			r = NULL;
-		spin_unlock_irq(&ch->lock);
-		if (r)
-			gpufpga_halt_active(ch, r, run, -ECANCELED, NULL);
-		mutex_unlock(&ch->mutex);
-	}
 }
 
 static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
@@ -1001,11 +882,12 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	}
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
-	gpufpga_start_next(ch);
 out:
 	spin_unlock_irq(&ch->lock);
 	if (ret && r->async)
 		xa_erase_irq(pending, r->id);
+	else if (!ret)
+		gpufpga_build_next(ch);
 	return ret;
 }
 
@@ -1235,49 +1117,15 @@ ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 	return done;
 }
 
-int gpufpga_chan_init(struct gpufpga_chan *ch)
-{
-	struct device *dev = &ch->dev->pdev->dev;
-	size_t wb;
-	u32 sg;
+static const struct gpufpga_chan_user gpufpga_xfer_user = {
+	.irq = gpufpga_xfer_irq,
+	.watchdog = gpufpga_xfer_watchdog,
+	.uses = gpufpga_xfer_uses,
+	.stop = gpufpga_xfer_stop,
+};
 
-	mutex_init(&ch->mutex);
-	spin_lock_init(&ch->lock);
-	INIT_LIST_HEAD(&ch->queue);
-	INIT_DELAYED_WORK(&ch->work, gpufpga_chan_work);
-	ch->stop_may_be_stale = true;	/* whatever ran before the driver */
-	/* Descriptors, stream results, then the poll-mode writeback word. */
-	wb = ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE),
-		   SMP_CACHE_BYTES);
-	ch->ring_size = wb + SMP_CACHE_BYTES;
-	ch->ring = dma_alloc_coherent(dev, ch->ring_size, &ch->ring_bus, GFP_KERNEL);
-	if (!ch->ring)
-		return -ENOMEM;
-	ch->wb = ch->ring + wb;
-	ch->wb_bus = ch->ring_bus + wb;
-	/* Every chain starts at the ring, and every polled one writes back here. */
-	sg = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
-	gpufpga_write(ch->dev, sg + XDMA_REG_DESC_LO, lower_32_bits(ch->ring_bus));
-	gpufpga_write(ch->dev, sg + XDMA_REG_DESC_HI, upper_32_bits(ch->ring_bus));
-	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO),
-		      lower_32_bits(ch->wb_bus));
-	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI),
-		      upper_32_bits(ch->wb_bus));
-	ch->last_chain = kvzalloc((size_t)gpufpga_max_descs * XDMA_DESC_SIZE, GFP_KERNEL);
-	if (!ch->last_chain) {
-		dma_free_coherent(dev, ch->ring_size, ch->ring, ch->ring_bus);
-		ch->ring = NULL;
-		return -ENOMEM;
-	}
-	return 0;
-}
-
-void gpufpga_chan_fini(struct gpufpga_chan *ch)
+/* Sets the channel's engine up, run by transfers until a stream starts. */
+int gpufpga_xfer_chan_init(struct gpufpga_chan *ch)
 {
-	cancel_delayed_work_sync(&ch->work);
-	if (ch->ring)
-		dma_free_coherent(&ch->dev->pdev->dev, ch->ring_size, ch->ring, ch->ring_bus);
-	kvfree(ch->last_chain);
-	ch->ring = NULL;
-	ch->last_chain = NULL;
+	return gpufpga_chan_init(ch, &gpufpga_xfer_user, gpufpga_build_work);
 }

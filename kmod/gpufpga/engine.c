@@ -1,0 +1,365 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * The channel engine: one XDMA H2C or C2H channel's registers, its two
+ * descriptor rings, its interrupt and watchdog, and its status accounting.
+ * Transfers (xfer.c) and streams (stream.c) are its users: each gives a
+ * struct gpufpga_chan_user, and the engine calls the one that runs it.
+ * Every register a channel needs is written by gpufpga_chan_program; a
+ * chain is built into the spare ring in process context and started with
+ * a few register writes, so the hard IRQ handler's work does not grow with
+ * a chain's length.
+ */
+#include <linux/delay.h>
+#include <linux/dma-mapping.h>
+#include <linux/slab.h>
+
+#include "gpufpga.h"
+
+u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
+{
+	return XDMA_BASE(ch->dir == GPUFPGA_H2C ? XDMA_TARGET_H2C : XDMA_TARGET_C2H,
+			 ch->index) + reg;
+}
+
+/* PG195's ALIGNMENTS: address alignment, length granularity, address bits. */
+/*
+ * Reads the channel's read-to-clear status and keeps what it returns in
+ * ch->status_seen for the running chain: a bit read is gone from the
+ * engine, and a card may report a chain's stop before BUSY drops, or its
+ * completion and its stop in different reads (PG195 promises no order).
+ * Returns every bit seen since the chain started, with this read's BUSY.
+ * Under ch->lock, or ch->mutex with ch->halting set, or where no chain can
+ * run (probe, shutdown).
+ */
+u32 gpufpga_chan_status(struct gpufpga_chan *ch)
+{
+	u32 st = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+
+	if (READ_ONCE(ch->dev->link_down))
+		return st;
+	ch->status_seen |= st & ~XDMA_STAT_BUSY;
+	return ch->status_seen | (st & XDMA_STAT_BUSY);
+}
+
+/*
+ * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
+ * busy, halts descriptor fetching too. Returns the final status, read-
+ * cleared. May sleep: called with ch->mutex held and ch->halting set, or
+ * before the channel is in use.
+ */
+u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	u32 halt_bit = ch->dir == GPUFPGA_C2H ? BIT(XDMA_COMMON_C2H_SHIFT + ch->index) :
+						BIT(ch->index);
+	u32 status;
+	int i;
+
+	if (dev->dead && !dev->pdev->is_busmaster)
+		return 0;	/* cut off the bus already: nothing can move */
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
+	for (i = 0; i < 100; i++) {
+		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+		if (dev->link_down || !(status & XDMA_STAT_BUSY))
+			break;
+		usleep_range(500, 1000);
+	}
+	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
+		dev_err(&dev->pdev->dev, "%s channel %u stays busy after RUN cleared: halting descriptor fetch\n",
+			ch->dir ? "C2H" : "H2C", ch->index);
+		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1S,
+			      halt_bit);
+		usleep_range(1000, 2000);
+		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C,
+			      halt_bit);
+	}
+	/*
+	 * An engine that will not stop may still write into memory about to
+	 * be freed: cut it off the bus before anyone returns, and give up on
+	 * the device.
+	 */
+	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
+		dev_crit(&dev->pdev->dev, "%s channel %u does not halt: bus mastering off, device dead\n",
+			 ch->dir ? "C2H" : "H2C", ch->index);
+		pci_clear_master(dev->pdev);
+		dev->dead = true;
+	}
+	return gpufpga_chan_status(ch);
+}
+
+u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
+{
+	u32 room = (XDMA_DESC_BLOCK - addr % XDMA_DESC_BLOCK) / XDMA_DESC_SIZE - 1;
+
+	return min3(remaining, room, (u32)XDMA_DESC_MAX_ADJ);
+}
+
+static u32 gpufpga_sgdma_reg(struct gpufpga_chan *ch, u32 reg)
+{
+	return XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index) + reg;
+}
+
+static u32 gpufpga_common_bit(struct gpufpga_chan *ch)
+{
+	return ch->dir == GPUFPGA_C2H ? BIT(XDMA_COMMON_C2H_SHIFT + ch->index) : BIT(ch->index);
+}
+
+/*
+ * The channel's interrupt, as the IRQ block routes it: on while the driver
+ * owns the engine and its interrupt is set up, off while a halt runs.
+ */
+static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
+{
+	struct gpufpga_dev *dev = ch->dev;
+
+	if (!(dev->irq_enabled & BIT(ch->irq_bit)) || READ_ONCE(dev->link_down))
+		return;
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) +
+		      (mask ? XDMA_REG_CHAN_INT_ENABLE_W1C : XDMA_REG_CHAN_INT_ENABLE_W1S),
+		      BIT(ch->irq_bit));
+	/* The write is posted: read it back, so the mask holds from here on. */
+	if (mask)
+		gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE);
+}
+
+/*
+ * Programs every register the channel's engine needs, from the driver's
+ * state: the ring it runs (descriptor address and first adjacent count),
+ * the poll-mode writeback address, credit mode and the credits granted
+ * (a stream's; credits is what the engine may fetch from here on), the
+ * channel's interrupt enables and its bit in the IRQ block. RUN is not
+ * touched. Probe and a stream's start call it; so must anything after
+ * which the engine's registers hold their reset values. Called with
+ * ch->lock held or where no chain can run; the engine idle.
+ */
+void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	struct gpufpga_ring *ring = &ch->rings[ch->cur];
+	u32 common = XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0);
+
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_LO), lower_32_bits(ring->bus));
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_HI), upper_32_bits(ring->bus));
+	gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ring->first_adj);
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_LO), lower_32_bits(ch->wb_bus));
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_POLL_WB_HI), upper_32_bits(ch->wb_bus));
+	/* Off, then on: no credit left over from an earlier user counts. */
+	gpufpga_write(dev, common + XDMA_REG_CREDIT_MODE_W1C, gpufpga_common_bit(ch));
+	if (ch->credit_mode) {
+		gpufpga_write(dev, common + XDMA_REG_CREDIT_MODE_W1S, gpufpga_common_bit(ch));
+		gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), credits);
+	}
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), ch->quiet ? 0 : ch->int_enable);
+	gpufpga_chan_mask(ch, ch->halting);
+}
+
+/*
+ * Poll mode keeps the channel's interrupt off (a quiet channel), so that
+ * polled chains raise none; leaving it, the status the polled chains left
+ * is cleared before their stop could raise one. Under ch->lock, the
+ * channel idle.
+ */
+void gpufpga_chan_set_quiet(struct gpufpga_chan *ch, bool quiet)
+{
+	struct gpufpga_dev *dev = ch->dev;
+
+	if (!quiet)
+		gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), quiet ? 0 : ch->int_enable);
+	ch->quiet = quiet;
+}
+
+/*
+ * The ring no chain runs from, for the caller to build the next chain
+ * into. Called with ch->build_mutex held: no other writer, and cur stays.
+ */
+struct gpufpga_ring *gpufpga_chan_spare(struct gpufpga_chan *ch)
+{
+	lockdep_assert_held(&ch->build_mutex);
+	return &ch->rings[ch->cur ^ 1];
+}
+
+/*
+ * Starts the chain built into the spare ring: it becomes the one the
+ * engine runs. A constant number of register writes whatever its length;
+ * in credit mode every register is programmed, with credits granted.
+ * Called with ch->lock held, the engine idle.
+ */
+void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits)
+{
+	struct gpufpga_dev *dev = ch->dev;
+	struct gpufpga_ring *ring = &ch->rings[ch->cur ^ 1];
+	struct gpufpga_ring *prev = &ch->rings[ch->cur];
+
+	ch->cur ^= 1;
+	if (ch->credit_mode) {
+		gpufpga_chan_program(ch, credits);
+	} else {
+		gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_LO),
+			      lower_32_bits(ring->bus));
+		if (upper_32_bits(ring->bus) != upper_32_bits(prev->bus))
+			gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_HI),
+				      upper_32_bits(ring->bus));
+		gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ring->first_adj);
+	}
+	ch->status_seen = 0;
+	ch->runs++;
+	/* The chain is in coherent memory; order it before RUN. */
+	wmb();
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), control);
+}
+
+/* Grants a stream n more descriptors. Called with ch->lock held. */
+void gpufpga_chan_add_credits(struct gpufpga_chan *ch, u32 n)
+{
+	gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), n);
+}
+
+/*
+ * A stream takes the engine (user runs it), or gives it back to
+ * transfers. Called with ch->mutex and ch->lock held.
+ */
+void gpufpga_chan_attach(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user)
+{
+	ch->user = user;
+}
+
+void gpufpga_chan_detach(struct gpufpga_chan *ch)
+{
+	ch->user = ch->idle_user;
+}
+
+/*
+ * The channel's interrupt fired, or a vector it shares did. Hard IRQ,
+ * ch->lock held. The status is read to clear, which drops the channel's
+ * request: the next completion raises a fresh edge, and a level interrupt
+ * deasserts. Its bits are kept for the running chain, and its user decides.
+ */
+void gpufpga_chan_irq(struct gpufpga_chan *ch)
+{
+	if (ch->halting)
+		return;		/* masked; the mutex holder owns the engine */
+	ch->user->irq(ch, gpufpga_chan_status(ch));
+}
+
+/*
+ * Takes the engine from the IRQ handler, to halt it: returns false if the
+ * channel is already halting, or no longer runs r as its run'th chain (r
+ * NULL: the stream). r is only compared: it may have ended and been freed,
+ * and run tells a new request at the same address apart. The interrupt
+ * is masked before the lock is dropped, so that a level one cannot fire
+ * at a handler that leaves the channel alone. Called with ch->mutex held
+ * and ch->lock not held.
+ */
+bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run)
+{
+	bool own;
+
+	spin_lock_irq(&ch->lock);
+	own = !ch->halting && (r ? ch->active == r && ch->runs == run : !!ch->acq);
+	if (own) {
+		ch->halting = true;
+		gpufpga_chan_mask(ch, true);
+	}
+	spin_unlock_irq(&ch->lock);
+	return own;
+}
+
+/* Gives the engine back to the IRQ handler. Called with ch->lock held. */
+void gpufpga_chan_release(struct gpufpga_chan *ch)
+{
+	ch->halting = false;
+	gpufpga_chan_mask(ch, false);
+}
+
+/*
+ * The channel's watchdog: armed at a transfer's timeout, and every timeout
+ * period while a stream runs; kicked at once when the IRQ handler finds
+ * work that must end. Not a poll: interrupts complete everything.
+ */
+static void gpufpga_chan_work(struct work_struct *work)
+{
+	struct gpufpga_chan *ch = container_of(to_delayed_work(work), struct gpufpga_chan, work);
+
+	mutex_lock(&ch->mutex);
+	ch->user->watchdog(ch);
+	mutex_unlock(&ch->mutex);
+}
+
+/*
+ * Ends the work that f started (f NULL: anyone's) or that uses m (m NULL:
+ * any), with error, on every channel. A revoke (m) runs under NVIDIA's
+ * lock or the exporter's reservation lock, so it takes the mutex only of
+ * the channels whose work uses m; gpufpga_xfer_stop says how long it may
+ * wait. m is marked revoking before, so work queued on a channel
+ * after its check here sees the mark (under ch->lock) and never starts.
+ */
+void gpufpga_chan_stop_all(struct gpufpga_dev *dev, struct gpufpga_file *f,
+			   struct gpufpga_mem *m, int error)
+{
+	unsigned long until = jiffies + msecs_to_jiffies(gpufpga_revoke_wait_ms);
+	struct gpufpga_chan *ch;
+	bool uses;
+	int ci;
+
+	gpufpga_for_each_chan(dev, ch, ci) {
+		if (m) {
+			spin_lock_irq(&ch->lock);
+			uses = ch->user->uses(ch, m);
+			spin_unlock_irq(&ch->lock);
+			if (!uses)
+				continue;
+		}
+		mutex_lock(&ch->mutex);
+		ch->user->stop(ch, f, m, error, until);
+		mutex_unlock(&ch->mutex);
+	}
+}
+
+/*
+ * Sets up the channel's engine: two rings of max_descs descriptors (and
+ * their stream results) and the writeback word in one coherent buffer,
+ * the registers programmed for user, which runs it from here on; build
+ * is the work that builds a queued chain outside the IRQ handler.
+ */
+int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user,
+		      work_func_t build)
+{
+	struct device *dev = &ch->dev->pdev->dev;
+	size_t ring = PAGE_ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE));
+	int i;
+
+	mutex_init(&ch->mutex);
+	mutex_init(&ch->build_mutex);
+	spin_lock_init(&ch->lock);
+	INIT_LIST_HEAD(&ch->queue);
+	INIT_DELAYED_WORK(&ch->work, gpufpga_chan_work);
+	INIT_WORK(&ch->build_work, build);
+	ch->user = user;
+	ch->idle_user = user;
+	ch->stop_may_be_stale = true;	/* whatever ran before the driver */
+	ch->int_enable = XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS;
+	ch->ring_mem_size = 2 * ring + SMP_CACHE_BYTES;
+	ch->ring_mem = dma_alloc_coherent(dev, ch->ring_mem_size, &ch->ring_mem_bus, GFP_KERNEL);
+	if (!ch->ring_mem)
+		return -ENOMEM;
+	for (i = 0; i < 2; i++) {
+		ch->rings[i].desc = ch->ring_mem + i * ring;
+		ch->rings[i].bus = ch->ring_mem_bus + i * ring;
+	}
+	ch->wb = ch->ring_mem + 2 * ring;
+	ch->wb_bus = ch->ring_mem_bus + 2 * ring;
+	gpufpga_chan_program(ch, 0);
+	return 0;
+}
+
+void gpufpga_chan_fini(struct gpufpga_chan *ch)
+{
+	cancel_delayed_work_sync(&ch->work);
+	cancel_work_sync(&ch->build_work);
+	if (ch->ring_mem)
+		dma_free_coherent(&ch->dev->pdev->dev, ch->ring_mem_size, ch->ring_mem,
+				  ch->ring_mem_bus);
+	ch->ring_mem = NULL;
+}
