@@ -263,6 +263,7 @@ bench-icount: qemu
 	@set -o pipefail; $(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),open,TestICount) > build/icount.log 2>&1 \
 		|| { tail -n 40 build/icount.log; exit 1; }
 	@sed -n 's/.*ICOUNT| //p' build/icount.log | tee build/icount.json
+	@sed -n 's/.*IRQWORK| //p' build/icount.log | tee build/icount-irq.json
 
 # The engine model alone, then the whole rig: driver, simulated FPGA and GPU.
 demo: deps build kmod qemu

@@ -150,7 +150,8 @@ void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits)
 		gpufpga_write(dev, common + XDMA_REG_CREDIT_MODE_W1S, gpufpga_common_bit(ch));
 		gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), credits);
 	}
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), ch->quiet ? 0 : ch->int_enable);
+	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
+		      ch->quiet ? 0 : ch->int_enable);
 	gpufpga_chan_mask(ch, ch->halting);
 }
 
@@ -317,17 +318,32 @@ void gpufpga_chan_stop_all(struct gpufpga_dev *dev, struct gpufpga_file *f,
 	}
 }
 
+static void gpufpga_chan_free_rings(struct gpufpga_chan *ch)
+{
+	struct device *dev = &ch->dev->pdev->dev;
+	int i;
+
+	for (i = 0; i < 2; i++) {
+		if (ch->rings[i].desc)
+			dma_free_coherent(dev, ch->ring_size, ch->rings[i].desc, ch->rings[i].bus);
+		ch->rings[i].desc = NULL;
+	}
+	if (ch->wb)
+		dma_free_coherent(dev, SMP_CACHE_BYTES, ch->wb, ch->wb_bus);
+	ch->wb = NULL;
+}
+
 /*
  * Sets up the channel's engine: two rings of max_descs descriptors (and
- * their stream results) and the writeback word in one coherent buffer,
- * the registers programmed for user, which runs it from here on; build
- * is the work that builds a queued chain outside the IRQ handler.
+ * their stream results), each its own coherent buffer (65,536 descriptors
+ * make one of 4 MiB, the most one allocation gives), and the writeback
+ * word; the registers programmed for user, which runs it from here on;
+ * build is the work that builds a queued chain outside the IRQ handler.
  */
 int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user,
 		      work_func_t build)
 {
 	struct device *dev = &ch->dev->pdev->dev;
-	size_t ring = PAGE_ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE));
 	int i;
 
 	mutex_init(&ch->mutex);
@@ -340,26 +356,26 @@ int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *u
 	ch->idle_user = user;
 	ch->stop_may_be_stale = true;	/* whatever ran before the driver */
 	ch->int_enable = XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS;
-	ch->ring_mem_size = 2 * ring + SMP_CACHE_BYTES;
-	ch->ring_mem = dma_alloc_coherent(dev, ch->ring_mem_size, &ch->ring_mem_bus, GFP_KERNEL);
-	if (!ch->ring_mem)
-		return -ENOMEM;
+	ch->ring_size = PAGE_ALIGN((size_t)gpufpga_max_descs * (XDMA_DESC_SIZE + XDMA_RESULT_SIZE));
 	for (i = 0; i < 2; i++) {
-		ch->rings[i].desc = ch->ring_mem + i * ring;
-		ch->rings[i].bus = ch->ring_mem_bus + i * ring;
+		ch->rings[i].desc = dma_alloc_coherent(dev, ch->ring_size, &ch->rings[i].bus,
+						       GFP_KERNEL);
+		if (!ch->rings[i].desc)
+			goto err;
 	}
-	ch->wb = ch->ring_mem + 2 * ring;
-	ch->wb_bus = ch->ring_mem_bus + 2 * ring;
+	ch->wb = dma_alloc_coherent(dev, SMP_CACHE_BYTES, &ch->wb_bus, GFP_KERNEL);
+	if (!ch->wb)
+		goto err;
 	gpufpga_chan_program(ch, 0);
 	return 0;
+err:
+	gpufpga_chan_free_rings(ch);
+	return -ENOMEM;
 }
 
 void gpufpga_chan_fini(struct gpufpga_chan *ch)
 {
 	cancel_delayed_work_sync(&ch->work);
 	cancel_work_sync(&ch->build_work);
-	if (ch->ring_mem)
-		dma_free_coherent(&ch->dev->pdev->dev, ch->ring_mem_size, ch->ring_mem,
-				  ch->ring_mem_bus);
-	ch->ring_mem = NULL;
+	gpufpga_chan_free_rings(ch);
 }

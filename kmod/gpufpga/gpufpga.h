@@ -16,9 +16,10 @@
  *   gpufpga_file.done_lock      finished async requests (spinlock, leaf)
  * Completions run in the hard IRQ handler under chan.lock; nothing under
  * chan.lock sleeps, and the handler's work does not grow with a chain's
- * length: chains are built in process context, under build_mutex. Whatever must wait for the engine (a halt, a revoked
- * transfer's last bytes) holds chan.mutex and sets chan.halting, which
- * keeps the IRQ handler off the channel, then drops chan.lock to wait.
+ * length: chains are built in process context, under build_mutex.
+ * Whatever must wait for the engine (a halt, a revoked transfer's last
+ * bytes) holds chan.mutex and sets chan.halting, which keeps the IRQ
+ * handler off the channel, then drops chan.lock to wait.
  * The NVIDIA free callback and dma-buf move_notify run under their
  * provider's locks and take chan.mutex, chan.lock and mem.lock only.
  * NVIDIA's entry points are called with no lock held but files_lock (remove
@@ -161,9 +162,7 @@ struct gpufpga_chan {
 	struct delayed_work work;
 	unsigned long deadline;
 
-	void *ring_mem;			/* both rings and the writeback word */
-	dma_addr_t ring_mem_bus;
-	size_t ring_mem_size;
+	size_t ring_size;		/* bytes of each ring */
 	__le32 *wb;			/* the poll-mode writeback word */
 	dma_addr_t wb_bus;
 
@@ -237,10 +236,11 @@ static inline struct gpufpga_chan *gpufpga_chan_next(struct gpufpga_dev *dev, in
 
 struct gpufpga_file {
 	struct gpufpga_dev *dev;
-	struct mutex lock;		/* pins, next_handle, next_id, pinned, npins */
+	struct mutex lock;		/* pins, next_handle, next_id, builds, pinned, npins */
 	struct xarray pins;		/* handle -> pin */
 	u64 next_handle;
 	u64 next_id;
+	u64 builds;			/* requests built: gpufpga_mem.stamp */
 	u64 pinned;
 	u32 npins;
 	struct xarray pending;		/* id -> async request not yet finished */
@@ -274,6 +274,7 @@ struct gpufpga_mem {
 	u32 nruns;
 	u32 largest_run;
 	dma_addr_t *bus;	/* bus address of each page */
+	u64 stamp;		/* the file's last request built with it (file lock) */
 
 	spinlock_t lock;		/* state, nv.pt, nv.map, nv.freed */
 	enum gpufpga_mem_state state;
@@ -319,7 +320,7 @@ struct gpufpga_req {
 	bool ready;		/* its chain is in the spare ring (ch->lock) */
 	struct eventfd_ctx *efd;
 
-	struct gpufpga_mem **mems;	/* one reference per user segment */
+	struct gpufpga_mem **mems;	/* one reference per pin it uses */
 	u32 nmems;
 	struct gpufpga_busseg *segs;
 	u32 nsegs;

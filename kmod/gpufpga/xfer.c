@@ -126,10 +126,16 @@ bool gpufpga_mem_active(struct gpufpga_mem *m)
 	return READ_ONCE(m->state) == GPUFPGA_MEM_ACTIVE;
 }
 
-/* Looks up and checks every user segment. Called with f->lock held. */
+/*
+ * Looks up and checks every user segment. A pin is held once however many
+ * segments name it, so that what the completion does for the request's
+ * pins (in the IRQ handler) does not grow with its segments. Called with
+ * f->lock held.
+ */
 static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 			     const struct gpufpga_seg *us, u32 n)
 {
+	u64 stamp = ++f->builds;
 	struct gpufpga_mem *m;
 	u32 i;
 	int ret;
@@ -142,9 +148,12 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 			return -EKEYREVOKED;
 		if (!us[i].len || us[i].offset >= m->len || us[i].len > m->len - us[i].offset)
 			return -EINVAL;
-		kref_get(&m->ref);
-		atomic_inc(&m->inflight);
-		r->mems[r->nmems++] = m;
+		if (m->stamp != stamp) {
+			m->stamp = stamp;
+			kref_get(&m->ref);
+			atomic_inc(&m->inflight);
+			r->mems[r->nmems++] = m;
+		}
 		ret = gpufpga_append_window(r, m, m->offset + us[i].offset, us[i].len);
 		if (ret)
 			return ret;
@@ -282,7 +291,12 @@ static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 	gpufpga_req_signal(r);
 }
 
-/* Bytes moved by the first completed descriptors of the chain. */
+/*
+ * Bytes moved by the first completed descriptors of the chain: all of them
+ * in a memory-mapped chain that completed, without a look at each (the IRQ
+ * handler's work stays bounded); a C2H stream channel's packets say their
+ * own lengths, which the engine wrote into the results.
+ */
 static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u32 completed)
 {
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
@@ -290,6 +304,8 @@ static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u3
 	u32 i;
 
 	completed = min(completed, r->nsegs);
+	if (completed == r->nsegs && !(ch->stream && ch->dir == GPUFPGA_C2H))
+		return r->total;
 	for (i = 0; i < completed; i++) {
 		if (ch->stream && ch->dir == GPUFPGA_C2H) {
 			u32 st = le32_to_cpu(res[i].status);
@@ -331,7 +347,8 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 
 /*
  * Starts the first queued request if the channel is idle and its chain is
- * built; if it is not, the build work builds it (and starts it). Bounded
+ * built; if it is not, the build work builds it (and starts it), as it
+ * builds the one after a chain that starts here. Bounded
  * work, whatever the chain's length: called from the hard IRQ handler.
  * Called with ch->lock held.
  */
@@ -350,6 +367,9 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 		r->ready = false;
 		gpufpga_start(ch, r);
 	}
+	/* The next one is built while this one runs. */
+	if (ch->active && !list_empty(&ch->queue))
+		queue_work(gpufpga_wq, &ch->build_work);
 }
 
 /*

@@ -63,6 +63,17 @@ const (
 	RegPerfReservedEnd = 0xDC
 )
 
+// Performance monitor control (RegPerfControl) bits and the counters' form
+// (PG195): 42-bit counts of cycles and of data beats, the high registers
+// holding bits 41:32 and, at PerfMaxed, whether the count saturated.
+const (
+	PerfRun      = 1 << 0 // count from now
+	PerfClear    = 1 << 1 // zero both counters
+	PerfAuto     = 1 << 2 // count while the channel runs
+	PerfCountMax = 1<<42 - 1
+	PerfMaxed    = 1 << 16
+)
+
 // SGDMA register offsets, relative to Base(TargetH2CSGDMA or TargetC2HSGDMA, ch).
 const (
 	RegDescLo       = 0x80 // first descriptor bus address, low word

@@ -53,7 +53,8 @@ func withQuirks(t *testing.T, q xdmamodel.Quirk) {
 
 // TestStatusAcrossReads runs transfers on a card that reports a chain's
 // end the ways PG195 allows besides the kindest: BUSY still set when the
-// stop is read, and the completion and the stop in different reads. Every
+// stop is read, the completion and the stop in different reads, and the
+// interrupt late, after the status is there to read. Every
 // transfer completes with its data (none ends by the watchdog's timeout),
 // and the status it reports holds every bit the engine logged.
 func TestStatusAcrossReads(t *testing.T) {
@@ -61,6 +62,8 @@ func TestStatusAcrossReads(t *testing.T) {
 		xdmamodel.QuirkLateBusy,
 		xdmamodel.QuirkSplitStatus,
 		xdmamodel.QuirkLateBusy | xdmamodel.QuirkSplitStatus,
+		xdmamodel.QuirkLateInterrupt,
+		xdmamodel.AllQuirks,
 	} {
 		t.Run(q.String(), func(t *testing.T) {
 			d := openDev(t)
@@ -298,4 +301,55 @@ func TestProbeClearsLeftoverState(t *testing.T) {
 	// Halted descriptor fetch or credit mode without credits would leave
 	// every transfer to time out.
 	transfersAndStream(t)
+}
+
+// TestQueuedChains queues transfers of several descriptors each, back to
+// back, so that each completion starts the next chain from the ring it
+// was built into beforehand, on the kindest card and on one with every
+// quirk. Every transfer completes with its bytes, and each lands where it
+// was sent.
+func TestQueuedChains(t *testing.T) {
+	const n, size = 24, 192 << 10
+	for _, q := range []xdmamodel.Quirk{0, xdmamodel.AllQuirks} {
+		t.Run(q.String(), func(t *testing.T) {
+			d := openDev(t)
+			g := openGPU(t)
+			withQuirks(t, q)
+			src := alloc(t, g, 4<<20, simgpu.Fragmented)
+			dst := alloc(t, g, 1<<20, simgpu.RandomRuns)
+			srcMem, _ := src.Bytes()
+			dstMem, _ := dst.Bytes()
+			fill(srcMem, 11)
+			ps := pinGPU(t, d, src.VA, src.Size)
+			pd := pinGPU(t, d, dst.VA, dst.Size)
+			offset := func(i int) uint64 { return uint64(i) * (size + 4096) % (src.Size - size) }
+			for i := range n {
+				seg := p2p.Segment{Pin: ps, Offset: offset(i), Len: size}
+				if _, err := d.Submit(p2p.Transfer{Dir: p2p.H2C, CardAddr: uint64(i) << 20, Segments: []p2p.Segment{seg}}, uint64(i)); err != nil {
+					t.Fatalf("submit %d: %v", i, err)
+				}
+			}
+			c := ctx(t)
+			for range n {
+				select {
+				case done := <-d.Completions():
+					if done.Err != nil || done.Bytes != size {
+						t.Fatalf("transfer %d: %d bytes, %v", done.UserData, done.Bytes, done.Err)
+					}
+				case <-c.Done():
+					t.Fatal("transfers did not complete")
+				}
+			}
+			for i := range n {
+				clear(dstMem)
+				seg := p2p.Segment{Pin: pd, Len: size}
+				if _, err := d.Transfer(c, p2p.Transfer{Dir: p2p.C2H, CardAddr: uint64(i) << 20, Segments: []p2p.Segment{seg}}); err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(dstMem[:size], srcMem[offset(i):offset(i)+size]) {
+					t.Fatalf("transfer %d: the card holds other data", i)
+				}
+			}
+		})
+	}
 }

@@ -131,6 +131,8 @@ type Engine struct {
 	creditMode    uint32
 	pendingRaised uint32 // channel interrupts already delivered
 	levelAsserted bool
+	// Messages still to send (QuirkLateInterrupt): vector -> steps left.
+	lateVectors map[int]int
 	irqMode       InterruptMode
 	linkDown      bool
 	quirks        Quirk
@@ -172,6 +174,37 @@ type channel struct {
 	fault      Fault
 	stalled    bool
 	scratch    []byte
+	// Performance monitor (PG195 0xC0-0xD0): control, cycles and data
+	// beats counted. A step that moves data counts a cycle per beat; one
+	// that fetches descriptors, or waits, counts one.
+	perfCtrl, perfCycles, perfBeats uint64
+}
+
+// PerfBeatBytes is the data path's width the performance monitor counts
+// beats of: 512 bits, as a Gen3 x16 or Gen4 x8 build has.
+const PerfBeatBytes = 64
+
+// perfCounting reports whether the performance monitor counts now.
+func (c *channel) perfCounting() bool {
+	return c.perfCtrl&xdma.PerfRun != 0 || c.perfCtrl&xdma.PerfAuto != 0 && c.busy
+}
+
+// perfCount adds to the performance monitor's counters, saturating.
+func (c *channel) perfCount(cycles, beats uint64) {
+	if !c.perfCounting() {
+		return
+	}
+	c.perfCycles = min(c.perfCycles+cycles, xdma.PerfCountMax)
+	c.perfBeats = min(c.perfBeats+beats, xdma.PerfCountMax)
+}
+
+// perfHigh is a counter's high register: bits 41:32 and whether it maxed.
+func perfHigh(v uint64) uint32 {
+	hi := uint32(v>>32) & 0x3ff
+	if v == xdma.PerfCountMax {
+		hi |= xdma.PerfMaxed
+	}
+	return hi
 }
 
 // NewEngine returns an engine for cfg.
@@ -271,6 +304,7 @@ func (e *Engine) Reset() {
 	e.userVectors, e.chanVectors = [4]uint32{}, [2]uint32{}
 	e.halt, e.creditMode = 0, 0
 	e.irqMode = InterruptINTx
+	e.lateVectors = nil // a reset function sends nothing it owed
 	e.updateIRQ()
 }
 
@@ -389,6 +423,16 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 		return c.wbHi
 	case xdma.RegIntEnable:
 		return c.intMask
+	case xdma.RegPerfControl:
+		return uint32(c.perfCtrl)
+	case xdma.RegPerfCycleLo:
+		return uint32(c.perfCycles)
+	case xdma.RegPerfCycleHi:
+		return perfHigh(c.perfCycles)
+	case xdma.RegPerfDataLo:
+		return uint32(c.perfBeats)
+	case xdma.RegPerfDataHi:
+		return perfHigh(c.perfBeats)
 	}
 	return 0
 }
@@ -454,6 +498,11 @@ func (c *channel) writeChannel(reg, v uint32) {
 		c.intMask |= v & statusBitsMask
 	case xdma.RegIntEnableW1C:
 		c.intMask &^= v
+	case xdma.RegPerfControl:
+		if v&xdma.PerfClear != 0 {
+			c.perfCycles, c.perfBeats = 0, 0
+		}
+		c.perfCtrl = uint64(v & (xdma.PerfRun | xdma.PerfAuto))
 	}
 }
 
@@ -684,8 +733,17 @@ func (e *Engine) updateIRQ() {
 		}
 		fresh &^= 1 << bit
 		reg := e.chanVectors[bit/vectorsPerRegister]
-		vec := reg >> (bit % vectorsPerRegister * vectorFieldBitStride) & vectorFieldMask
-		e.cfg.Raise(int(vec))
+		vec := int(reg >> (bit % vectorsPerRegister * vectorFieldBitStride) & vectorFieldMask)
+		if e.quirks&QuirkLateInterrupt == 0 {
+			e.cfg.Raise(vec)
+			continue
+		}
+		if e.lateVectors == nil {
+			e.lateVectors = make(map[int]int)
+		}
+		if _, queued := e.lateVectors[vec]; !queued {
+			e.lateVectors[vec] = LateIRQSteps
+		}
 	}
 	if asserted := pending != 0; asserted != e.levelAsserted {
 		e.levelAsserted = asserted
@@ -696,7 +754,8 @@ func (e *Engine) updateIRQ() {
 }
 
 // Busy reports whether any channel is running a chain, or has status bits
-// still to show (QuirkSplitStatus): either needs Step called.
+// (QuirkSplitStatus) or messages (QuirkLateInterrupt) still to show:
+// either needs Step called.
 func (e *Engine) Busy() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -707,7 +766,23 @@ func (e *Engine) Busy() bool {
 			}
 		}
 	}
-	return false
+	return len(e.lateVectors) != 0
+}
+
+// sendLate counts down the messages QuirkLateInterrupt holds back, and
+// sends those whose time has come. It is not progress: on an idle engine
+// the steps come by the clock.
+func (e *Engine) sendLate() {
+	for vec, left := range e.lateVectors {
+		if left > 1 {
+			e.lateVectors[vec] = left - 1
+			continue
+		}
+		delete(e.lateVectors, vec)
+		if e.cfg.Raise != nil {
+			e.cfg.Raise(vec)
+		}
+	}
 }
 
 // Step advances every running channel by one unit of work (a descriptor
@@ -728,6 +803,7 @@ func (e *Engine) Step() bool {
 			}
 		}
 	}
+	e.sendLate()
 	e.updateIRQ()
 	return progress
 }
@@ -754,9 +830,15 @@ func (e *Engine) stepChannel(c *channel) bool {
 		return false
 	}
 	if !c.active {
-		return e.nextDescriptor(c)
+		progress := e.nextDescriptor(c)
+		c.perfCount(1, 0)
+		return progress
 	}
-	return e.moveChunk(c)
+	if !e.moveChunk(c) {
+		c.perfCount(1, 0) // waiting for the stream
+		return false
+	}
+	return true
 }
 
 // nextDescriptor starts the next descriptor, fetching a block if needed.
@@ -906,6 +988,8 @@ func (e *Engine) moveChunk(c *channel) bool {
 		return true
 	}
 	c.done += n
+	beats := (n + PerfBeatBytes - 1) / PerfBeatBytes
+	c.perfCount(beats, beats)
 	if c.done == uint64(d.Len) || eop {
 		e.complete(c, eop)
 	}

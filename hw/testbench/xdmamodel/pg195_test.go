@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"testing"
 
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
@@ -127,5 +128,41 @@ func TestAlignmentViolations(t *testing.T) {
 	}
 	if err := r.e.SetAlignments(xdma.Alignments{Addr: 3, Len: 1, Bits: 64}); err == nil {
 		t.Error("an alignment that is not a power of two was accepted")
+	}
+}
+
+// TestPerfCounters: PG195's performance monitor counts a channel's cycles
+// and data beats while it runs (Auto) or from Run on, holds them once the
+// channel stops, and Clear zeroes them.
+func TestPerfCounters(t *testing.T) {
+	r := newRig(t, 2)
+	ch := xdma.Base(xdma.TargetC2H, 0)
+	read := func() (cycles, beats uint64) {
+		cycles = uint64(r.e.ReadReg(ch+xdma.RegPerfCycleHi)&0x3ff)<<32 | uint64(r.e.ReadReg(ch+xdma.RegPerfCycleLo))
+		beats = uint64(r.e.ReadReg(ch+xdma.RegPerfDataHi)&0x3ff)<<32 | uint64(r.e.ReadReg(ch+xdma.RegPerfDataLo))
+		return
+	}
+	r.startC2H(t)
+	if c, b := read(); c != 0 || b != 0 {
+		t.Fatalf("counted %d cycles and %d beats with the monitor off", c, b)
+	}
+	r.e.WriteReg(ch+xdma.RegPerfControl, xdma.PerfAuto)
+	r.e.WriteReg(ch+xdma.RegControlW1C, xdma.CtrlRun)
+	r.startC2H(t)
+	const beats = 2 * sgl.PageSize64K / xdmamodel.PerfBeatBytes
+	c, b := read()
+	if b != beats || c < b {
+		t.Fatalf("%d cycles and %d beats for two 64 KiB pages, want %d beats and at least as many cycles", c, b, beats)
+	}
+	r.e.Step()
+	if c2, b2 := read(); c2 != c || b2 != b {
+		t.Fatalf("counters moved to %d and %d on a stopped channel", c2, b2)
+	}
+	if got := r.e.ReadReg(ch + xdma.RegPerfControl); got != xdma.PerfAuto {
+		t.Fatalf("control reads %#x, want %#x", got, xdma.PerfAuto)
+	}
+	r.e.WriteReg(ch+xdma.RegPerfControl, xdma.PerfClear)
+	if c, b := read(); c != 0 || b != 0 {
+		t.Fatalf("%d cycles and %d beats after Clear", c, b)
 	}
 }

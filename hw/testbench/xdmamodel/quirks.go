@@ -25,13 +25,24 @@ const (
 	// QuirkIdleWithoutCredits clears BUSY while a channel in credit mode
 	// waits for credits it has none of; without it, BUSY stays set.
 	QuirkIdleWithoutCredits
+	// QuirkLateInterrupt delivers an MSI or MSI-X message LateIRQSteps
+	// engine steps after the channel's request rises (at least that many
+	// milliseconds on an idle engine), and one message for every request
+	// that rises on the same vector meanwhile: interrupts arrive late and
+	// coalesced. The data and the status are in place long before; a
+	// request that a status read drops meanwhile still sends its message.
+	QuirkLateInterrupt
 
-	quirkLast = QuirkIdleWithoutCredits
+	quirkLast = QuirkLateInterrupt
 )
 
 // SplitSteps is how many engine steps the stop lags the completion by
 // under QuirkSplitStatus, unless a status read shows it sooner.
 const SplitSteps = 2
+
+// LateIRQSteps is how many engine steps a message lags its request by
+// under QuirkLateInterrupt.
+const LateIRQSteps = 3
 
 // LateBusyReads is how many status reads see BUSY after a stop under
 // QuirkLateBusy: more than a driver's single read in its interrupt handler.
@@ -44,6 +55,7 @@ var quirkNames = []struct {
 	{QuirkLateBusy, "late-busy"},
 	{QuirkSplitStatus, "split-status"},
 	{QuirkIdleWithoutCredits, "idle-without-credits"},
+	{QuirkLateInterrupt, "late-interrupt"},
 }
 
 // AllQuirks has every Quirk set.

@@ -177,3 +177,31 @@ func TestQuirkSplitStatusUnread(t *testing.T) {
 		t.Fatal("busy after the stop showed")
 	}
 }
+
+// TestQuirkLateInterrupt: the message comes LateIRQSteps steps after the
+// chain's end, with the data and the status already there; a status read
+// meanwhile drops the request but not the message.
+func TestQuirkLateInterrupt(t *testing.T) {
+	r := newRig(t, 2)
+	must(t, r.e.SetQuirks(xdmamodel.QuirkLateInterrupt))
+	r.e.SetInterruptMode(xdmamodel.InterruptMSIX)
+	ch := r.startC2H(t)
+	if len(r.raised) != 0 {
+		t.Fatalf("raised %v at the chain's end, want none yet", r.raised)
+	}
+	if !r.e.Busy() {
+		t.Fatal("Busy is false with a message still to send: nobody would step the engine")
+	}
+	if st := r.e.ReadReg(ch + xdma.RegStatusRC); st&xdma.StatDescStopped == 0 {
+		t.Fatalf("status %#x before the interrupt, want the stop", st)
+	}
+	for range xdmamodel.LateIRQSteps {
+		r.e.Step()
+	}
+	if len(r.raised) != 1 || r.raised[0] != 7 {
+		t.Fatalf("raised %v, want one message on vector 7", r.raised)
+	}
+	if r.e.Busy() {
+		t.Fatal("Busy with nothing left to send")
+	}
+}

@@ -10,6 +10,11 @@
  * prints one JSON object: per operation, "busy" (every context: the
  * caller, the interrupt handler, kernel threads) and "thread" (the caller's
  * CPU time), in ns, the least of three rounds.
+ *
+ *   gpufpga-cost chains DESCS
+ * queues IRQ_XFERS asynchronous transfers of DESCS descriptors each, back
+ * to back, and waits for them: each completion's interrupt starts the next
+ * chain. Its caller times the interrupt handler (icount's TestIRQWork).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -188,6 +193,56 @@ static struct cost stream_slot(void)
 	return c;
 }
 
+#define IRQ_XFERS	16
+#define IRQ_SEG		64	/* bytes a descriptor moves */
+#define IRQ_STRIDE	128	/* apart: no two segments merge */
+
+/* Transfers of descs descriptors each, queued at once, then reaped. */
+static void chains(unsigned int descs)
+{
+	struct gpufpga_completion c;
+	struct gpufpga_seg *segs;
+	unsigned int i, got = 0;
+	void *mem;
+	__u64 h;
+
+	mem = mmap(NULL, (size_t)descs * IRQ_STRIDE, PROT_READ | PROT_WRITE,
+		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+	segs = calloc(descs, sizeof(*segs));
+	if (mem == MAP_FAILED || !segs)
+		die("memory");
+	h = pin_host(mem, (size_t)descs * IRQ_STRIDE);
+	for (i = 0; i < descs; i++)
+		segs[i] = (struct gpufpga_seg){ h, (__u64)i * IRQ_STRIDE, IRQ_SEG };
+	for (i = 0; i < IRQ_XFERS; i++) {
+		memset(&xfer, 0, sizeof(xfer));
+		xfer.dir = GPUFPGA_H2C;
+		xfer.flags = GPUFPGA_XFER_ASYNC;
+		xfer.nsegs = descs;
+		xfer.segs = (uintptr_t)segs;
+		xfer.eventfd = -1;
+		if (ioctl(fd, GPUFPGA_IOC_XFER, &xfer))
+			die("transfer");
+		if (xfer.descs != descs) {
+			fprintf(stderr, "gpufpga-cost: %u descriptors, want %u\n", xfer.descs, descs);
+			exit(1);
+		}
+	}
+	while (got < IRQ_XFERS) {
+		if (read(fd, &c, sizeof(c)) != sizeof(c))
+			die("read");
+		if (c.kind != GPUFPGA_EVENT_XFER)
+			continue;
+		if (c.error || c.bytes != (__u64)descs * IRQ_SEG) {
+			fprintf(stderr, "gpufpga-cost: transfer %llu: error %d, %llu bytes\n",
+				(unsigned long long)c.id, c.error, (unsigned long long)c.bytes);
+			exit(1);
+		}
+		got++;
+	}
+	printf("{\"descs\":%u,\"transfers\":%u}\n", descs, got);
+}
+
 int main(int argc, char **argv)
 {
 	int all = argc > 1 && !strcmp(argv[1], "all");
@@ -201,6 +256,10 @@ int main(int argc, char **argv)
 	fd = open("/dev/gpufpga0", O_RDWR);
 	if (fd < 0)
 		die("/dev/gpufpga0");
+	if (argc > 2 && !strcmp(argv[1], "chains")) {
+		chains(strtoul(argv[2], NULL, 0));
+		return 0;
+	}
 	buf = mmap(NULL, SLOT, PROT_READ | PROT_WRITE,
 		   MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
 	if (buf == MAP_FAILED)
