@@ -111,9 +111,9 @@ func (o *Options) Run(ctx context.Context, args []string, stdout, stderr io.Writ
 	}
 	code := exitCode(err)
 	fmt.Fprintf(stderr, "p2pctl: %v\n", err)
-	var pe *p2p.Error
-	if errors.As(err, &pe) && pe.Hint() != "" {
-		fmt.Fprintf(stderr, "hint: %s\n", pe.Hint())
+	var h interface{ Hint() string }
+	if errors.As(err, &h) && h.Hint() != "" {
+		fmt.Fprintf(stderr, "hint: %s\n", h.Hint())
 	}
 	if code == ExitUsage && !strings.Contains(err.Error(), "--help") {
 		fmt.Fprintln(stderr, "run 'p2pctl --help' for usage")
@@ -164,7 +164,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &pe), errors.Is(err, p2p.ErrNoDevice):
+	case errors.As(err, &pe), errors.Is(err, p2p.ErrNoDevice), errors.Is(err, p2p.ErrABI):
 		return ExitDevice
 	case errors.Is(err, stream.ErrConfig):
 		return ExitUsage

@@ -90,6 +90,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"transfer", "--channel", "x2h0"}, ExitUsage, `channel "x2h0"`},
 		{[]string{"transfer", "--count", "0"}, ExitUsage, "--count must be at least 1"},
 		{[]string{"info", "-d", "/dev/gpufpga-none"}, ExitDevice, "/dev/gpufpga-none does not exist"},
+		{[]string{"info", "-d", "/dev/null"}, ExitDevice, "p2pctl: gpufpga open /dev/null: driver ABI not supported: not a gpufpga device (INFO ioctl: inappropriate ioctl for device)\nhint: install p2pctl and the gpufpga module from one release"},
 		{[]string{"desc"}, ExitUsage, "name a channel"},
 		{[]string{"desc", "--file", badChain}, ExitVerify, "bad descriptor magic"},
 		// Flags are checked before the device is opened: none exists here.

@@ -73,6 +73,11 @@ type p2pDevice struct{ root string }
 func (p p2pDevice) ABI(_ context.Context, node string) (uint32, error) {
 	// INFO does not block: the context has nothing to cancel.
 	d, err := p2p.Open(filepath.Join(p.root, node))
+	var ae *p2p.ABIError
+	if errors.As(err, &ae) && ae.Version != 0 {
+		// A driver of another ABI: Open refuses it, doctor names it.
+		return ae.Version, nil
+	}
 	if err != nil {
 		return 0, err
 	}
