@@ -94,7 +94,7 @@ func (b *buffer) close() error {
 // write copies p to the start of the buffer.
 func (b *buffer) write(p []byte) error {
 	if b.gpu != nil {
-		return withContext(b.dev, func() error { return b.dev.CopyHtoD(b.gpu.Ptr, p) })
+		return b.dev.Do(func() error { return b.dev.CopyHtoD(b.gpu.Ptr, p) })
 	}
 	copy(b.mem, p)
 	return nil
@@ -103,19 +103,10 @@ func (b *buffer) write(p []byte) error {
 // read copies the start of the buffer to p.
 func (b *buffer) read(p []byte) error {
 	if b.gpu != nil {
-		return withContext(b.dev, func() error { return b.dev.CopyDtoH(p, b.gpu.Ptr) })
+		return b.dev.Do(func() error { return b.dev.CopyDtoH(p, b.gpu.Ptr) })
 	}
 	copy(p, b.mem)
 	return nil
-}
-
-// withContext runs f with g's context current on the calling thread.
-func withContext(g *cuda.Device, f func() error) error {
-	if err := g.Lock(); err != nil {
-		return err
-	}
-	defer g.Unlock()
-	return f()
 }
 
 // allocPinned allocates size bytes of the given kind and pins them; GPU
@@ -139,7 +130,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 			return nil, &exitError{ExitDevice, err}
 		}
 		b.dev = g
-		if err := withContext(g, func() error {
+		if err := g.Do(func() error {
 			var err error
 			b.gpu, err = g.Alloc(size)
 			return err
@@ -148,7 +139,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 			return nil, &exitError{ExitDevice, fmt.Errorf("allocate %s of CUDA memory: %w", units.Bytes(size), err)}
 		}
 		b.free = func() error {
-			return errors.Join(withContext(g, b.gpu.Free), g.Close())
+			return errors.Join(g.Do(b.gpu.Free), g.Close())
 		}
 		b.pin, _, err = cudamem.Pin(d, g, b.gpu.Ptr, size, via)
 	default:
