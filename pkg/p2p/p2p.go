@@ -74,6 +74,10 @@ type Device struct {
 	readerDone  chan struct{} // closed when the running reader returns
 	closed      bool
 	shut        atomic.Bool // closed, for ioctl, which may run under mu
+	leaked      atomic.Uint64
+
+	hostMu sync.Mutex
+	hosts  map[*HostBuffer]struct{} // from AllocHost, until their Free
 }
 
 // MaxUnread is how many of Submit's transfers a Device holds, in flight or
@@ -114,6 +118,7 @@ func newDevice(f *os.File, path string, sys ioctlFunc) *Device {
 		streams:   make(map[int]*Stream),
 		submitted: make(map[uint64]uint64),
 		async:     make(chan Completion, MaxUnread),
+		hosts:     make(map[*HostBuffer]struct{}),
 	}
 }
 

@@ -6,8 +6,6 @@ import (
 	"sort"
 	"strings"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
@@ -116,14 +114,13 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 	var err error
 	switch kind {
 	case memHost:
-		var mem []byte
-		mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
-		if err != nil {
+		var hb *p2p.HostBuffer
+		if hb, err = d.AllocHost(size); err != nil {
 			return nil, fmt.Errorf("allocate %s of host memory: %w", units.Bytes(size), err)
 		}
-		b.mem = mem
-		b.free = func() error { return unix.Munmap(mem) }
-		b.pin, err = d.PinHost(mem)
+		b.mem = hb.Bytes()
+		b.free = hb.Free
+		b.pin, err = d.PinHost(b.mem)
 	case memCUDA:
 		var g *cuda.Device
 		if g, err = cuda.OpenDevice(0); err != nil {
