@@ -187,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	mode, pinning, err := cfg.resolve()
+	mode, pinning, err := cfg.Resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -261,30 +261,22 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// resolve picks the mode and, in direct mode, how the ring is pinned.
-func (c *Config) resolve() (Mode, Pinning, error) {
+// Resolve returns the mode and, in direct mode, the pinning Start picks
+// for c on c.Device with c.GPU: SelectMode over what they report.
+func (c *Config) Resolve() (Mode, Pinning, error) {
+	if c.Device == nil || c.GPU == nil {
+		return 0, 0, fmt.Errorf("%w: need a device and a GPU", ErrConfig)
+	}
 	if c.Mode == Compat {
-		if c.Pinning != PinAuto {
-			return 0, 0, fmt.Errorf("%w: pinning %v is for a ring in GPU memory, not compat mode's", ErrConfig, c.Pinning)
-		}
-		return Compat, PinAuto, nil
+		// Asks neither: compat mode pins host memory.
+		return SelectMode(p2p.Info{}, false, Compat, c.Pinning)
 	}
 	dg, _ := c.GPU.(DmabufGPU)
-	p, err := ChoosePinning(c.Device, dg, c.Pinning)
+	info, exports, err := pinningFacts(c.Device, dg)
 	if err != nil {
 		return 0, 0, err
 	}
-	if c.Mode == Direct || p == PinDmabuf {
-		return Direct, p, nil
-	}
-	info, err := c.Device.Info()
-	if err != nil {
-		return 0, 0, err
-	}
-	if info.Supports(p2p.KindGPU) {
-		return Direct, p, nil
-	}
-	return Compat, PinAuto, nil
+	return SelectMode(info, exports, c.Mode, c.Pinning)
 }
 
 func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {

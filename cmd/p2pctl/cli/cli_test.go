@@ -102,6 +102,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "--check", "cpu", "-d", none}, ExitUsage, "--check cpu cannot read CUDA memory in direct mode"},
 		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "-d", none}, ExitUsage, "checking frames in CUDA memory needs --frame-size"},
 		{[]string{"stream", "--mem", "host", "-d", none}, ExitUsage, "a stream's slots end up in GPU memory"},
+		{[]string{"stream", "--mem", "cuda", "--mode", "compat", "--pin", "dma-buf", "-d", none}, ExitUsage, "pinning dma-buf is for a ring in GPU memory, not compat mode's"},
 		{[]string{"bench", "--sizes", "0,4K", "-d", none}, ExitUsage, `--sizes: "0": sizes must be more than 0`},
 		{[]string{"bench", "--sizes", "4K,,8K", "-d", none}, ExitUsage, `--sizes: "" is not a size`},
 		{[]string{"desc", "c2h0", "-d", none}, ExitDevice, none + " does not exist"},
