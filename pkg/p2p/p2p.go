@@ -261,7 +261,7 @@ func (k PinKind) String() string {
 	case KindHost:
 		return "host"
 	case KindDmabuf:
-		return "dmabuf"
+		return "dma-buf"
 	}
 	return fmt.Sprintf("kind(%d)", uint32(k))
 }

@@ -29,7 +29,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 		Short: "Check the platform: driver, FPGA link, GPU BAR1, PCIe path, ACS, IOMMU, memlock",
 		Long: `doctor checks what FPGA-GPU peer DMA needs of this host and prints each
 check as OK, WARN or FAIL with a hint. It exits 3 when a check fails.
-Run it as root to read MPS, MRRS and ACS from config space.`,
+Run it as root to read MPS, MRRS and ACS from config space.
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ring == 0 {

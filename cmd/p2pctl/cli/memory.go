@@ -3,6 +3,7 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -178,8 +179,10 @@ func (o *Options) openStreamGPU(kind string) (stream.GPU, func() error, error) {
 	return g, closeGPU, nil
 }
 
+// streamKinds lists the --mem kinds a stream takes: GPU memory, not host.
 func (o *Options) streamKinds() string {
-	return strings.Replace(o.memKinds(), memHost+", ", "", 1)
+	kinds := strings.Split(o.memKinds(), ", ")
+	return strings.Join(slices.DeleteFunc(kinds, func(k string) bool { return k == memHost }), ", ")
 }
 
 // memHelp describes --mem.

@@ -121,7 +121,9 @@ slot's frames are checked (sequence numbers and CRC32C: --check cpu, or gpu
 with the CUDA frame checker, which needs --frame-size) and released; live
 statistics print every --interval and a summary at the end. --out records
 the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
-(--mem cuda) or the rig's simulated GPU (--mem sim).`,
+(--mem cuda).
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
@@ -265,9 +267,9 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 	cmd.Flags().StringVar(&mem, "mem", "", "GPU memory: "+g.opts.streamKinds()+" (default: cuda where a CUDA driver is present)")
 	cmd.Flags().StringVar(&check, "check", "auto", "where frames are checked: cpu, gpu (CUDA), none, or auto: gpu for CUDA memory written directly, else cpu")
 	cmd.Flags().Var(&frameSize, "frame-size", "bytes per frame, for --check gpu")
-	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
+	durationFlag(cmd, &duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().Var(&limit, "bytes", "stop after this many bytes (0: no limit)")
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "statistics interval")
+	durationFlag(cmd, &interval, "interval", time.Second, "statistics interval")
 	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
 	cmd.Flags().Var(&via, "pin", pinHelp+" (direct mode)")
 	return cmd
