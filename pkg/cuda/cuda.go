@@ -4,14 +4,38 @@
 // run time from libcuda.so.1 so that every binary builds without cgo or the
 // CUDA toolkit and runs, with GPU features off, where there is no GPU.
 //
-// The driver API binds a context to an OS thread: call Lock on the
-// goroutine that uses a Context, and keep using it from there.
+// # Contexts
+//
+// A Device holds its GPU's primary context. The driver API finds the
+// context through the calling OS thread, so every call that allocates,
+// copies, launches or records (Device.Alloc, HostAlloc, NewStream, the
+// methods of Buffer, Stream, Event, Module and Function, and the others
+// marked "with the context current") must run between Device.Lock and
+// Device.Unlock on one goroutine:
+//
+//	if err := g.Lock(); err != nil { ... }
+//	defer g.Unlock()
+//	b, err := g.Alloc(n)
+//
+// Lock is not a mutex: it wires the goroutine to its OS thread and makes
+// the context current there. Any number of goroutines may hold the same
+// Device's context at once; the driver serialises what must be. Device.Do
+// runs a function that way. Name, Attribute, DmabufSupported, TotalMem,
+// PCIBusID and BAR1 need no context, and are all a device from
+// Driver.DeviceAt (which holds none) can do.
+//
+// # Releases
+//
+// Every Free, Close and Destroy releases its handle once: a second call
+// returns nil and never reaches the driver, where the handle may by then
+// name another allocation. A release the driver refuses may be retried.
 package cuda
 
 import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"unsafe"
 
 	"github.com/ebitengine/purego"
@@ -286,6 +310,7 @@ type Device struct {
 	ordinal int32
 	dev     int32
 	ctx     uintptr
+	release releaseOnce // of the primary context
 }
 
 // Device retains device n's primary context.
@@ -323,12 +348,16 @@ func OpenDevice(ordinal int) (*Device, error) {
 	return d.Device(ordinal)
 }
 
-// Lock binds the device's context to the calling goroutine's OS thread;
-// call it before using the device from a goroutine, and Unlock after
-// (only when Lock succeeded: on an error the thread is not locked).
+// Lock wires the calling goroutine to its OS thread and makes the device's
+// context current there; call it before the calls that need the context,
+// and Unlock after (only when Lock succeeded: on an error the thread is
+// not wired). It excludes no other goroutine.
 func (g *Device) Lock() error {
 	if g.ctx == 0 {
 		return &Error{Op: "Lock", Code: int(ErrorInvalidContext), Msg: "a device found by DeviceAt has no context"}
+	}
+	if g.release.isDone() {
+		return &Error{Op: "Lock", Code: int(ErrorInvalidContext), Msg: "device closed"}
 	}
 	runtime.LockOSThread()
 	if err := g.drv.call(cuCtxSetCurrent, g.ctx); err != nil {
@@ -341,12 +370,48 @@ func (g *Device) Lock() error {
 // Unlock releases the goroutine's OS thread.
 func (g *Device) Unlock() { runtime.UnlockOSThread() }
 
-// Close releases the primary context, if the device holds it.
+// Do runs f with the device's context current on the calling goroutine's
+// thread: Lock, f, Unlock.
+func (g *Device) Do(f func() error) error {
+	if err := g.Lock(); err != nil {
+		return err
+	}
+	defer g.Unlock()
+	return f()
+}
+
+// Close releases the primary context, if the device holds it, once.
 func (g *Device) Close() error {
 	if g.ctx == 0 {
 		return nil
 	}
-	return g.drv.call(cuDevicePrimaryCtxRelease_v2, uintptr(g.dev))
+	return g.release.do(func() error { return g.drv.call(cuDevicePrimaryCtxRelease_v2, uintptr(g.dev)) })
+}
+
+// releaseOnce runs a handle's release until it succeeds once; later calls
+// do nothing.
+type releaseOnce struct {
+	mu   sync.Mutex
+	done bool
+}
+
+func (o *releaseOnce) do(f func() error) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.done {
+		return nil
+	}
+	if err := f(); err != nil {
+		return err
+	}
+	o.done = true
+	return nil
+}
+
+func (o *releaseOnce) isDone() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.done
 }
 
 // Name returns the device's name.
@@ -391,9 +456,10 @@ func (g *Device) TotalMem() (uint64, error) {
 // Buffer is device memory, rounded to whole 64 KiB pages so that a peer can
 // pin it; Ptr is 64 KiB aligned.
 type Buffer struct {
-	Ptr  uint64
-	Size uint64
-	dev  *Device
+	Ptr     uint64
+	Size    uint64
+	dev     *Device
+	release releaseOnce
 }
 
 // Alloc allocates size bytes (rounded up to 64 KiB) and sets SYNC_MEMOPS on
@@ -416,8 +482,10 @@ func (g *Device) Alloc(size uint64) (*Buffer, error) {
 	return b, nil
 }
 
-// Free frees the buffer.
-func (b *Buffer) Free() error { return b.dev.drv.call(cuMemFree_v2, uintptr(b.Ptr)) }
+// Free frees the buffer, with the context current, once.
+func (b *Buffer) Free() error {
+	return b.release.do(func() error { return b.dev.drv.call(cuMemFree_v2, uintptr(b.Ptr)) })
+}
 
 // ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
 func (b *Buffer) ExportDmabuf(off, size uint64) (int, error) {
@@ -482,10 +550,11 @@ func (h *HostBuffer) Offset(b []byte) (uint64, bool) {
 }
 
 // Free frees memory from HostAlloc, or unregisters memory from
-// HostRegister, which then belongs to the caller alone again.
+// HostRegister, which then belongs to the caller alone again. Freeing a
+// freed buffer does nothing.
 func (h *HostBuffer) Free() error {
 	if h.b == nil {
-		return invalid(h.release, "host buffer already freed")
+		return nil
 	}
 	if err := h.dev.drv.call(h.release, uintptr(unsafe.Pointer(&h.b[0]))); err != nil {
 		return err
@@ -517,8 +586,9 @@ func invalid(op sym, msg string) error {
 
 // Stream is a CUDA stream.
 type Stream struct {
-	s   uintptr
-	dev *Device
+	s       uintptr
+	dev     *Device
+	release releaseOnce
 }
 
 // NewStream creates a stream.
@@ -528,8 +598,10 @@ func (g *Device) NewStream() (*Stream, error) {
 	return s, err
 }
 
-// Close destroys the stream.
-func (s *Stream) Close() error { return s.dev.drv.call(cuStreamDestroy_v2, s.s) }
+// Close destroys the stream, once.
+func (s *Stream) Close() error {
+	return s.release.do(func() error { return s.dev.drv.call(cuStreamDestroy_v2, s.s) })
+}
 
 // Sync waits for the stream's work.
 func (s *Stream) Sync() error { return s.dev.drv.call(cuStreamSynchronize, s.s) }
@@ -568,8 +640,9 @@ func (g *Device) CopyDtoH(dst []byte, src uint64) error {
 
 // Event is a CUDA event for timing.
 type Event struct {
-	e   uintptr
-	dev *Device
+	e       uintptr
+	dev     *Device
+	release releaseOnce
 }
 
 // NewEvent creates an event for timing.
@@ -604,8 +677,10 @@ func (e *Event) Since(start *Event) (float32, error) {
 	return ms, err
 }
 
-// Close destroys the event.
-func (e *Event) Close() error { return e.dev.drv.call(cuEventDestroy_v2, e.e) }
+// Close destroys the event, once.
+func (e *Event) Close() error {
+	return e.release.do(func() error { return e.dev.drv.call(cuEventDestroy_v2, e.e) })
+}
 
 // Sync waits until the work before the event's last Record is done.
 func (e *Event) Sync() error { return e.dev.drv.call(cuEventSynchronize, e.e) }
@@ -627,8 +702,9 @@ func (s *Stream) MemsetD8(dst uint64, v byte, n uint64) error {
 
 // Module is loaded GPU code.
 type Module struct {
-	m   uintptr
-	dev *Device
+	m       uintptr
+	dev     *Device
+	release releaseOnce
 }
 
 // LoadPTX JIT-compiles PTX text for the device and loads it.
@@ -642,8 +718,10 @@ func (g *Device) LoadPTX(ptx []byte) (*Module, error) {
 	return m, nil
 }
 
-// Close unloads the module.
-func (m *Module) Close() error { return m.dev.drv.call(cuModuleUnload, m.m) }
+// Close unloads the module, once.
+func (m *Module) Close() error {
+	return m.release.do(func() error { return m.dev.drv.call(cuModuleUnload, m.m) })
+}
 
 // Function is a kernel of a loaded module.
 type Function struct {

@@ -202,10 +202,11 @@ func boolByte(b bool) uint8 {
 // VMMBuffer is memory from CUDA's virtual memory management API: one
 // physical allocation (cuMemCreate) mapped read-write at a reserved range.
 type VMMBuffer struct {
-	Ptr    uint64
-	Size   uint64
-	handle uint64
-	dev    *Device
+	Ptr     uint64
+	Size    uint64
+	handle  uint64
+	dev     *Device
+	release releaseOnce
 }
 
 // AllocVMM allocates size bytes (rounded up to the allocation
@@ -240,12 +241,14 @@ func (g *Device) AllocVMM(size uint64, rdma bool) (*VMMBuffer, error) {
 	return b, nil
 }
 
-// Free unmaps and releases the memory.
+// Free unmaps and releases the memory, once.
 func (b *VMMBuffer) Free() error {
 	d := b.dev.drv
-	return errors.Join(d.call(cuMemUnmap, uintptr(b.Ptr), uintptr(b.Size)),
-		d.call(cuMemAddressFree, uintptr(b.Ptr), uintptr(b.Size)),
-		d.call(cuMemRelease, uintptr(b.handle)))
+	return b.release.do(func() error {
+		return errors.Join(d.call(cuMemUnmap, uintptr(b.Ptr), uintptr(b.Size)),
+			d.call(cuMemAddressFree, uintptr(b.Ptr), uintptr(b.Size)),
+			d.call(cuMemRelease, uintptr(b.handle)))
+	})
 }
 
 // ExportDmabufRange returns a dma-buf file descriptor for [ptr, ptr+size)
@@ -260,8 +263,9 @@ func (g *Device) ExportDmabufRange(ptr, size uint64) (int, error) {
 // MemoryPool is a CUDA memory pool (cuMemPoolCreate), the memory
 // cudaMallocAsync hands out.
 type MemoryPool struct {
-	h   uintptr
-	dev *Device
+	h       uintptr
+	dev     *Device
+	release releaseOnce
 }
 
 // NewMemoryPool creates a pool of the device's memory whose allocations
@@ -278,8 +282,10 @@ func (g *Device) NewMemoryPool(rdma bool) (*MemoryPool, error) {
 	return p, nil
 }
 
-// Destroy destroys the pool; its allocations must be freed first.
-func (p *MemoryPool) Destroy() error { return p.dev.drv.call(cuMemPoolDestroy, p.h) }
+// Destroy destroys the pool, once; its allocations must be freed first.
+func (p *MemoryPool) Destroy() error {
+	return p.release.do(func() error { return p.dev.drv.call(cuMemPoolDestroy, p.h) })
+}
 
 // AllocAsync allocates size bytes from the pool, ordered on s.
 func (p *MemoryPool) AllocAsync(size uint64, s *Stream) (uint64, error) {

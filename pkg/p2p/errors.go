@@ -3,6 +3,7 @@ package p2p
 import (
 	"errors"
 	"fmt"
+	"os"
 
 	"golang.org/x/sys/unix"
 
@@ -11,7 +12,8 @@ import (
 
 // Errors a caller can test for with errors.Is. Every error this package
 // returns for a failed driver call is an *Error that matches one of these
-// (or the raw errno).
+// (or the raw errno). A call on a closed Device, or on its pins and
+// streams, fails with an *Error matching os.ErrClosed.
 var (
 	ErrRevoked        = errors.New("pinned memory was revoked (freed by its owner)")
 	ErrTimeout        = errors.New("transfer timed out")
@@ -29,6 +31,9 @@ var (
 	ErrNoCardMemory   = errors.New("card memory size not configured")
 	ErrBounceBuffers  = errors.New("DMA to this host memory needs bounce buffers or cache maintenance")
 	ErrIOMMUBypass    = errors.New("dma-buf addresses are not mapped by the IOMMU that translates for the FPGA")
+	// ErrABI is a device node whose driver is not gpufpga of the ABI this
+	// package speaks (Open's *ABIError).
+	ErrABI = errors.New("driver ABI not supported")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -63,6 +68,7 @@ var hints = map[error]string{
 	ErrBounceBuffers:  "host pins need direct DMA: boot without swiotlb=force, put the FPGA in IOMMU passthrough (iommu=pt), or pin GPU memory",
 	ErrNoCardMemory:   "load gpufpga with card_mem_size=<bytes of card memory behind the memory-mapped channels>, so that card addresses can be checked",
 	ErrIOMMUBypass:    "the exporter handed over raw PCIe addresses (CUDA's PCIe mapping type, or NVreg_DmaRemapPeerMmio=0): export with the default mapping type, or put the FPGA's IOMMU group in passthrough (iommu=pt)",
+	ErrABI:            "install p2pctl and the gpufpga module from one release, or check that the node is a gpufpga device (/dev/gpufpga*)",
 	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }
 
@@ -76,6 +82,9 @@ type Error struct {
 	Kind   error      // the sentinel the failure matches, or nil
 	HasHW  bool       // Status, Dir and Chan are meaningful
 	Detail string     // what the caller asked for, briefly
+	// closed: the Device was closed under the call, which then also
+	// matches os.ErrClosed.
+	closed bool
 }
 
 func (e *Error) Error() string {
@@ -84,7 +93,10 @@ func (e *Error) Error() string {
 		msg += " " + e.Detail
 	}
 	what := e.Err.Error()
-	if e.Kind != nil {
+	switch {
+	case e.Kind == os.ErrClosed:
+		what = "device closed"
+	case e.Kind != nil:
 		what = e.Kind.Error()
 	}
 	msg += ": " + what
@@ -95,10 +107,17 @@ func (e *Error) Error() string {
 }
 
 // Hint says what a person can do about the error, or "".
-func (e *Error) Hint() string { return hints[e.Kind] }
+func (e *Error) Hint() string {
+	if e.closed {
+		return ""
+	}
+	return hints[e.Kind]
+}
 
 // Is matches the sentinel kinds and the errno.
-func (e *Error) Is(target error) bool { return target == e.Kind }
+func (e *Error) Is(target error) bool {
+	return target == e.Kind || (e.closed && target == os.ErrClosed)
+}
 
 func (e *Error) Unwrap() error { return e.Err }
 
@@ -120,9 +139,17 @@ func pinError(kind uint32, err error, detail string) error {
 }
 
 func newError(op string, err error, detail string) error {
+	if errors.Is(err, os.ErrClosed) {
+		return closedError(op, detail)
+	}
 	var errno unix.Errno
 	if !errors.As(err, &errno) {
 		return fmt.Errorf("gpufpga %s: %w", op, err)
 	}
 	return &Error{Op: op, Err: errno, Kind: errnoKinds[errno], Detail: detail}
+}
+
+// closedError is a call on a closed Device.
+func closedError(op, detail string) *Error {
+	return &Error{Op: op, Err: unix.EBADF, Kind: os.ErrClosed, Detail: detail}
 }

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -58,6 +59,7 @@ func Devices() ([]string, error) {
 type Device struct {
 	f    *os.File
 	path string
+	sys  ioctlFunc // issues the driver's ioctls on f
 
 	mu      sync.Mutex
 	waiters map[uint64]chan Completion // sync transfers waiting for their id
@@ -71,6 +73,11 @@ type Device struct {
 	reading     bool
 	readerDone  chan struct{} // closed when the running reader returns
 	closed      bool
+	shut        atomic.Bool // closed, for ioctl, which may run under mu
+	leaked      atomic.Uint64
+
+	hostMu sync.Mutex
+	hosts  map[*HostBuffer]struct{} // from AllocHost, until their Free
 }
 
 // MaxUnread is how many of Submit's transfers a Device holds, in flight or
@@ -79,7 +86,10 @@ type Device struct {
 // the reader that synchronous transfers and streams depend on.
 const MaxUnread = 256
 
-// Open opens a device node, e.g. /dev/gpufpga0.
+// Open opens a device node, e.g. /dev/gpufpga0, and checks that the
+// driver behind it speaks ABIVersion (the INFO ioctl): a node of another
+// driver, or of a gpufpga driver of another ABI, fails with an *ABIError
+// matching ErrABI.
 func Open(path string) (*Device, error) {
 	f, err := os.OpenFile(path, os.O_RDWR, 0)
 	if err != nil {
@@ -91,30 +101,87 @@ func Open(path string) (*Device, error) {
 		}
 		return nil, fmt.Errorf("gpufpga open: %w", err)
 	}
+	d := newDevice(f, path, fileIoctl(f))
+	if err := d.checkABI(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return d, nil
+}
+
+func newDevice(f *os.File, path string, sys ioctlFunc) *Device {
 	return &Device{
 		f:         f,
 		path:      path,
+		sys:       sys,
 		waiters:   make(map[uint64]chan Completion),
 		streams:   make(map[int]*Stream),
 		submitted: make(map[uint64]uint64),
 		async:     make(chan Completion, MaxUnread),
-	}, nil
+		hosts:     make(map[*HostBuffer]struct{}),
+	}
 }
+
+// checkABI asks the driver for its ABI version.
+func (d *Device) checkABI() error {
+	var a infoArg
+	err := d.ioctl(iocInfo, unsafe.Pointer(&a))
+	var errno unix.Errno
+	switch {
+	case errors.As(err, &errno) && (errno == unix.ENOTTY || errno == unix.EINVAL):
+		// No driver of ours: it does not know INFO, or not its size.
+		return &ABIError{Path: d.path, Err: errno}
+	case err != nil:
+		return newError("open", err, d.path)
+	case a.Abi_version != ABIVersion:
+		return &ABIError{Path: d.path, Version: a.Abi_version}
+	}
+	return nil
+}
+
+// ABIError is a device node whose driver does not speak ABIVersion. It
+// matches ErrABI.
+type ABIError struct {
+	Path string
+	// Version is the ABI the driver reported; 0 when the node did not
+	// answer the INFO ioctl at all (not a gpufpga device).
+	Version uint32
+	Err     error // the INFO ioctl's failure, when Version is 0
+}
+
+func (e *ABIError) Error() string {
+	if e.Version == 0 {
+		return fmt.Sprintf("gpufpga open %s: %v: not a gpufpga device (INFO ioctl: %v)", e.Path, ErrABI, e.Err)
+	}
+	return fmt.Sprintf("gpufpga open %s: %v: the driver speaks ABI %d, this program %d", e.Path, ErrABI, e.Version, ABIVersion)
+}
+
+// Is matches ErrABI.
+func (e *ABIError) Is(target error) bool { return target == ErrABI }
+
+func (e *ABIError) Unwrap() error { return e.Err }
+
+// Hint says what a person can do about it.
+func (e *ABIError) Hint() string { return hints[ErrABI] }
 
 // Path returns the device node the Device was opened from.
 func (d *Device) Path() string { return d.path }
 
 // Close stops the device's transfers and unpins all its memory. It waits
 // for the completion reader to end: transfers still in flight complete
-// with ErrDeviceGone, running streams end, and Completions is closed once
-// what it holds has been received.
+// with ErrDeviceGone (which also matches os.ErrClosed), running streams
+// end, and Completions is closed once what it holds has been received.
+// Every later call on the device, its pins and its streams fails with an
+// error matching os.ErrClosed. Closing a closed Device does nothing and
+// returns nil.
 func (d *Device) Close() error {
 	d.mu.Lock()
 	if d.closed {
 		d.mu.Unlock()
-		return &Error{Op: "close", Err: unix.EBADF, Kind: ErrDeviceGone, Detail: "device closed"}
+		return nil
 	}
 	d.closed = true
+	d.shut.Store(true)
 	reading, done := d.reading, d.readerDone
 	d.mu.Unlock()
 	// Closing the file wakes the reader's read (the driver polls).
@@ -136,21 +203,38 @@ func (d *Device) closeAsync() {
 	}
 }
 
+// ioctlFunc issues one ioctl on a device's file; it returns a unix.Errno
+// for the driver's refusals.
+type ioctlFunc func(req uintptr, arg unsafe.Pointer) error
+
+// fileIoctl issues ioctls on f. A closed f fails with os.ErrClosed.
+func fileIoctl(f *os.File) ioctlFunc {
+	return func(req uintptr, arg unsafe.Pointer) error {
+		rc, err := f.SyscallConn()
+		if err != nil {
+			return err
+		}
+		var errno unix.Errno
+		if cerr := rc.Control(func(fd uintptr) {
+			_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(arg))
+		}); cerr != nil {
+			// The file was closed: the raw connection says so in the
+			// poller's own words, not os.ErrClosed.
+			return os.ErrClosed
+		}
+		if errno != 0 {
+			return errno
+		}
+		return nil
+	}
+}
+
+// ioctl issues an ioctl; after Close it fails with os.ErrClosed.
 func (d *Device) ioctl(req uintptr, arg unsafe.Pointer) error {
-	rc, err := d.f.SyscallConn()
-	if err != nil {
-		return err
+	if d.shut.Load() {
+		return os.ErrClosed
 	}
-	var errno unix.Errno
-	if cerr := rc.Control(func(fd uintptr) {
-		_, _, errno = unix.Syscall(unix.SYS_IOCTL, fd, req, uintptr(arg))
-	}); cerr != nil {
-		return cerr
-	}
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return d.sys(req, arg)
 }
 
 // Channel describes one XDMA channel.
@@ -177,7 +261,7 @@ func (k PinKind) String() string {
 	case KindHost:
 		return "host"
 	case KindDmabuf:
-		return "dmabuf"
+		return "dma-buf"
 	}
 	return fmt.Sprintf("kind(%d)", uint32(k))
 }

@@ -3,16 +3,19 @@
 package p2p
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"runtime"
+	"sync"
 	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 )
 
 // Pin is pinned memory, named by its handle. It stays pinned until Unpin or
-// until its Device is closed.
+// until its Device is closed. A Pin that becomes unreachable while pinned
+// is a leak: the collector unpins it and Device.LeakedPins counts it.
 type Pin struct {
 	Handle     uint64
 	Kind       PinKind
@@ -24,8 +27,11 @@ type Pin struct {
 	Runs       int // runs of bus-contiguous pages
 	LargestRun int // pages
 
-	dev  *Device
-	host []byte // a host pin's memory, which the device writes until Unpin
+	dev      *Device
+	host     *HostBuffer // a host pin's memory, which the device writes until Unpin
+	cleanup  runtime.Cleanup
+	mu       sync.Mutex
+	unpinned bool
 }
 
 // PinOptions modify a pin.
@@ -42,49 +48,98 @@ func (d *Device) PinGPU(va, length uint64, opts PinOptions) (*Pin, error) {
 	if opts.Persistent {
 		a.Flags = pinFlagPersistent
 	}
-	return d.pin(&a, fmt.Sprintf("GPU %#x+%d", va, length))
+	return d.pin(&a, fmt.Sprintf("GPU %#x+%d", va, length), nil)
 }
 
-// PinHost pins host memory for the compat path. buf must stay allocated
-// (and must not move) until the pin is gone: use memory from mmap.
+// PinHost pins host memory for the compat path: buf must lie in a
+// HostBuffer of d (Device.AllocHost), which cannot be freed while the pin
+// holds it. Any other memory, the Go heap's above all, fails with
+// ErrInvalid.
 func (d *Device) PinHost(buf []byte) (*Pin, error) {
-	if len(buf) == 0 {
-		return nil, &Error{Op: "pin", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "empty host buffer"}
-	}
-	a := pinArg{Kind: pinKindHost, Addr: uint64(uintptr(unsafe.Pointer(&buf[0]))), Len: uint64(len(buf)), Fd: -1}
-	p, err := d.pin(&a, fmt.Sprintf("host %d bytes", len(buf)))
+	h, _, err := d.hostBuffer(buf)
 	if err != nil {
 		return nil, err
 	}
-	p.host = buf
-	return p, nil
+	a := pinArg{Kind: pinKindHost, Addr: uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))), Len: uint64(len(buf)), Fd: -1}
+	// A Free racing with PinHost is the caller's misuse of h; the kernel
+	// holds the pages it pinned whatever then happens to the mapping.
+	return d.pin(&a, fmt.Sprintf("host %d bytes", len(buf)), h)
 }
 
 // PinDmabuf pins len bytes at offset off of the dma-buf fd.
 func (d *Device) PinDmabuf(fd int, off, length uint64) (*Pin, error) {
 	a := pinArg{Kind: pinKindDmabuf, Addr: off, Len: length, Fd: int32(fd)}
-	return d.pin(&a, fmt.Sprintf("dma-buf fd %d %#x+%d", fd, off, length))
+	return d.pin(&a, fmt.Sprintf("dma-buf fd %d %#x+%d", fd, off, length), nil)
 }
 
-func (d *Device) pin(a *pinArg, detail string) (*Pin, error) {
+func (d *Device) pin(a *pinArg, detail string, host *HostBuffer) (*Pin, error) {
 	addr, length := a.Addr, a.Len
 	if err := d.ioctl(iocPin, unsafe.Pointer(a)); err != nil {
 		return nil, pinError(a.Kind, err, detail)
 	}
-	return &Pin{
+	p := &Pin{
 		Handle: a.Handle, Kind: PinKind(a.Kind), Addr: addr, Len: length, Offset: a.Offset,
 		PageSize: uint64(a.Page_size), Pages: int(a.Npages), Runs: int(a.Nruns), LargestRun: int(a.Largest_run),
-		dev: d,
-	}, nil
+		dev: d, host: host,
+	}
+	if host != nil {
+		host.addPin(pinKey{d, p.Handle})
+	}
+	// The cleanup's argument keeps the host buffer mapped until the
+	// leaked pin is unpinned.
+	p.cleanup = runtime.AddCleanup(p, unpinLeaked, leakedPin{d: d, handle: p.Handle, host: host})
+	return p, nil
 }
 
+// leakedPin is what unpinning a collected Pin needs; never the Pin.
+type leakedPin struct {
+	d      *Device
+	handle uint64
+	host   *HostBuffer
+}
+
+// unpinLeaked unpins a Pin collected without Unpin, and counts it, unless
+// its Device's Close unpinned it already.
+func unpinLeaked(l leakedPin) {
+	a := unpinArg{Handle: l.handle}
+	if err := l.d.ioctl(iocUnpin, unsafe.Pointer(&a)); err != nil {
+		if errors.Is(err, os.ErrClosed) {
+			return
+		}
+		// Busy (a stream or transfer still uses it) or gone: the
+		// pin stays until Close, and its host buffer mapped.
+		l.d.leaked.Add(1)
+		return
+	}
+	if l.host != nil {
+		l.host.dropPin(pinKey{l.d, l.handle})
+	}
+	l.d.leaked.Add(1)
+}
+
+// LeakedPins counts the pins that became unreachable without Unpin while
+// the Device was open: the collector unpinned them (or, when they were
+// busy, left them to Close). A program that unpins what it pins reads 0.
+func (d *Device) LeakedPins() uint64 { return d.leaked.Load() }
+
 // Unpin releases the pin. It fails with ErrBusy while transfers use it.
+// Unpinning an unpinned Pin does nothing.
 func (p *Pin) Unpin() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.unpinned {
+		return nil
+	}
 	a := unpinArg{Handle: p.Handle}
 	if err := p.dev.ioctl(iocUnpin, unsafe.Pointer(&a)); err != nil {
 		return newError("unpin", err, fmt.Sprintf("handle %d", p.Handle))
 	}
-	p.host = nil
+	p.unpinned = true
+	p.cleanup.Stop()
+	if p.host != nil {
+		p.host.dropPin(pinKey{p.dev, p.Handle})
+		p.host = nil
+	}
 	return nil
 }
 

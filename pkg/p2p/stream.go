@@ -5,6 +5,7 @@ package p2p
 import (
 	"errors"
 	"fmt"
+	"os"
 	"sync"
 	"time"
 	"unsafe"
@@ -32,6 +33,9 @@ type Stream struct {
 	once    sync.Once
 	err     error
 	ended   chan struct{}
+
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // StartStream starts a C2H stream channel filling slots: each segment must
@@ -126,8 +130,14 @@ func (s *Stream) Err() error {
 	}
 }
 
-// Release hands slots back to the engine. After the stream ended it does
-// nothing.
+// Release hands slots back to the engine. After the stream ended (after
+// Stop, or Close of its Device) it does nothing.
+//
+// The driver knows streams by channel only (its ABI carries no stream id):
+// a Release racing with the end of this stream and the start of another
+// on the same channel by the same Device can reach the new stream. Do not
+// start a stream on a channel before the previous one's Slots is closed
+// and its releases have returned.
 func (s *Stream) Release(idx ...int) error {
 	if len(idx) == 0 {
 		return nil
@@ -135,7 +145,7 @@ func (s *Stream) Release(idx ...int) error {
 	a := releaseArgs(s.channel, idx)
 	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {
 		e := newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
-		if errors.Is(e, ErrNotFound) {
+		if errors.Is(e, ErrNotFound) || (errors.Is(e, os.ErrClosed) && s.Err() != nil) {
 			// The stream ended: its slots went with it.
 			return nil
 		}
@@ -145,20 +155,43 @@ func (s *Stream) Release(idx ...int) error {
 }
 
 // Stop halts the stream and waits until it has ended; slots filled before
-// the halt still arrive on Slots first.
+// the halt still arrive on Slots first. It may be called any number of
+// times, from any goroutine: every call waits for the end, and only the
+// first asks the driver. A stream that had ended already (an engine error,
+// a revoked pin) stops with nil; Err says why it ended.
 func (s *Stream) Stop() error {
-	a := streamStopArg{Channel: uint32(s.channel)}
-	if err := s.d.ioctl(iocStreamStop, unsafe.Pointer(&a)); err != nil {
-		e := newError("stop", err, fmt.Sprintf("c2h%d", s.channel))
-		select {
-		case <-s.ended:
-			return nil // it had ended already
-		default:
-			return e
-		}
+	s.stopOnce.Do(func() { s.stopErr = s.stop() })
+	if s.stopErr != nil {
+		return s.stopErr
 	}
 	<-s.ended
 	return nil
+}
+
+func (s *Stream) stop() error {
+	a := streamStopArg{Channel: uint32(s.channel)}
+	err := s.d.ioctl(iocStreamStop, unsafe.Pointer(&a))
+	if err == nil {
+		return nil
+	}
+	e := newError("stop", err, fmt.Sprintf("c2h%d", s.channel))
+	switch {
+	case errors.Is(e, ErrNotFound):
+		// The driver ended the stream already: its STREAM_END is
+		// queued, and the reader delivers it (or ends every stream
+		// when it fails).
+		return nil
+	case errors.Is(e, os.ErrClosed):
+		// Close ended it, or is ending it: the reader's end closes
+		// ended.
+		return nil
+	}
+	select {
+	case <-s.ended:
+		return nil // it had ended already
+	default:
+		return e
+	}
 }
 
 // SlotClock reads the clock of Slot.Time: CLOCK_MONOTONIC, the driver's.

@@ -30,6 +30,7 @@ const (
 	pinStateRevoked   = C.GPUFPGA_PIN_REVOKED
 
 	xferFlagAsync = C.GPUFPGA_XFER_ASYNC
+	xferFlagPoll  = C.GPUFPGA_XFER_POLL
 
 	eventXfer      = C.GPUFPGA_EVENT_XFER
 	eventSlot      = C.GPUFPGA_EVENT_SLOT

@@ -24,6 +24,7 @@ const (
 	pinStateRevoked   = 0x1
 
 	xferFlagAsync = 0x1
+	xferFlagPoll  = 0x2
 
 	eventXfer      = 0x1
 	eventSlot      = 0x2

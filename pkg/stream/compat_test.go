@@ -401,3 +401,52 @@ func TestCompatCheckCPUReadsTheGPU(t *testing.T) {
 		t.Fatalf("frames %+v: want one CRC failure", st.Frames)
 	}
 }
+
+// gatedWork is work that finishes when gate is closed; most records the
+// most Waits that ever ran at once.
+type gatedWork struct {
+	gate          chan struct{}
+	running, most *atomic.Int32
+}
+
+func (w gatedWork) Wait() error {
+	n := w.running.Add(1)
+	defer w.running.Add(-1)
+	for m := w.most.Load(); n > m && !w.most.CompareAndSwap(m, n); m = w.most.Load() {
+	}
+	<-w.gate
+	return nil
+}
+
+// However many slots wait for their work, one goroutine waits: a CUDA
+// event wait spins a CPU, and one per slot would spin as many.
+func TestReleaseAfterOneWaiter(t *testing.T) {
+	const n = 6
+	src := &orderSource{slots: make(chan p2p.Slot, n), released: make(chan bool, n)}
+	s, err := stream.Attach(context.Background(), stream.Config{SlotSize: 4096, Slots: n, GPU: &simgpu.Local{}}, make([]byte, n*4096), src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for i := range n {
+		src.slots <- p2p.Slot{Index: i, Bytes: 4096}
+	}
+	var running, most atomic.Int32
+	w := gatedWork{gate: make(chan struct{}), running: &running, most: &most}
+	for range n {
+		f := <-s.Filled()
+		s.ReleaseAfter(f.Slot, w)
+	}
+	// Time for waiters to pile up, had each slot its own.
+	time.Sleep(50 * time.Millisecond)
+	close(w.gate)
+	for range n {
+		<-src.released
+	}
+	if m := most.Load(); m != 1 {
+		t.Fatalf("%d waits ran at once, want 1", m)
+	}
+	if st := s.Stats(); st.Held != 0 {
+		t.Fatalf("%d slots held after their releases", st.Held)
+	}
+}

@@ -3,9 +3,8 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
@@ -78,24 +77,23 @@ type GPUChecking interface {
 // FPGA and registered with the GPU for copies; with Attach, only the
 // registration of the caller's memory.
 type hostRing struct {
+	buf        *p2p.HostBuffer
 	mem        []byte
 	pin        *p2p.Pin
 	unregister func() error
 }
 
 func allocHostRing(d *p2p.Device, g GPU, size uint64) (*hostRing, error) {
-	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	buf, err := d.AllocHost(size)
 	if err != nil {
 		return nil, fmt.Errorf("host ring: %w", err)
 	}
-	h := &hostRing{mem: mem}
-	if d != nil {
-		if h.pin, err = d.PinHost(mem); err != nil {
-			h.free()
-			return nil, err
-		}
+	h := &hostRing{buf: buf, mem: buf.Bytes()}
+	if h.pin, err = d.PinHost(h.mem); err != nil {
+		h.free()
+		return nil, err
 	}
-	if h.unregister, err = g.RegisterHost(mem); err != nil {
+	if h.unregister, err = g.RegisterHost(h.mem); err != nil {
 		h.free()
 		return nil, err
 	}
@@ -103,17 +101,15 @@ func allocHostRing(d *p2p.Device, g GPU, size uint64) (*hostRing, error) {
 }
 
 func (h *hostRing) free() error {
-	var err error
+	var errs []error
 	if h.unregister != nil {
-		err = h.unregister()
+		errs = append(errs, h.unregister())
 	}
 	if h.pin != nil {
-		if e := h.pin.Unpin(); err == nil {
-			err = e
-		}
+		errs = append(errs, h.pin.Unpin())
 	}
-	if h.mem != nil {
-		unix.Munmap(h.mem)
+	if h.buf != nil {
+		errs = append(errs, h.buf.Free())
 	}
-	return err
+	return errors.Join(errs...)
 }

@@ -68,16 +68,30 @@ type DmabufBuffer interface {
 // ChoosePinning resolves want for memory of g (nil: a GPU that exports no
 // dma-bufs) on d: what PinAuto picks, or why a forced choice cannot work.
 func ChoosePinning(d *p2p.Device, g DmabufGPU, want Pinning) (Pinning, error) {
-	info, err := d.Info()
+	info, exports, err := pinningFacts(d, g)
 	if err != nil {
 		return 0, err
 	}
-	gpuExports := false
+	return choosePinning(info, exports, want)
+}
+
+// pinningFacts asks the driver what it pins and the GPU whether it
+// exports dma-bufs (nil: it does not).
+func pinningFacts(d *p2p.Device, g DmabufGPU) (p2p.Info, bool, error) {
+	info, err := d.Info()
+	if err != nil {
+		return p2p.Info{}, false, err
+	}
+	exports := false
 	if g != nil {
-		if gpuExports, err = g.DmabufSupported(); err != nil {
-			return 0, err
+		if exports, err = g.DmabufSupported(); err != nil {
+			return p2p.Info{}, false, err
 		}
 	}
+	return info, exports, nil
+}
+
+func choosePinning(info p2p.Info, gpuExports bool, want Pinning) (Pinning, error) {
 	dmabuf := gpuExports && info.Supports(p2p.KindDmabuf)
 	switch want {
 	case PinAuto:
@@ -97,6 +111,34 @@ func ChoosePinning(d *p2p.Device, g DmabufGPU, want Pinning) (Pinning, error) {
 		return PinP2P, nil
 	}
 	return 0, fmt.Errorf("%w: %v", ErrConfig, want)
+}
+
+// SelectMode is the one choice of mode and pinning that Start (through
+// Config.Resolve) and p2pctl make, from what the driver offers (info), whether
+// the GPU exports dma-bufs, and what was asked for. Auto is direct mode
+// when the ring in GPU memory can be pinned at all: through a dma-buf
+// where both sides can, else through nvidia_p2p where the driver has it;
+// compat mode otherwise. Direct mode keeps the pinning asked for (PinAuto
+// resolved as ChoosePinning does); compat mode takes no pinning.
+func SelectMode(info p2p.Info, gpuExports bool, mode Mode, want Pinning) (Mode, Pinning, error) {
+	switch mode {
+	case Compat:
+		if want != PinAuto {
+			return 0, 0, fmt.Errorf("%w: pinning %v is for a ring in GPU memory, not compat mode's", ErrConfig, want)
+		}
+		return Compat, PinAuto, nil
+	case Auto, Direct:
+	default:
+		return 0, 0, fmt.Errorf("%w: %v", ErrConfig, mode)
+	}
+	p, err := choosePinning(info, gpuExports, want)
+	if err != nil {
+		return 0, 0, err
+	}
+	if mode == Direct || p == PinDmabuf || info.Supports(p2p.KindGPU) {
+		return Direct, p, nil
+	}
+	return Compat, PinAuto, nil
 }
 
 // PinGPU pins the first n bytes of b on d as p says (PinDmabuf or

@@ -5,6 +5,8 @@ package stream
 import (
 	"errors"
 	"testing"
+
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
 
 func TestParsePinning(t *testing.T) {
@@ -20,5 +22,49 @@ func TestParsePinning(t *testing.T) {
 	}
 	if _, err := ParsePinning("fast"); !errors.Is(err, ErrConfig) {
 		t.Errorf("ParsePinning(fast): %v, want ErrConfig", err)
+	}
+}
+
+func TestSelectMode(t *testing.T) {
+	gpuKinds := p2p.Info{PinKinds: []p2p.PinKind{p2p.KindGPU, p2p.KindHost, p2p.KindDmabuf}}
+	dmabufOnly := p2p.Info{PinKinds: []p2p.PinKind{p2p.KindHost, p2p.KindDmabuf}} // open driver, no gpufpga_nv
+	hostOnly := p2p.Info{PinKinds: []p2p.PinKind{p2p.KindHost}}
+	for _, tc := range []struct {
+		name     string
+		info     p2p.Info
+		exports  bool
+		mode     Mode
+		want     Pinning
+		gotMode  Mode
+		gotPin   Pinning
+		errMatch string
+	}{
+		{"both pin paths, exporting GPU", gpuKinds, true, Auto, PinAuto, Direct, PinDmabuf, ""},
+		{"both pin paths, GPU without dma-bufs", gpuKinds, false, Auto, PinAuto, Direct, PinP2P, ""},
+		// The case p2pctl got wrong: no nvidia_p2p pins, but dma-bufs.
+		{"dma-buf only", dmabufOnly, true, Auto, PinAuto, Direct, PinDmabuf, ""},
+		{"dma-buf only, asked for", dmabufOnly, true, Auto, PinDmabuf, Direct, PinDmabuf, ""},
+		{"dma-buf only, GPU without dma-bufs", dmabufOnly, false, Auto, PinAuto, Compat, PinAuto, ""},
+		{"host only", hostOnly, true, Auto, PinAuto, Compat, PinAuto, ""},
+		{"direct forced", hostOnly, false, Direct, PinAuto, Direct, PinP2P, ""},
+		{"compat forced", gpuKinds, true, Compat, PinAuto, Compat, PinAuto, ""},
+		{"compat with a pinning", gpuKinds, true, Compat, PinDmabuf, 0, 0,
+			"stream: bad configuration: pinning dma-buf is for a ring in GPU memory, not compat mode's"},
+		{"dma-buf the GPU cannot export", gpuKinds, false, Auto, PinDmabuf, 0, 0,
+			"stream: bad configuration: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)"},
+		{"dma-buf the driver cannot import", p2p.Info{PinKinds: []p2p.PinKind{p2p.KindGPU}}, true, Direct, PinDmabuf, 0, 0,
+			"stream: bad configuration: pinning through a dma-buf: the gpufpga driver does not import them"},
+		{"no such mode", gpuKinds, true, Mode(7), PinAuto, 0, 0, "stream: bad configuration: Mode(7)"},
+	} {
+		m, p, err := SelectMode(tc.info, tc.exports, tc.mode, tc.want)
+		if tc.errMatch != "" {
+			if !errors.Is(err, ErrConfig) || err.Error() != tc.errMatch {
+				t.Errorf("%s: %v, want %q", tc.name, err, tc.errMatch)
+			}
+			continue
+		}
+		if err != nil || m != tc.gotMode || p != tc.gotPin {
+			t.Errorf("%s: %v %v %v, want %v %v", tc.name, m, p, err, tc.gotMode, tc.gotPin)
+		}
 	}
 }

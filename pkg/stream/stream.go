@@ -154,8 +154,19 @@ type Session struct {
 	done     chan struct{}
 	once     sync.Once
 	freeErr  error
-	// releasing counts ReleaseAfter calls still waiting.
-	releasing sync.WaitGroup
+	// releases holds ReleaseAfter's slots in the order given, for the
+	// one goroutine that waits for their work (releaser); room for every
+	// slot. Closed by Close, under mu, which releasesClosed records.
+	releases       chan pendingRelease
+	releasesClosed bool
+	releaserOnce   sync.Once
+	releaserDone   chan struct{}
+}
+
+// pendingRelease is a slot to hand back once done's work is done.
+type pendingRelease struct {
+	slot int
+	done Copy
 }
 
 type inflight struct {
@@ -176,7 +187,7 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	mode, pinning, err := cfg.resolve()
+	mode, pinning, err := cfg.Resolve()
 	if err != nil {
 		return nil, err
 	}
@@ -250,35 +261,27 @@ func (c *Config) validate() error {
 	return nil
 }
 
-// resolve picks the mode and, in direct mode, how the ring is pinned.
-func (c *Config) resolve() (Mode, Pinning, error) {
+// Resolve returns the mode and, in direct mode, the pinning Start picks
+// for c on c.Device with c.GPU: SelectMode over what they report.
+func (c *Config) Resolve() (Mode, Pinning, error) {
+	if c.Device == nil || c.GPU == nil {
+		return 0, 0, fmt.Errorf("%w: need a device and a GPU", ErrConfig)
+	}
 	if c.Mode == Compat {
-		if c.Pinning != PinAuto {
-			return 0, 0, fmt.Errorf("%w: pinning %v is for a ring in GPU memory, not compat mode's", ErrConfig, c.Pinning)
-		}
-		return Compat, PinAuto, nil
+		// Asks neither: compat mode pins host memory.
+		return SelectMode(p2p.Info{}, false, Compat, c.Pinning)
 	}
 	dg, _ := c.GPU.(DmabufGPU)
-	p, err := ChoosePinning(c.Device, dg, c.Pinning)
+	info, exports, err := pinningFacts(c.Device, dg)
 	if err != nil {
 		return 0, 0, err
 	}
-	if c.Mode == Direct || p == PinDmabuf {
-		return Direct, p, nil
-	}
-	info, err := c.Device.Info()
-	if err != nil {
-		return 0, 0, err
-	}
-	if info.Supports(p2p.KindGPU) {
-		return Direct, p, nil
-	}
-	return Compat, PinAuto, nil
+	return SelectMode(info, exports, c.Mode, c.Pinning)
 }
 
 func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 	s := &Session{cfg: cfg, mode: mode, inQueue: make(chan inflight, cfg.Slots), filled: make(chan Filled, cfg.Slots),
-		done: make(chan struct{})}
+		done: make(chan struct{}), releases: make(chan pendingRelease, cfg.Slots), releaserDone: make(chan struct{})}
 	var err error
 	if s.gpu, err = cfg.GPU.Alloc(s.size()); err != nil {
 		return nil, fmt.Errorf("stream: %v ring of %d x %d bytes: %w", mode, cfg.Slots, cfg.SlotSize, err)
@@ -500,25 +503,48 @@ func (s *Session) Release(slot int) error {
 
 // ReleaseAfter hands a slot back once done reports that the work reading
 // it has finished: a CUDA event recorded after the kernels that read the
-// slot (cudamem.GPU.Done). It returns at once. If done or the release
-// fails, the session ends with that error. It must not be called
-// concurrently with or after Close, which waits for the releases already
-// handed to it.
+// slot (cudamem.GPU.Done). It returns at once. One goroutine of the
+// session waits for the work of every slot given, in the order given,
+// and releases each in turn: at most one thread waits, however many
+// slots are out. If done or the release fails, the session ends with that
+// error, and the later slots' work is still waited for but not released.
+// It must not be called concurrently with or after Close, which waits for
+// the releases already handed to it.
 func (s *Session) ReleaseAfter(slot int, done Copy) {
-	s.releasing.Add(1)
-	go func() {
-		defer s.releasing.Done()
-		err := done.Wait()
+	s.releaserOnce.Do(func() { go s.releaser() })
+	s.mu.Lock()
+	closed := s.releasesClosed
+	s.mu.Unlock()
+	if closed {
+		// Misuse after Close: own the work's completion, release nothing.
+		done.Wait()
+		return
+	}
+	// Never blocks while the consumer hands back only slots it holds:
+	// there is room for all of them.
+	s.releases <- pendingRelease{slot: slot, done: done}
+}
+
+// releaser waits for the work of ReleaseAfter's slots and releases them.
+func (s *Session) releaser() {
+	defer close(s.releaserDone)
+	failed := false
+	for r := range s.releases {
+		err := r.done.Wait()
+		if failed {
+			continue // waited for, so that nothing reads the slot after Close
+		}
 		if err == nil {
-			err = s.Release(slot)
+			err = s.Release(r.slot)
 		} else {
-			err = fmt.Errorf("stream: waiting to release slot %d: %w", slot, err)
+			err = fmt.Errorf("stream: waiting to release slot %d: %w", r.slot, err)
 		}
 		if err != nil {
+			failed = true
 			s.fail(err)
 			s.src.Stop()
 		}
-	}()
+	}
 }
 
 // Stop ends the session and waits until its slots are delivered.
@@ -537,7 +563,16 @@ func (s *Session) Close() error {
 	default:
 		s.Stop()
 	}
-	s.releasing.Wait() // no release may follow the free
+	// No release may follow the free: the releaser finishes the ones
+	// handed to it first.
+	s.mu.Lock()
+	if !s.releasesClosed {
+		s.releasesClosed = true
+		close(s.releases)
+	}
+	s.mu.Unlock()
+	s.releaserOnce.Do(func() { close(s.releaserDone) })
+	<-s.releaserDone
 	s.once.Do(func() { s.freeErr = s.free() })
 	return s.freeErr
 }

@@ -55,7 +55,9 @@ func newBenchCmd(g *globals) *cobra.Command {
 		Long: `bench runs --count transfers of each size in --sizes on --channel and reports
 throughput (bytes over the engine's time, start of the chain to its
 completion) and the latency a caller sees (submit to completion: p50, p99
-from 100 transfers a size on, and the maximum).`,
+from 100 transfers a size on, and the maximum).
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)

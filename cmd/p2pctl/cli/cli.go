@@ -2,6 +2,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -39,6 +41,12 @@ func version() string {
 		return Version
 	}
 	bi, ok := debug.ReadBuildInfo()
+	return versionFrom(bi, ok)
+}
+
+// versionFrom formats what a build recorded: the module version, else
+// the VCS revision (12 digits, +dirty when modified), else "(devel)".
+func versionFrom(bi *debug.BuildInfo, ok bool) string {
 	if !ok {
 		return "unknown"
 	}
@@ -110,10 +118,21 @@ func (o *Options) Run(ctx context.Context, args []string, stdout, stderr io.Writ
 		return ExitOK
 	}
 	code := exitCode(err)
+	var hint string
+	var h interface{ Hint() string }
+	if errors.As(err, &h) {
+		hint = h.Hint()
+	}
+	if g.json {
+		b, jerr := versioned(errorJSON{Error: err.Error(), ExitCode: code, Hint: hint})
+		if jerr == nil {
+			stderr.Write(append(b, '\n'))
+			return code
+		}
+	}
 	fmt.Fprintf(stderr, "p2pctl: %v\n", err)
-	var pe *p2p.Error
-	if errors.As(err, &pe) && pe.Hint() != "" {
-		fmt.Fprintf(stderr, "hint: %s\n", pe.Hint())
+	if hint != "" {
+		fmt.Fprintf(stderr, "hint: %s\n", hint)
 	}
 	if code == ExitUsage && !strings.Contains(err.Error(), "--help") {
 		fmt.Fprintln(stderr, "run 'p2pctl --help' for usage")
@@ -164,7 +183,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
-	case errors.As(err, &pe), errors.Is(err, p2p.ErrNoDevice):
+	case errors.As(err, &pe), errors.Is(err, p2p.ErrNoDevice), errors.Is(err, p2p.ErrABI):
 		return ExitDevice
 	case errors.Is(err, stream.ErrConfig):
 		return ExitUsage
@@ -203,12 +222,56 @@ func (g *globals) present() error {
 	return nil
 }
 
-// emit writes v as JSON, or calls human to write text.
+// SchemaVersion is the version of p2pctl's --json output, carried by every
+// JSON object it prints as "schema_version" (each element of an array
+// does). It grows when a field changes meaning or goes away; new fields
+// may appear without it.
+const SchemaVersion = 1
+
+// versioned returns v as JSON with schema_version first in every object
+// at its top level (v itself, or each element of an array).
+func versioned(v any) ([]byte, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	stamp := func(obj []byte) []byte {
+		if len(obj) < 2 || obj[0] != '{' {
+			return obj
+		}
+		head := fmt.Sprintf(`{"schema_version":%d`, SchemaVersion)
+		if string(obj) == "{}" {
+			return []byte(head + "}")
+		}
+		return append([]byte(head+","), obj[1:]...)
+	}
+	if len(b) > 0 && b[0] == '[' {
+		var elems []json.RawMessage
+		if err := json.Unmarshal(b, &elems); err != nil {
+			return nil, err
+		}
+		for i, e := range elems {
+			elems[i] = stamp(e)
+		}
+		return json.Marshal(elems)
+	}
+	return stamp(b), nil
+}
+
+// emit writes v as indented JSON, or calls human to write text.
 func (g *globals) emit(v any, human func(io.Writer)) error {
 	if g.json {
-		enc := json.NewEncoder(g.out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(v)
+		b, err := versioned(v)
+		if err != nil {
+			return err
+		}
+		var out bytes.Buffer
+		if err := json.Indent(&out, b, "", "  "); err != nil {
+			return err
+		}
+		out.WriteByte('\n')
+		_, err = g.out.Write(out.Bytes())
+		return err
 	}
 	human(g.out)
 	return nil
@@ -216,7 +279,19 @@ func (g *globals) emit(v any, human func(io.Writer)) error {
 
 // emitLine writes v as one line of JSON, for streams of records.
 func (g *globals) emitLine(v any) error {
-	return json.NewEncoder(g.out).Encode(v)
+	b, err := versioned(v)
+	if err != nil {
+		return err
+	}
+	_, err = g.out.Write(append(b, '\n'))
+	return err
+}
+
+// errorJSON is how a failure reads under --json, on stderr.
+type errorJSON struct {
+	Error    string `json:"error"`
+	ExitCode int    `json:"exit_code"`
+	Hint     string `json:"hint,omitempty"`
 }
 
 func newVersionCmd(g *globals) *cobra.Command {
@@ -246,8 +321,15 @@ func newVersionCmd(g *globals) *cobra.Command {
 	}
 }
 
-// sizeValue parses sizes like 4096, 64KiB, 1MiB, 2G.
+// sizeValue parses sizes like 4096, 64KiB, 1MiB, 2G. The suffixes follow
+// GNU coreutils (dd, truncate): K, M, G and KiB, MiB, GiB are powers of
+// 1024; KB, MB, GB powers of 1000; B is bytes; case is ignored. So 4K and
+// 4KiB are 4096 bytes, 4KB is 4000. sizeHelp says so on every size flag's
+// command.
 type sizeValue uint64
+
+// sizeHelp documents sizeValue's suffixes for a command's help.
+const sizeHelp = "Sizes take the suffixes K, M, G, KiB, MiB, GiB (powers of 1024) and KB, MB, GB (powers of 1000), as dd does: 4K is 4096 bytes, 4KB 4000."
 
 func parseSize(s string) (uint64, error) {
 	t := strings.TrimSpace(strings.ToUpper(s))
@@ -280,6 +362,29 @@ func (s *sizeValue) Set(v string) error {
 	}
 	*s = sizeValue(n)
 	return nil
+}
+
+// durationValue is a time.Duration flag that refuses negative values.
+type durationValue time.Duration
+
+func (d *durationValue) String() string { return time.Duration(*d).String() }
+func (d *durationValue) Type() string   { return "duration" }
+func (d *durationValue) Set(s string) error {
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return fmt.Errorf("%q is not a duration (examples: 500ms, 10s, 2m)", s)
+	}
+	if v < 0 {
+		return fmt.Errorf("%q is negative", s)
+	}
+	*d = durationValue(v)
+	return nil
+}
+
+// durationFlag defines a non-negative duration flag on cmd.
+func durationFlag(cmd *cobra.Command, p *time.Duration, name string, value time.Duration, usage string) {
+	*p = value
+	cmd.Flags().Var((*durationValue)(p), name, usage)
 }
 
 // isTerminal reports whether w is a terminal, for progress output.

@@ -3,15 +3,17 @@ package cli
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufpga/gpufpga/pkg/sgl"
+	"github.com/gpufpga/gpufpga/pkg/stream"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -39,7 +41,7 @@ func TestHumanOutput(t *testing.T) {
 	writeInfo(&b, infoJSON{
 		Device: "/dev/gpufpga0", ABIVersion: 1, IPVersion: 6,
 		Channels:    []channelJSON{{"h2c0", false}, {"h2c1", true}, {"c2h0", false}, {"c2h1", true}},
-		PinKinds:    []string{"host", "dmabuf"},
+		PinKinds:    []string{"host", "dma-buf"},
 		CardMemSize: 64 << 20, MaxDescs: 4096, MaxSegs: 1024, MaxPins: 4096, MaxPinned: 64 << 30,
 		MaxPinnedTotal: 256 << 30, PinnedTotal: 3 << 20, MaxQueued: 1024, DefaultTimeoutMS: 5000,
 	})
@@ -69,6 +71,9 @@ func TestParseSize(t *testing.T) {
 		{"4096", 4096, true}, {"64KiB", 64 << 10, true}, {"16mib", 16 << 20, true}, {"1G", 1 << 30, true},
 		{"2MB", 2000000, true}, {"12QB", 0, false}, {"", 0, false}, {"-1", 0, false}, {"1.5MiB", 0, false},
 		{"99999999999999999999", 0, false}, {"20000000000GiB", 0, false},
+		// IEC for K, M, G and KiB..., SI for KB, MB, GB, as dd.
+		{"4K", 4096, true}, {"4k", 4096, true}, {"4KiB", 4096, true}, {"4KB", 4000, true}, {"3M", 3 << 20, true},
+		{"3MB", 3000000, true}, {"2GiB", 2 << 30, true}, {"2GB", 2000000000, true}, {"7B", 7, true},
 	} {
 		got, err := parseSize(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
@@ -90,6 +95,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"transfer", "--channel", "x2h0"}, ExitUsage, `channel "x2h0"`},
 		{[]string{"transfer", "--count", "0"}, ExitUsage, "--count must be at least 1"},
 		{[]string{"info", "-d", "/dev/gpufpga-none"}, ExitDevice, "/dev/gpufpga-none does not exist"},
+		{[]string{"info", "-d", "/dev/null"}, ExitDevice, "p2pctl: gpufpga open /dev/null: driver ABI not supported: not a gpufpga device (INFO ioctl: inappropriate ioctl for device)\nhint: install p2pctl and the gpufpga module from one release"},
 		{[]string{"desc"}, ExitUsage, "name a channel"},
 		{[]string{"desc", "--file", badChain}, ExitVerify, "bad descriptor magic"},
 		// Flags are checked before the device is opened: none exists here.
@@ -100,7 +106,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"stream", "--mem", "cuda", "--frame-size", "96", "-d", none}, ExitUsage, "--frame-size 96: slots of 65536 bytes must hold whole frames"},
 		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "--check", "cpu", "-d", none}, ExitUsage, "--check cpu cannot read CUDA memory in direct mode"},
 		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "-d", none}, ExitUsage, "checking frames in CUDA memory needs --frame-size"},
-		{[]string{"stream", "--mem", "host", "-d", none}, ExitUsage, "a stream's slots end up in GPU memory"},
+		{[]string{"stream", "--mem", "host", "-d", none}, ExitUsage, "p2pctl: --mem host: a stream's slots end up in GPU memory: want cuda\n"},
+		{[]string{"trace", "--duration", "-1s", "-d", none}, ExitUsage, `invalid argument "-1s" for "--duration" flag: "-1s" is negative`},
+		{[]string{"stream", "--duration", "-1s", "-d", none}, ExitUsage, `invalid argument "-1s" for "--duration" flag: "-1s" is negative`},
+		{[]string{"transfer", "--timeout", "-5ms", "-d", none}, ExitUsage, `invalid argument "-5ms" for "--timeout" flag: "-5ms" is negative`},
+		{[]string{"transfer", "--timeout", "soon", "-d", none}, ExitUsage, `"soon" is not a duration`},
+		{[]string{"stream", "--mem", "cuda", "--mode", "compat", "--pin", "dma-buf", "-d", none}, ExitUsage, "pinning dma-buf is for a ring in GPU memory, not compat mode's"},
 		{[]string{"bench", "--sizes", "0,4K", "-d", none}, ExitUsage, `--sizes: "0": sizes must be more than 0`},
 		{[]string{"bench", "--sizes", "4K,,8K", "-d", none}, ExitUsage, `--sizes: "" is not a size`},
 		{[]string{"desc", "c2h0", "-d", none}, ExitDevice, none + " does not exist"},
@@ -146,18 +157,76 @@ func writeChains(t *testing.T) (good, bad string) {
 }
 
 func TestVersionFromBuild(t *testing.T) {
+	rev := func(r, modified string) []debug.BuildSetting {
+		return []debug.BuildSetting{{Key: "vcs.revision", Value: r}, {Key: "vcs.modified", Value: modified}}
+	}
+	for _, tc := range []struct {
+		bi   *debug.BuildInfo
+		ok   bool
+		want string
+	}{
+		{nil, false, "unknown"},
+		{&debug.BuildInfo{Main: debug.Module{Version: "v1.4.0"}, Settings: rev("0123456789abcdef", "true")}, true, "v1.4.0"},
+		{&debug.BuildInfo{Main: debug.Module{Version: "(devel)"}, Settings: rev("0123456789abcdef", "false")}, true, "0123456789ab"},
+		{&debug.BuildInfo{Settings: rev("0123456789abcdef", "true")}, true, "0123456789ab+dirty"},
+		{&debug.BuildInfo{Settings: rev("abc", "false")}, true, "abc"},
+		{&debug.BuildInfo{}, true, "(devel)"},
+	} {
+		if got := versionFrom(tc.bi, tc.ok); got != tc.want {
+			t.Errorf("versionFrom(%+v) = %q, want %q", tc.bi, got, tc.want)
+		}
+	}
+	// -ldflags -X wins over the build's record.
+	defer func(v string) { Version = v }(Version)
+	Version = "1.2.3"
 	var out, errOut bytes.Buffer
 	if code := Main([]string{"version", "-d", filepath.Join(t.TempDir(), "none"), "--json"}, &out, &errOut); code != ExitOK {
 		t.Fatalf("version: exit %d: %s", code, errOut.String())
 	}
-	var v struct{ Version string }
-	if err := json.Unmarshal(out.Bytes(), &v); err != nil {
-		t.Fatal(err)
+	golden(t, "version.json", out.Bytes())
+}
+
+// Every command's JSON carries the schema version; these pin the shapes.
+func TestJSONGolden(t *testing.T) {
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	p99 := 12500.0
+	for _, tc := range []struct {
+		name string
+		v    any
+		line bool
+	}{
+		{"info.json", []infoJSON{{Device: "/dev/gpufpga0", ABIVersion: 1, IPVersion: 6,
+			Channels: []channelJSON{{"h2c0", false}, {"c2h1", true}}, PinKinds: []string{"host", "dma-buf"},
+			CardMemSize: 64 << 20, MaxDescs: 4096, MaxSegs: 1024, MaxPins: 4096, MaxQueued: 1024, DefaultTimeoutMS: 5000}}, false},
+		{"pin.json", pinJSON{Handle: 3, Kind: "dma-buf", Addr: 0x7f0000000000, Len: 1 << 20, PageSize: 65536, Pages: 16, Runs: 2,
+			LargestRun: 9, Descriptors: 2, SGList: []segJSON{{0x3800000000, 9 << 16}, {0x3900000000, 7 << 16}}}, false},
+		{"bench.json", benchJSON{Channel: "c2h0", Memory: "host", Rows: []benchRow{{Size: 4096, Count: 20, GBps: 0.5, P50us: 8, P99us: &p99, MaxUs: 20, EngineUs: 6}}}, false},
+		{"stream.json", func() streamJSON {
+			l := streamLine(stream.Stats{Mode: stream.Direct, Pinning: stream.PinDmabuf, Bytes: 1 << 30, Slots: 16384,
+				Elapsed: 2 * time.Second, GBps: 0.5, Held: 2, MaxHeld: 5, SlotLatency: 40 * time.Microsecond}, true)
+			l.Time = at
+			return l
+		}(), true},
+	} {
+		var b bytes.Buffer
+		g := &globals{json: true, out: &b}
+		var err error
+		if tc.line {
+			err = g.emitLine(tc.v)
+		} else {
+			err = g.emit(tc.v, nil)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		golden(t, tc.name, b.Bytes())
 	}
-	// A test binary records no module version or revision.
-	if want := version(); v.Version != want || v.Version == "" || v.Version == "dev" {
-		t.Fatalf("version %q, want %q from the build info", v.Version, want)
+	// Errors under --json are JSON too, on stderr, with nothing on stdout.
+	var out, errOut bytes.Buffer
+	if code := Main([]string{"info", "-d", "/dev/null", "--json"}, &out, &errOut); code != ExitDevice || out.Len() != 0 {
+		t.Fatalf("exit %d, stdout %q", code, out.String())
 	}
+	golden(t, "error.json", errOut.Bytes())
 }
 
 func TestDescDecodesDump(t *testing.T) {

@@ -29,7 +29,9 @@ func newDoctorCmd(g *globals) *cobra.Command {
 		Short: "Check the platform: driver, FPGA link, GPU BAR1, PCIe path, ACS, IOMMU, memlock",
 		Long: `doctor checks what FPGA-GPU peer DMA needs of this host and prints each
 check as OK, WARN or FAIL with a hint. It exits 3 when a check fails.
-Run it as root to read MPS, MRRS and ACS from config space.`,
+Run it as root to read MPS, MRRS and ACS from config space.
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if ring == 0 {
@@ -73,6 +75,11 @@ type p2pDevice struct{ root string }
 func (p p2pDevice) ABI(_ context.Context, node string) (uint32, error) {
 	// INFO does not block: the context has nothing to cancel.
 	d, err := p2p.Open(filepath.Join(p.root, node))
+	var ae *p2p.ABIError
+	if errors.As(err, &ae) && ae.Version != 0 {
+		// A driver of another ABI: Open refuses it, doctor names it.
+		return ae.Version, nil
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -86,6 +86,7 @@ func TestDoctorOutput(t *testing.T) {
 	}
 	// The JSON's shape, as scripts read it.
 	var v struct {
+		Schema   int    `json:"schema_version"`
 		RingSize uint64 `json:"ring_size"`
 		Checks   []struct {
 			Key, Subject, Status, Summary, Hint string
@@ -97,7 +98,7 @@ func TestDoctorOutput(t *testing.T) {
 	if err := dec.Decode(&v); err != nil {
 		t.Fatal(err)
 	}
-	if v.RingSize != 1<<30 || len(v.Checks) != 17 || v.Counts.OK != 17 || v.Checks[0].Key != "driver.module" || v.Checks[0].Status != "OK" {
+	if v.Schema != SchemaVersion || v.RingSize != 1<<30 || len(v.Checks) != 17 || v.Counts.OK != 17 || v.Checks[0].Key != "driver.module" || v.Checks[0].Status != "OK" {
 		t.Errorf("JSON %+v", v)
 	}
 

@@ -3,10 +3,9 @@ package cli
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/cuda"
@@ -94,7 +93,7 @@ func (b *buffer) close() error {
 // write copies p to the start of the buffer.
 func (b *buffer) write(p []byte) error {
 	if b.gpu != nil {
-		return withContext(b.dev, func() error { return b.dev.CopyHtoD(b.gpu.Ptr, p) })
+		return b.dev.Do(func() error { return b.dev.CopyHtoD(b.gpu.Ptr, p) })
 	}
 	copy(b.mem, p)
 	return nil
@@ -103,19 +102,10 @@ func (b *buffer) write(p []byte) error {
 // read copies the start of the buffer to p.
 func (b *buffer) read(p []byte) error {
 	if b.gpu != nil {
-		return withContext(b.dev, func() error { return b.dev.CopyDtoH(p, b.gpu.Ptr) })
+		return b.dev.Do(func() error { return b.dev.CopyDtoH(p, b.gpu.Ptr) })
 	}
 	copy(p, b.mem)
 	return nil
-}
-
-// withContext runs f with g's context current on the calling thread.
-func withContext(g *cuda.Device, f func() error) error {
-	if err := g.Lock(); err != nil {
-		return err
-	}
-	defer g.Unlock()
-	return f()
 }
 
 // allocPinned allocates size bytes of the given kind and pins them; GPU
@@ -125,21 +115,20 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 	var err error
 	switch kind {
 	case memHost:
-		var mem []byte
-		mem, err = unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
-		if err != nil {
+		var hb *p2p.HostBuffer
+		if hb, err = d.AllocHost(size); err != nil {
 			return nil, fmt.Errorf("allocate %s of host memory: %w", units.Bytes(size), err)
 		}
-		b.mem = mem
-		b.free = func() error { return unix.Munmap(mem) }
-		b.pin, err = d.PinHost(mem)
+		b.mem = hb.Bytes()
+		b.free = hb.Free
+		b.pin, err = d.PinHost(b.mem)
 	case memCUDA:
 		var g *cuda.Device
 		if g, err = cuda.OpenDevice(0); err != nil {
 			return nil, &exitError{ExitDevice, err}
 		}
 		b.dev = g
-		if err := withContext(g, func() error {
+		if err := g.Do(func() error {
 			var err error
 			b.gpu, err = g.Alloc(size)
 			return err
@@ -148,7 +137,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 			return nil, &exitError{ExitDevice, fmt.Errorf("allocate %s of CUDA memory: %w", units.Bytes(size), err)}
 		}
 		b.free = func() error {
-			return errors.Join(withContext(g, b.gpu.Free), g.Close())
+			return errors.Join(g.Do(b.gpu.Free), g.Close())
 		}
 		b.pin, _, err = cudamem.Pin(d, g, b.gpu.Ptr, size, via)
 	default:
@@ -190,8 +179,10 @@ func (o *Options) openStreamGPU(kind string) (stream.GPU, func() error, error) {
 	return g, closeGPU, nil
 }
 
+// streamKinds lists the --mem kinds a stream takes: GPU memory, not host.
 func (o *Options) streamKinds() string {
-	return strings.Replace(o.memKinds(), memHost+", ", "", 1)
+	kinds := strings.Split(o.memKinds(), ", ")
+	return strings.Join(slices.DeleteFunc(kinds, func(k string) bool { return k == memHost }), ", ")
 }
 
 // memHelp describes --mem.

@@ -99,7 +99,9 @@ geometry, the scatter-gather list and the number of XDMA descriptors a
 transfer of all of it takes. GPU memory is pinned through a dma-buf where the
 GPU exports them, else through nvidia_p2p (--pin forces either); the kind
 line says which. Bus addresses need root. With --hold it stays pinned until
-interrupted.`,
+interrupted.
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if size == 0 {

@@ -113,12 +113,17 @@ func newStreamCmd(g *globals) *cobra.Command {
 		Short: "Acquire continuously from a C2H stream channel into a ring of slots",
 		Long: `stream runs a C2H stream channel into a ring of --slots slots of --slot-size
 bytes, in GPU memory (direct mode) or in host memory copied on to the GPU
-(compat mode; auto picks direct when the driver can pin GPU memory). Every
+(compat mode). auto picks as the library does (stream.SelectMode): direct
+when the ring in GPU memory can be pinned, through a dma-buf where the GPU
+exports them and the driver imports them, else through nvidia_p2p where the
+driver has it; compat otherwise. Every
 slot's frames are checked (sequence numbers and CRC32C: --check cpu, or gpu
 with the CUDA frame checker, which needs --frame-size) and released; live
 statistics print every --interval and a summary at the end. --out records
 the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
-(--mem cuda) or the rig's simulated GPU (--mem sim).`,
+(--mem cuda).
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
@@ -153,21 +158,31 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 			if ck == checkAuto && mem == memCUDA && frameSize == 0 && sm == stream.Direct {
 				return usageErr("checking frames in CUDA memory needs --frame-size (or --check none)")
 			}
+			if sm == stream.Compat {
+				// Caught before anything is opened.
+				if _, _, err := stream.SelectMode(p2p.Info{}, false, sm, via.p); err != nil {
+					return err
+				}
+			}
 			d, err := g.open()
 			if err != nil {
 				return err
 			}
 			defer d.Close()
-			if sm == stream.Auto {
-				info, err := d.Info()
-				if err != nil {
-					return err
-				}
-				sm = stream.Compat
-				if info.Supports(p2p.KindGPU) {
-					sm = stream.Direct
-				}
+			gpu, closeGPU, err := g.opts.openStreamGPU(mem)
+			if err != nil {
+				return err
 			}
+			defer closeGPU()
+			cfg := stream.Config{
+				Device: d, Channel: idx, SlotSize: uint64(slotSize), Slots: slots, Mode: sm,
+				GPU: gpu, FrameSize: int(frameSize), Pinning: via.p,
+			}
+			// The library's choice, so that p2pctl runs what Start would.
+			if cfg.Mode, cfg.Pinning, err = cfg.Resolve(); err != nil {
+				return err
+			}
+			sm = cfg.Mode
 			if ck == checkAuto {
 				// Where the frames can be read: on the GPU for CUDA
 				// memory written directly, else on the CPU.
@@ -179,11 +194,7 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 					ck = stream.CheckGPU
 				}
 			}
-			gpu, closeGPU, err := g.opts.openStreamGPU(mem)
-			if err != nil {
-				return err
-			}
-			defer closeGPU()
+			cfg.Check = ck
 			var rec *os.File
 			if out != "" {
 				if rec, err = os.Create(out); err != nil {
@@ -198,10 +209,7 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 				ctx, cancel = context.WithTimeout(ctx, duration)
 				defer cancel()
 			}
-			s, err := stream.Start(ctx, stream.Config{
-				Device: d, Channel: idx, SlotSize: uint64(slotSize), Slots: slots, Mode: sm,
-				GPU: gpu, Check: ck, FrameSize: int(frameSize), Pinning: via.p,
-			})
+			s, err := stream.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
@@ -259,9 +267,9 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 	cmd.Flags().StringVar(&mem, "mem", "", "GPU memory: "+g.opts.streamKinds()+" (default: cuda where a CUDA driver is present)")
 	cmd.Flags().StringVar(&check, "check", "auto", "where frames are checked: cpu, gpu (CUDA), none, or auto: gpu for CUDA memory written directly, else cpu")
 	cmd.Flags().Var(&frameSize, "frame-size", "bytes per frame, for --check gpu")
-	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
+	durationFlag(cmd, &duration, "duration", 0, "stop after this long (0: until interrupted)")
 	cmd.Flags().Var(&limit, "bytes", "stop after this many bytes (0: no limit)")
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "statistics interval")
+	durationFlag(cmd, &interval, "interval", time.Second, "statistics interval")
 	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
 	cmd.Flags().Var(&via, "pin", pinHelp+" (direct mode)")
 	return cmd

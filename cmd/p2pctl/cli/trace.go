@@ -207,8 +207,8 @@ watches every gpufpga device. Needs root.`,
 			return runTrace(ctx, g, s, interval)
 		},
 	}
-	cmd.Flags().DurationVar(&duration, "duration", 0, "stop after this long (0: until interrupted)")
-	cmd.Flags().DurationVar(&interval, "interval", time.Second, "refresh interval")
+	durationFlag(cmd, &duration, "duration", 0, "stop after this long (0: until interrupted)")
+	durationFlag(cmd, &interval, "interval", time.Second, "refresh interval")
 	return cmd
 }
 

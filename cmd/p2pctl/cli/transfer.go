@@ -89,7 +89,9 @@ func newTransferCmd(g *globals) *cobra.Command {
 memory to card, c2h<N>: card to memory) using --mem memory.
 
 --verify (memory-mapped channels) writes a pattern and reads it back through
-card memory at --card-addr, comparing every byte.`,
+card memory at --card-addr, comparing every byte.
+
+` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			dir, idx, err := parseChannel(channel)
@@ -152,7 +154,7 @@ card memory at --card-addr, comparing every byte.`,
 	cmd.Flags().IntVar(&count, "count", 1, "transfers to run")
 	cmd.Flags().Uint64Var(&cardAddr, "card-addr", 0, "card address for memory-mapped channels")
 	cmd.Flags().BoolVar(&verify, "verify", false, "verify the data")
-	cmd.Flags().DurationVar(&timeout, "timeout", 0, "per-transfer timeout (0: the driver's default)")
+	durationFlag(cmd, &timeout, "timeout", 0, "per-transfer timeout (0: the driver's default)")
 	cmd.Flags().Var(&via, "pin", pinHelp)
 	return cmd
 }

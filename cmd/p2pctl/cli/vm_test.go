@@ -110,7 +110,7 @@ func TestCLIEndToEnd(t *testing.T) {
 	// GPU memory is pinned through a dma-buf where the GPU exports them
 	// (NVIDIA's open driver), else through nvidia_p2p; --pin forces either.
 	proprietary := guest.NVIDIAVariant() == guest.NVIDIAProprietary
-	autoKind, autoPinning, autoPages := "dmabuf", "dma-buf", 256
+	autoKind, autoPinning, autoPages := "dma-buf", "dma-buf", 256
 	pinnings := [][]string{{"--mem", "sim", "--pin", "nvidia-p2p"}, {"--mem", "sim", "--pin", "dma-buf"}, {"--mem", "host"}}
 	if proprietary {
 		autoKind, autoPinning, autoPages = "gpu", "nvidia-p2p", 16

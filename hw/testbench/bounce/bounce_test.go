@@ -29,12 +29,12 @@ func TestHostPinsRefusedGPUPinsWork(t *testing.T) {
 		t.Fatalf("needs a guest booted with swiotlb=force (vmtest's TestBounceBuffers): %s", cmdline)
 	}
 	r := guestrig.Open(t, "card_mem_size=67108864")
-	host, err := unix.Mmap(-1, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	host, err := r.Dev.AllocHost(1 << 16)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Munmap(host)
-	_, err = r.Dev.PinHost(host)
+	defer host.Free()
+	_, err = r.Dev.PinHost(host.Bytes())
 	var e *p2p.Error
 	if !errors.Is(err, p2p.ErrBounceBuffers) || !errors.As(err, &e) || e.Err != unix.EOPNOTSUPP || e.Hint() == "" {
 		t.Fatalf("host pin under swiotlb=force: %v, want ErrBounceBuffers (EOPNOTSUPP)", err)

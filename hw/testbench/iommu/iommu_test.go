@@ -53,20 +53,20 @@ func gpuAlloc(t *testing.T, r *guestrig.Rig, pattern simgpu.Pattern) (*simgpu.Al
 // hostPin pins 1 MiB of host memory until the test ends.
 func hostPin(t *testing.T, r *guestrig.Rig) (*p2p.Pin, []byte) {
 	t.Helper()
-	host, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	buf, err := r.Dev.AllocHost(1 << 20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	hp, err := r.Dev.PinHost(host)
+	hp, err := r.Dev.PinHost(buf.Bytes())
 	if err != nil {
-		unix.Munmap(host)
+		buf.Free()
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		hp.Unpin()
-		unix.Munmap(host)
+		buf.Free()
 	})
-	return hp, host
+	return hp, buf.Bytes()
 }
 
 // noneDropped fails the test if the IOMMU dropped DMA writes.

@@ -209,7 +209,7 @@ func (c *GPU) Done(s *cuda.Stream) (stream.Copy, error) {
 		c.recycle(e)
 		return nil, err
 	}
-	return &copyDone{c: c, e: e}, nil
+	return &copyDone{pool: c, e: e}, nil
 }
 
 type buffer struct {
@@ -274,7 +274,7 @@ func (b *buffer) CopyIn(off uint64, src []byte) (stream.Copy, error) {
 		b.c.recycle(e)
 		return nil, err
 	}
-	return &copyDone{c: b.c, e: e}, nil
+	return &copyDone{pool: b.c, e: e}, nil
 }
 
 // CopyOut implements stream.ReadBack with a synchronous device-to-host
@@ -293,21 +293,40 @@ func (b *buffer) CopyOut(dst []byte, off uint64) error {
 	return b.c.dev.CopyDtoH(dst, b.b.Ptr+off)
 }
 
+// eventPool waits for the GPU's completion events and takes them back.
+type eventPool interface {
+	sync(e *cuda.Event) error
+	recycle(e *cuda.Event)
+}
+
+// sync waits for e with the context current.
+func (c *GPU) sync(e *cuda.Event) error {
+	if err := c.dev.Lock(); err != nil {
+		return err
+	}
+	defer c.dev.Unlock()
+	return e.Sync()
+}
+
 // copyDone is an event recorded after queued work: a copy or a consumer's
-// kernels.
+// kernels. The first Wait waits for the event and gives it back to the
+// pool, once: every Wait, at once or later, returns that Wait's result.
 type copyDone struct {
-	c *GPU
-	e *cuda.Event
+	pool eventPool
+	e    *cuda.Event
+	once sync.Once
+	err  error
 }
 
 func (cp *copyDone) Wait() error {
-	if err := cp.c.dev.Lock(); err != nil {
-		return err
-	}
-	defer cp.c.dev.Unlock()
-	err := cp.e.Sync()
-	cp.c.recycle(cp.e)
-	return err
+	cp.once.Do(func() {
+		cp.err = cp.pool.sync(cp.e)
+		// Back to the pool only once waited for: a second owner would
+		// record it again while a waiter of this one still relied on it.
+		cp.pool.recycle(cp.e)
+		cp.e = nil
+	})
+	return cp.err
 }
 
 // NewFrameChecker implements stream.GPUChecking with package gpucheck's

@@ -4,6 +4,7 @@ package cudamem
 
 import (
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
@@ -20,5 +21,53 @@ func TestCopyInNeedsRegisteredMemory(t *testing.T) {
 	}
 	if _, err := b.CopyIn(1<<20-16, make([]byte, 32)); !errors.Is(err, stream.ErrConfig) {
 		t.Fatalf("copy past the end of the buffer: %v, want stream.ErrConfig", err)
+	}
+}
+
+// countingPool counts the events given back to it.
+type countingPool struct {
+	mu       sync.Mutex
+	syncs    int
+	recycled []*cuda.Event
+}
+
+func (p *countingPool) sync(*cuda.Event) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.syncs++
+	return errEngine
+}
+
+func (p *countingPool) recycle(e *cuda.Event) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.recycled = append(p.recycled, e)
+}
+
+var errEngine = errors.New("copy engine fault")
+
+// A Copy waited for twice, or by two goroutines, gives its event back
+// once: twice, and two later copies would share one event, and a slot be
+// released while a kernel still read it.
+func TestCopyWaitOwnsItsEventOnce(t *testing.T) {
+	pool := &countingPool{}
+	e := new(cuda.Event)
+	cp := &copyDone{pool: pool, e: e}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := cp.Wait(); err != errEngine {
+				t.Errorf("Wait: %v, want the first wait's error", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if err := cp.Wait(); err != errEngine {
+		t.Errorf("a later Wait: %v", err)
+	}
+	if pool.syncs != 1 || len(pool.recycled) != 1 || pool.recycled[0] != e {
+		t.Fatalf("%d waits for the event, %d returns to the pool; want 1 and 1", pool.syncs, len(pool.recycled))
 	}
 }
