@@ -140,7 +140,7 @@ func TestPinGeometryMatchesSimulatedGPU(t *testing.T) {
 func TestPinHostAndDmabuf(t *testing.T) {
 	d := openDev(t)
 	g := openGPU(t)
-	buf, err := unixMmap(1 << 20)
+	buf, err := hostMem(d, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +454,7 @@ func TestMemoryMappedNeedsCardMemSize(t *testing.T) {
 	if info, err := d.Info(); err != nil || info.CardMemSize != 0 {
 		t.Fatalf("info without card_mem_size: %+v, %v", info, err)
 	}
-	buf, err := unixMmap(4096)
+	buf, err := hostMem(d, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}

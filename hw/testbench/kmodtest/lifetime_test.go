@@ -10,6 +10,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -42,8 +43,9 @@ func TestChildMidTransfer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, _ := unixMmap(1 << 20)
-	if _, err := d.PinHost(host); err != nil {
+	host, _ := hostMem(d, 1<<20)
+	hp, err := d.PinHost(host)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if os.Getenv("KMODTEST_CHILD") == "stream" {
@@ -72,6 +74,7 @@ func TestChildMidTransfer(t *testing.T) {
 	}
 	fmt.Println("CHILD-READY")
 	time.Sleep(time.Hour)
+	runtime.KeepAlive(hp) // pinned until the kill: no collector unpins it
 }
 
 func TestKilledProcessLeavesNothing(t *testing.T) {

@@ -73,7 +73,7 @@ func memlockChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.Close()
-	buf, err := unixMmap(1 << 20)
+	buf, err := hostMem(d, 1<<20)
 	if err != nil {
 		t.Fatal(err)
 	}

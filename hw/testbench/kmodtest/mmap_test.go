@@ -2,8 +2,14 @@
 
 package kmodtest
 
-import "golang.org/x/sys/unix"
+import "github.com/gpufpga/gpufpga/pkg/p2p"
 
-func unixMmap(n int) ([]byte, error) {
-	return unix.Mmap(-1, 0, n, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+// hostMem maps n bytes of host memory that d hands out for PinHost; the
+// Device keeps it for the test process's life.
+func hostMem(d *p2p.Device, n int) ([]byte, error) {
+	h, err := d.AllocHost(uint64(n))
+	if err != nil {
+		return nil, err
+	}
+	return h.Bytes(), nil
 }

@@ -15,7 +15,7 @@ import (
 // (this pass fails on any report it makes).
 func TestPinsOfOnePage(t *testing.T) {
 	d := openDev(t)
-	buf, err := unixMmap(4096)
+	buf, err := hostMem(d, 4096)
 	if err != nil {
 		t.Fatal(err)
 	}

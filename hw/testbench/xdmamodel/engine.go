@@ -132,7 +132,7 @@ type Engine struct {
 	pendingRaised uint32 // channel interrupts already delivered
 	levelAsserted bool
 	// Messages still to send (QuirkLateInterrupt): vector -> steps left.
-	lateVectors map[int]int
+	lateVectors   map[int]int
 	irqMode       InterruptMode
 	linkDown      bool
 	quirks        Quirk
