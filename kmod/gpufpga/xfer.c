@@ -166,6 +166,7 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
  * Writes r's chain into ring: one descriptor per bus segment, laid out as
  * pkg/xdma's BuildChain lays it out, byte for byte. Process context, with
  * ch->build_mutex held: the ring is the spare one, which no chain runs.
+ * Maybe under ch->lock (a short chain).
  */
 static void gpufpga_build_chain(struct gpufpga_chan *ch, struct gpufpga_ring *ring,
 				struct gpufpga_req *r)
@@ -865,11 +866,17 @@ bad:
  * queued: CANCEL finds only requests the channel owns, and the completion,
  * which erases the entry under the same lock, cannot come first. Its slot
  * is reserved beforehand, as nothing under ch->lock may sleep.
+ *
+ * A short chain queued first is built here, under the lock it starts
+ * under, with build_mutex held (so that nothing else writes the spare
+ * ring, which no ready request holds: none is queued); any other is built
+ * outside the lock, by gpufpga_build_next.
  */
 static int gpufpga_submit(struct gpufpga_req *r)
 {
 	struct gpufpga_chan *ch = r->chan;
 	struct xarray *pending = &r->file->pending;
+	bool short_chain = r->nsegs <= GPUFPGA_INLINE_SEGS;
 	int ret = 0;
 	u32 i;
 
@@ -878,6 +885,8 @@ static int gpufpga_submit(struct gpufpga_req *r)
 		if (ret)
 			return ret;
 	}
+	if (short_chain)
+		mutex_lock(&ch->build_mutex);
 	spin_lock_irq(&ch->lock);
 	if (ch->acq) {
 		ret = -EBUSY;
@@ -902,11 +911,18 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	}
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
+	if (short_chain && list_is_first(&r->chan_node, &ch->queue)) {
+		gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
+		r->ready = true;
+		gpufpga_start_next(ch);
+	}
 out:
 	spin_unlock_irq(&ch->lock);
+	if (short_chain)
+		mutex_unlock(&ch->build_mutex);
 	if (ret && r->async)
 		xa_erase_irq(pending, r->id);
-	else if (!ret)
+	else if (!ret && !short_chain)
 		gpufpga_build_next(ch);
 	return ret;
 }
