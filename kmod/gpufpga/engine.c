@@ -182,6 +182,35 @@ struct gpufpga_ring *gpufpga_chan_spare(struct gpufpga_chan *ch)
 }
 
 /*
+ * The ring the engine ran last, for the caller to build the next chain
+ * into while the channel is idle: then nothing reads it, and restarting it
+ * (gpufpga_chan_rerun) costs no ring switch. Called with ch->build_mutex
+ * and ch->lock held, no chain running.
+ */
+struct gpufpga_ring *gpufpga_chan_idle_ring(struct gpufpga_chan *ch)
+{
+	lockdep_assert_held(&ch->build_mutex);
+	lockdep_assert_held(&ch->lock);
+	return &ch->rings[ch->cur];
+}
+
+/*
+ * Starts the chain built into the ring the engine ran last: the
+ * descriptor address stands, so two register writes. Called with ch->lock
+ * held, the engine idle.
+ */
+void gpufpga_chan_rerun(struct gpufpga_chan *ch, u32 control)
+{
+	gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ),
+		      ch->rings[ch->cur].first_adj);
+	ch->status_seen = 0;
+	ch->runs++;
+	/* The chain is in coherent memory; order it before RUN. */
+	wmb();
+	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), control);
+}
+
+/*
  * Starts the chain built into the spare ring: it becomes the one the
  * engine runs. A constant number of register writes whatever its length;
  * in credit mode every register is programmed, with credits granted.

@@ -56,6 +56,7 @@ extern unsigned int gpufpga_timeout_ms;
 extern unsigned int gpufpga_revoke_wait_ms;
 extern unsigned int gpufpga_max_queued;
 extern unsigned long gpufpga_card_mem_size;
+extern bool gpufpga_nv_revocable_pins;
 extern struct workqueue_struct *gpufpga_wq;
 
 struct gpufpga_dev;
@@ -363,6 +364,8 @@ bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
 void gpufpga_chan_release(struct gpufpga_chan *ch);
 void gpufpga_chan_set_quiet(struct gpufpga_chan *ch, bool quiet);
 struct gpufpga_ring *gpufpga_chan_spare(struct gpufpga_chan *ch);
+struct gpufpga_ring *gpufpga_chan_idle_ring(struct gpufpga_chan *ch);
+void gpufpga_chan_rerun(struct gpufpga_chan *ch, u32 control);
 void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits);
 void gpufpga_chan_attach(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user);
 void gpufpga_chan_detach(struct gpufpga_chan *ch);

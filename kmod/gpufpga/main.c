@@ -19,9 +19,29 @@
 #define CREATE_TRACE_POINTS
 #include "trace.h"
 
+/*
+ * A channel's two rings hold max_descs descriptors and results each: 65,536
+ * make 4 MiB, the most one coherent allocation gives.
+ */
+#define GPUFPGA_MAX_DESCS	65536
+
+static int gpufpga_set_max_descs(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 1, GPUFPGA_MAX_DESCS);
+}
+
+static const struct kernel_param_ops gpufpga_max_descs_ops = {
+	.set = gpufpga_set_max_descs,
+	.get = param_get_uint,
+};
+
 unsigned int gpufpga_max_descs = 4096;
-module_param_named(max_descs, gpufpga_max_descs, uint, 0444);
-MODULE_PARM_DESC(max_descs, "descriptors per transfer (and per channel ring)");
+module_param_cb(max_descs, &gpufpga_max_descs_ops, &gpufpga_max_descs, 0444);
+MODULE_PARM_DESC(max_descs, "descriptors per transfer and per channel ring (1 to 65536)");
+
+bool gpufpga_nv_revocable_pins;
+module_param_named(nv_revocable_pins, gpufpga_nv_revocable_pins, bool, 0644);
+MODULE_PARM_DESC(nv_revocable_pins, "let users without CAP_SYS_RAWIO pin GPU memory revocably through NVIDIA's P2P API, whose window lets a cudaFree racing the pin corrupt kernel memory (default: no; persistent and dma-buf pins are open to all)");
 
 unsigned int gpufpga_max_segs = 1024;
 module_param_named(max_segs, gpufpga_max_segs, uint, 0644);

@@ -222,9 +222,13 @@ static int gpufpga_nv_take_map(struct gpufpga_mem *m, struct nvidia_p2p_dma_mapp
  * any point from inside get_pages on, so the table and mapping are read
  * only under m->lock while the callback has not run. One window remains in
  * NVIDIA's API itself: a free that completes between get_pages and
- * dma_map_pages hands dma_map_pages a freed table. Only a cudaFree of the
- * memory being pinned, racing the pin from another thread, opens it; dma-buf
- * pins have no such window.
+ * dma_map_pages hands dma_map_pages a freed table, which NVIDIA frees once
+ * the callback returns. Only a cudaFree of the memory being pinned, racing
+ * the pin from another thread, opens it; persistent pins (no callback, the
+ * free waits for the unpin) and dma-buf pins have no such window. A user's
+ * mistake, or malice, there corrupts kernel memory: revocable pins are for
+ * CAP_SYS_RAWIO, who could do that anyway, unless the administrator opens
+ * them to all (nv_revocable_pins).
  */
 static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 {
@@ -248,6 +252,12 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 		dev_info_once(&pdev->dev, "NVIDIA driver without persistent pins: GPU pins can be revoked\n");
 		persistent = false;
 		m->flags &= ~GPUFPGA_PIN_PERSISTENT;
+	}
+	if (!persistent && !READ_ONCE(gpufpga_nv_revocable_pins) && !capable(CAP_SYS_RAWIO)) {
+		dev_info_ratelimited(&pdev->dev, "revocable GPU pin refused to %s[%d] without CAP_SYS_RAWIO: pin persistently or through a dma-buf (or set nv_revocable_pins)\n",
+				     current->comm, task_pid_nr(current));
+		ret = -EPERM;
+		goto err_put;
 	}
 	m->nv.ops = ops;
 	m->nv.va = va;

@@ -322,11 +322,13 @@ static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u3
 }
 
 /*
- * Runs r, whose chain is in the spare ring, on the idle channel. Called
- * with ch->lock held.
+ * Runs r on the idle channel: its chain is in the spare ring, or, where
+ * rerun is set, in the ring the engine ran last. Called with ch->lock held.
  */
-static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
+static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool rerun)
 {
+	u32 control;
+
 	struct gpufpga_dev *dev = ch->dev;
 
 	if (dev->link_down || dev->dead) {
@@ -340,8 +342,11 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r)
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
 	ch->deadline = jiffies + r->timeout;
-	gpufpga_chan_run(ch, XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN |
-			 (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0), 0);
+	control = XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN | (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0);
+	if (rerun)
+		gpufpga_chan_rerun(ch, control);
+	else
+		gpufpga_chan_run(ch, control, 0);
 	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
 	mod_delayed_work(gpufpga_wq, &ch->work, r->timeout);
 }
@@ -366,7 +371,7 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 		}
 		list_del(&r->chan_node);
 		r->ready = false;
-		gpufpga_start(ch, r);
+		gpufpga_start(ch, r, false);
 	}
 	/* The next one is built while this one runs. */
 	if (ch->active && !list_empty(&ch->queue))
@@ -869,8 +874,9 @@ bad:
  *
  * A short chain queued first is built here, under the lock it starts
  * under, with build_mutex held (so that nothing else writes the spare
- * ring, which no ready request holds: none is queued); any other is built
- * outside the lock, by gpufpga_build_next.
+ * ring, which no ready request holds: none is queued): on an idle channel
+ * into the ring it ran last, and started. Any other is built outside the
+ * lock, by gpufpga_build_next.
  */
 static int gpufpga_submit(struct gpufpga_req *r)
 {
@@ -912,9 +918,15 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
 	if (short_chain && list_is_first(&r->chan_node, &ch->queue)) {
-		gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
-		r->ready = true;
-		gpufpga_start_next(ch);
+		if (ch->active) {
+			gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
+			r->ready = true;
+		} else {
+			/* Nothing runs: the last ring again, no switch. */
+			gpufpga_build_chain(ch, gpufpga_chan_idle_ring(ch), r);
+			list_del(&r->chan_node);
+			gpufpga_start(ch, r, true);
+		}
 	}
 out:
 	spin_unlock_irq(&ch->lock);

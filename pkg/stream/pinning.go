@@ -3,6 +3,7 @@
 package stream
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -142,10 +143,18 @@ func SelectMode(info p2p.Info, gpuExports bool, mode Mode, want Pinning) (Mode, 
 }
 
 // PinGPU pins the first n bytes of b on d as p says (PinDmabuf or
-// PinP2P).
+// PinP2P). PinP2P pins revocably where the driver lets the caller (a
+// cudaFree then ends the stream), else persistently (the free waits for
+// the unpin).
 func PinGPU(d *p2p.Device, b GPUBuffer, n uint64, p Pinning) (*p2p.Pin, error) {
 	if p == PinP2P {
-		return d.PinGPU(b.Addr(), n, p2p.PinOptions{})
+		pin, err := d.PinGPU(b.Addr(), n, p2p.PinOptions{})
+		if errors.Is(err, p2p.ErrPermission) {
+			// Revocable pins are the driver's to grant (CAP_SYS_RAWIO
+			// or nv_revocable_pins); a persistent one is open to all.
+			pin, err = d.PinGPU(b.Addr(), n, p2p.PinOptions{Persistent: true})
+		}
+		return pin, err
 	}
 	exp, ok := b.(DmabufBuffer)
 	if !ok {

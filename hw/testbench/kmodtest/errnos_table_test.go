@@ -12,7 +12,7 @@ var commonErrnos = []unix.Errno{unix.EFAULT, unix.ENODEV, unix.ENOTTY, unix.EINV
 // guest tests hold the driver to it.
 var callErrnos = map[string][]unix.Errno{
 	"INFO":           nil,
-	"PIN":            {unix.EINVAL, unix.EBADF, unix.EOPNOTSUPP, unix.EXDEV, unix.EKEYREVOKED, unix.ENOSPC, unix.ENOMEM, unix.EFAULT, unix.EIO, unix.EINTR},
+	"PIN":            {unix.EINVAL, unix.EBADF, unix.EOPNOTSUPP, unix.EXDEV, unix.EKEYREVOKED, unix.EPERM, unix.ENOSPC, unix.ENOMEM, unix.EFAULT, unix.EIO, unix.EINTR},
 	"UNPIN":          {unix.EINVAL, unix.ENOENT, unix.EBUSY},
 	"QUERY":          {unix.EINVAL, unix.EPERM, unix.ENOENT},
 	"XFER":           {unix.EINVAL, unix.ENXIO, unix.EBADF, unix.ENOENT, unix.EBUSY, unix.EAGAIN, unix.ENOMEM, unix.EKEYREVOKED, unix.E2BIG, unix.ETIMEDOUT, unix.EIO, unix.ENODEV, unix.EINTR},

@@ -128,7 +128,11 @@ struct gpufpga_info {
  * memory at bus addresses past the engine's address bits), -EXDEV (a
  * dma-buf whose addresses the IOMMU translating for the FPGA does not map:
  * its exporter handed over raw PCIe addresses), -EKEYREVOKED (the GPU
- * memory was freed while it was being pinned), -ENOSPC (a pin limit would
+ * memory was freed while it was being pinned), -EPERM (a revocable GPU
+ * pin, that is GPUFPGA_PIN_GPU without GPUFPGA_PIN_PERSISTENT, by a caller
+ * without CAP_SYS_RAWIO, unless the nv_revocable_pins parameter allows
+ * it: NVIDIA's API lets a cudaFree racing such a pin corrupt kernel
+ * memory), -ENOSPC (a pin limit would
  * be exceeded), -ENOMEM (also a host pin over RLIMIT_MEMLOCK without
  * CAP_IPC_LOCK), -EFAULT (host range
  * not mapped, not writable or not long-term pinnable; or the result could

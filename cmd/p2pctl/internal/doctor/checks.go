@@ -42,7 +42,7 @@ func (d *diagnosis) driver(ctx context.Context, fpgas []pciDev) error {
 		d.add("driver.module", "gpufpga", OK, summary, "")
 	}
 	if d.h.exists("sys/module/gpufpga_nv") {
-		d.add("driver.nv", "gpufpga_nv", OK, "loaded: GPU pins through nvidia_p2p available", "")
+		d.nvPins()
 	} else {
 		d.add("driver.nv", "gpufpga_nv", Warn, "gpufpga_nv module not loaded: no GPU pins through nvidia_p2p",
 			"modprobe gpufpga_nv after nvidia (dma-buf pins do not need it)")
@@ -72,6 +72,29 @@ func (d *diagnosis) driver(ctx context.Context, fpgas []pciDev) error {
 		}
 	}
 	return nil
+}
+
+// nvPins says which nvidia_p2p pins the device's users may make. A
+// revocable one (not persistent) has a window in NVIDIA's API in which a
+// cudaFree racing the pin corrupts kernel memory, so the driver keeps it
+// for CAP_SYS_RAWIO unless nv_revocable_pins opens it; a driver without
+// the parameter opens it to all.
+func (d *diagnosis) nvPins() {
+	const param = "sys/module/gpufpga/parameters/nv_revocable_pins"
+	v, err := d.h.read(param)
+	switch {
+	case err == nil && v == "N":
+		d.add("driver.nv", "gpufpga_nv", OK,
+			"loaded: GPU pins through nvidia_p2p available; persistent ones open to the device's users, revocable ones to CAP_SYS_RAWIO", "")
+	case err == nil && v == "Y":
+		d.add("driver.nv", "gpufpga_nv", Warn,
+			"loaded, with revocable GPU pins open to every user of the device: a cudaFree racing such a pin can corrupt kernel memory",
+			"unless every user of /dev/gpufpga* is trusted: echo N > /"+param)
+	default:
+		d.add("driver.nv", "gpufpga_nv", Warn,
+			"loaded; this gpufpga opens revocable GPU pins, whose race with cudaFree can corrupt kernel memory, to every user of the device",
+			"upgrade gpufpga, which keeps them for CAP_SYS_RAWIO")
+	}
 }
 
 // node checks a device node's mode and group against the udev rule's.

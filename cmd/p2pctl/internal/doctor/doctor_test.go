@@ -133,6 +133,12 @@ func TestFixtures(t *testing.T) {
 		{"iommu-on", with("WARN iommu.mode " + doctortest.FPGA), map[string]string{
 			"iommu.mode": "translated (DMA-FQ domain, group 12); hint: CUDA's dma-bufs",
 		}},
+		{"revocable-open", with("WARN driver.nv gpufpga_nv"), map[string]string{
+			"driver.nv": "revocable GPU pins open to every user of the device",
+		}},
+		{"revocable-old", with("WARN driver.nv gpufpga_nv"), map[string]string{
+			"driver.nv": "hint: upgrade gpufpga, which keeps them for CAP_SYS_RAWIO",
+		}},
 		{"downtrained", with("WARN fpga.link " + doctortest.FPGA), map[string]string{
 			"fpga.link": "link down-trained: 2.5 GT/s x4, capable of 8.0 GT/s x8",
 		}},

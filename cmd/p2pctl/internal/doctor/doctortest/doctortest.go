@@ -27,6 +27,9 @@ type Host struct {
 	CPU      string // model name
 	Memlock  string // soft RLIMIT_MEMLOCK: "unlimited" or bytes
 	CapEff   uint64
+	// RevocablePins is gpufpga's nv_revocable_pins parameter: "N" by
+	// default, "" for a driver without it.
+	RevocablePins string
 	// ShortConfig cuts config files at 64 bytes, as sysfs does for
 	// users other than root.
 	ShortConfig bool
@@ -84,6 +87,10 @@ func Write(dir string, h Host) error {
 		w.mkdir("sys/module/" + m)
 		if m == "gpufpga" {
 			w.file("sys/module/gpufpga/srcversion", "0123456789ABCDEF0123456")
+			if h.RevocablePins != "" {
+				w.mkdir("sys/module/gpufpga/parameters")
+				w.file("sys/module/gpufpga/parameters/nv_revocable_pins", h.RevocablePins)
+			}
 		}
 	}
 	w.mkdir("dev")
@@ -330,12 +337,13 @@ func switchShared() Host {
 			fpga(us + "/0000:02:08.0/" + FPGA),
 			gpu(us + "/0000:02:10.0/" + GPU),
 		},
-		Modules: []string{"gpufpga", "gpufpga_nv", "nvidia"},
-		Nodes:   []string{"gpufpga0"},
-		NVIDIA:  openDriver,
-		Cmdline: "BOOT_IMAGE=/vmlinuz-6.12.0 root=/dev/sda1 ro quiet",
-		CPU:     "AMD EPYC 7313 16-Core Processor",
-		Memlock: strconv.Itoa(1 << 30),
+		Modules:       []string{"gpufpga", "gpufpga_nv", "nvidia"},
+		Nodes:         []string{"gpufpga0"},
+		RevocablePins: "N",
+		NVIDIA:        openDriver,
+		Cmdline:       "BOOT_IMAGE=/vmlinuz-6.12.0 root=/dev/sda1 ro quiet",
+		CPU:           "AMD EPYC 7313 16-Core Processor",
+		Memlock:       strconv.Itoa(1 << 30),
 	}
 }
 
@@ -374,6 +382,18 @@ var fixtures = map[string]func() Host{
 		h := switchShared()
 		h.Devices = []Device{rootPort("pci0000:00/0000:00:01.0"), gpu("pci0000:00/0000:00:01.0/" + GPU)}
 		h.Nodes = nil
+		return h
+	},
+	// The administrator opened revocable NVIDIA pins to every user.
+	"revocable-open": func() Host {
+		h := switchShared()
+		h.RevocablePins = "Y"
+		return h
+	},
+	// A gpufpga from before nv_revocable_pins.
+	"revocable-old": func() Host {
+		h := switchShared()
+		h.RevocablePins = ""
 		return h
 	},
 	// The FPGA's x8 Gen3 link trained at x4 Gen1.
