@@ -138,7 +138,8 @@ static ssize_t chain_read(struct file *file, char __user *buf, size_t count, lof
 		return -ENOMEM;
 	/*
 	 * The ring last run changes only when a chain built in the spare one
-	 * starts; while build_mutex is held nothing writes either ring.
+	 * starts; while build_mutex is held nothing writes either ring (a
+	 * chain rerun in place is built under it too).
 	 */
 	mutex_lock(&ch->build_mutex);
 	spin_lock_irq(&ch->lock);

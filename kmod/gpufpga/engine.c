@@ -7,11 +7,10 @@
  * Every register a channel needs is written by gpufpga_chan_program; a
  * chain is built into the spare ring in process context and started with
  * a few register writes, so the hard IRQ handler's work does not grow with
- * a chain's length.
+ * the length of a chain that completes.
  */
 #include <linux/delay.h>
 #include <linux/dma-mapping.h>
-#include <linux/slab.h>
 
 #include "gpufpga.h"
 
@@ -21,7 +20,6 @@ u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
 			 ch->index) + reg;
 }
 
-/* PG195's ALIGNMENTS: address alignment, length granularity, address bits. */
 /*
  * Reads the channel's read-to-clear status and keeps what it returns in
  * ch->status_seen for the running chain: a bit read is gone from the
@@ -129,9 +127,11 @@ static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
  * the poll-mode writeback address, credit mode and the credits granted
  * (a stream's; credits is what the engine may fetch from here on), the
  * channel's interrupt enables and its bit in the IRQ block. RUN is not
- * touched. Probe and a stream's start call it; so must anything after
- * which the engine's registers hold their reset values. Called with
- * ch->lock held or where no chain can run; the engine idle.
+ * touched. Channel setup, a stream's start and end, and
+ * gpufpga_dev_program (probe, and anything after which the engine's
+ * registers hold their reset values) call it; the fast paths that start a
+ * chain (gpufpga_chan_run, gpufpga_chan_rerun) rely on what it wrote.
+ * Called with ch->lock held or where no chain can run; the engine idle.
  */
 void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits)
 {
@@ -153,6 +153,29 @@ void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits)
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE),
 		      ch->quiet ? 0 : ch->int_enable);
 	gpufpga_chan_mask(ch, ch->halting);
+}
+
+/*
+ * Programs the device's engine: the IRQ block's routing of each channel to
+ * its vector (dev->chan_vectors, set up with the vectors), then every
+ * channel (gpufpga_chan_program, no credits). Probe calls it once the
+ * interrupts are set up; so must anything after which the engine holds its
+ * reset values, with no chain running.
+ */
+void gpufpga_dev_program(struct gpufpga_dev *dev)
+{
+	struct gpufpga_chan *ch;
+	int ci;
+
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR,
+		      dev->chan_vectors[0]);
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4,
+		      dev->chan_vectors[1]);
+	gpufpga_for_each_chan(dev, ch, ci) {
+		spin_lock_irq(&ch->lock);
+		gpufpga_chan_program(ch, 0);
+		spin_unlock_irq(&ch->lock);
+	}
 }
 
 /*
@@ -402,8 +425,14 @@ err:
 	return -ENOMEM;
 }
 
+/*
+ * The channel has no work left (the device is dead): the build work and
+ * the watchdog, which may each queue the other, are cancelled in turn.
+ */
 void gpufpga_chan_fini(struct gpufpga_chan *ch)
 {
+	WARN_ON_ONCE(ch->active || !list_empty(&ch->queue));
+	cancel_work_sync(&ch->build_work);
 	cancel_delayed_work_sync(&ch->work);
 	cancel_work_sync(&ch->build_work);
 	gpufpga_chan_free_rings(ch);

@@ -16,7 +16,9 @@
  *   gpufpga_file.done_lock      finished async requests (spinlock, leaf)
  * Completions run in the hard IRQ handler under chan.lock; nothing under
  * chan.lock sleeps, and the handler's work does not grow with a chain's
- * length: chains are built in process context, under build_mutex.
+ * length when it completes: chains are built in process context, under
+ * build_mutex (a failed chain's bytes, and a stream channel's packets, are
+ * counted per descriptor done).
  * Whatever must wait for the engine (a halt, a revoked transfer's last
  * bytes) holds chan.mutex and sets chan.halting, which keeps the IRQ
  * handler off the channel, then drops chan.lock to wait.
@@ -132,9 +134,10 @@ struct gpufpga_chan {
 
 	struct mutex mutex;		/* halting the engine; outside lock */
 	/*
-	 * Writing the spare ring. Its holder is the only writer of
-	 * rings[cur ^ 1]; only it changes cur (by starting a chain it built,
-	 * or letting the IRQ handler start one marked ready, under lock).
+	 * Writing a ring no chain runs from: the spare one, or the idle
+	 * channel's last. Its holder is the only writer of either; only it
+	 * changes cur (by starting a chain it built, or letting the IRQ
+	 * handler start one marked ready, under lock).
 	 */
 	struct mutex build_mutex;
 	struct work_struct build_work;	/* builds the next queued chain */
@@ -210,6 +213,7 @@ struct gpufpga_dev {
 	const char *irq_kind;		/* "MSI-X", "MSI" or "INTx" */
 	bool intx;			/* a shared line: check the pending bits */
 	u32 irq_enabled;		/* channel interrupt bits set up */
+	u32 chan_vectors[2];		/* the IRQ block's channel vector map */
 	struct gpufpga_vec vecs[2 * GPUFPGA_MAX_CHANNELS];
 
 	atomic64_t pinned_total;
@@ -359,6 +363,7 @@ int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *u
 		      work_func_t build);
 void gpufpga_chan_fini(struct gpufpga_chan *ch);
 void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits);
+void gpufpga_dev_program(struct gpufpga_dev *dev);
 void gpufpga_chan_irq(struct gpufpga_chan *ch);
 bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
 void gpufpga_chan_release(struct gpufpga_chan *ch);

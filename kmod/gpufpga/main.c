@@ -373,7 +373,7 @@ static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
 {
 	struct pci_dev *pdev = dev->pdev;
 	int i, ret, nvec = dev->nchan[0] + dev->nchan[1];
-	u32 vec[2] = {}, bit;
+	u32 bit;
 	struct gpufpga_chan *ch;
 	int ci;
 
@@ -400,14 +400,11 @@ static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	}
 	gpufpga_for_each_chan(dev, ch, ci) {
 		bit = ch->irq_bit;
-		vec[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
+		dev->chan_vectors[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
 		dev->irq_enabled |= BIT(bit);
 	}
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR, vec[0]);
-	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4, vec[1]);
 	/* No chain runs yet: each channel's interrupt goes on with the rest. */
-	gpufpga_for_each_chan(dev, ch, ci)
-		gpufpga_chan_program(ch, 0);
+	gpufpga_dev_program(dev);
 	return 0;
 }
 
@@ -418,6 +415,8 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 	if (!dev->link_down)
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
 	dev->irq_enabled = 0;
+	dev->chan_vectors[0] = 0;
+	dev->chan_vectors[1] = 0;
 	for (i = 0; i < dev->nvecs; i++)
 		free_irq(pci_irq_vector(dev->pdev, i), &dev->vecs[i]);
 	pci_free_irq_vectors(dev->pdev);

@@ -62,6 +62,7 @@ int gpufpga_regs_init(struct gpufpga_dev *dev)
 	return -ENODEV;
 }
 
+/* PG195's ALIGNMENTS: address alignment, length granularity, address bits. */
 static void gpufpga_read_alignments(struct gpufpga_dev *dev, struct gpufpga_chan *ch)
 {
 	u32 v = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_ALIGNMENTS));

@@ -39,7 +39,6 @@ static void gpufpga_req_put(struct gpufpga_req *r)
 	kref_put(&r->ref, gpufpga_req_free);
 }
 
-/* Appends n bytes at bus address addr, merging with the last segment. */
 /*
  * Most chains are a few descriptors: they are built in the request itself,
  * and only a longer one moves to an array of the most it may take.
@@ -55,6 +54,7 @@ static int gpufpga_req_grow(struct gpufpga_req *r, u32 max)
 	return 0;
 }
 
+/* Appends n bytes at bus address addr, merging with the last segment. */
 static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32 max)
 {
 	struct gpufpga_busseg *last = r->nsegs ? &r->segs[r->nsegs - 1] : NULL;
@@ -165,8 +165,9 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 /*
  * Writes r's chain into ring: one descriptor per bus segment, laid out as
  * pkg/xdma's BuildChain lays it out, byte for byte. Process context, with
- * ch->build_mutex held: the ring is the spare one, which no chain runs.
- * Maybe under ch->lock (a short chain).
+ * ch->build_mutex held: the ring is the spare one, or the idle channel's
+ * last (gpufpga_chan_idle_ring); no chain runs from it. Maybe under
+ * ch->lock (a short chain).
  */
 static void gpufpga_build_chain(struct gpufpga_chan *ch, struct gpufpga_ring *ring,
 				struct gpufpga_req *r)
@@ -327,9 +328,8 @@ static u64 gpufpga_bytes_done(struct gpufpga_chan *ch, struct gpufpga_req *r, u3
  */
 static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool rerun)
 {
-	u32 control;
-
 	struct gpufpga_dev *dev = ch->dev;
+	u32 control;
 
 	if (dev->link_down || dev->dead) {
 		gpufpga_finish(ch, r, -ENODEV, 0, 0);
@@ -402,10 +402,10 @@ static void gpufpga_build_next(struct gpufpga_chan *ch)
 	gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
 	spin_lock_irq(&ch->lock);
 	/* Still queued, so still first: only the first leaves unfinished. */
-	if (!r->finished) {
+	if (!r->finished)
 		r->ready = true;
-		gpufpga_start_next(ch);
-	}
+	/* Else the next one, if any, is built by the work this queues. */
+	gpufpga_start_next(ch);
 	spin_unlock_irq(&ch->lock);
 	mutex_unlock(&ch->build_mutex);
 	gpufpga_req_put(r);
@@ -625,6 +625,8 @@ static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int
 	if (error == -EKEYREVOKED)
 		ch->revoked++;
 	gpufpga_finish(ch, r, error, 0, 0);
+	/* r may have been first: the next one must not wait for it. */
+	gpufpga_start_next(ch);
 	spin_unlock_irq(&ch->lock);
 }
 
@@ -713,7 +715,9 @@ static bool gpufpga_xfer_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
  * holders only halt the engine (gpufpga_chan_halt: at most 100 polls of
  * 0.5-1 ms, then 1-2 ms with descriptors halted, about 102 ms; a stop of
  * every transfer halts twice) or revoke another pin (as here, about
- * 202 ms); then revoke_wait_ms (at most 100 ms) for the running chain to
+ * 202 ms) or start a stream (which may wait for build_mutex: a build of
+ * up to max_descs descriptors, or a debugfs copy of a ring, milliseconds);
+ * then revoke_wait_ms (at most 100 ms) for the running chain to
  * end by itself, and one halt: about 400 ms per channel at worst, 8
  * channels at most. Nothing waits on user space or an interrupt.
  */
@@ -725,6 +729,7 @@ static void gpufpga_xfer_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
 
 	spin_lock_irq(&ch->lock);
 	gpufpga_finish_queued(ch, f, m, error);
+	gpufpga_start_next(ch);	/* what is left, if the first went */
 	r = ch->active;
 	run = ch->runs;
 	if (r && ((f && r->file != f) || (m && !gpufpga_req_uses(r, m))))
@@ -918,14 +923,19 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
 	if (short_chain && list_is_first(&r->chan_node, &ch->queue)) {
-		if (ch->active) {
-			gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
-			r->ready = true;
-		} else {
-			/* Nothing runs: the last ring again, no switch. */
+		if (!ch->active && !ch->stop_may_be_stale && !ch->dev->dead &&
+		    !ch->dev->link_down) {
+			/*
+			 * The last chain's stop was read with it: the engine
+			 * fetches nothing more from its ring, which is rerun.
+			 */
 			gpufpga_build_chain(ch, gpufpga_chan_idle_ring(ch), r);
 			list_del(&r->chan_node);
 			gpufpga_start(ch, r, true);
+		} else {
+			gpufpga_build_chain(ch, gpufpga_chan_spare(ch), r);
+			r->ready = true;
+			gpufpga_start_next(ch);
 		}
 	}
 out:
