@@ -276,7 +276,9 @@ func TestCLIErrors(t *testing.T) {
 		{nil, []string{"transfer", "--size", "64KiB"}, ExitDevice, "DMA engine reported an error (C2H channel 0: magic_stopped)"},
 		{nobody, []string{"info", "-d", "/dev/gpufpga0"}, ExitDevice, "permission denied"},
 		{nil, []string{"stream", "--mem", "cuda", "--check", "none", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
-		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitUsage, "direct mode into CUDA memory checks frames on the GPU: give --frame-size, or --check none"},
+		{nil, []string{"stream", "--mem", "cuda", "--mode", "direct", "--bytes", "1MiB"}, ExitUsage, "checking frames in CUDA memory needs --frame-size (or --check none)"},
+		// Auto mode into CUDA memory asks the GPU which mode it can do.
+		{nil, []string{"stream", "--mem", "cuda", "--bytes", "1MiB"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
 		{nil, []string{"pin", "--mem", "cuda"}, ExitDevice, "no CUDA driver (libcuda.so.1 not found): GPU features are off"},
 		{nil, []string{"stream", "--mem", "gpu"}, ExitUsage, `--mem "gpu": want cuda, host, sim`},
 		{nil, []string{"stream"}, ExitUsage, "--mem host: a stream's slots end up in GPU memory: want cuda, sim"},
