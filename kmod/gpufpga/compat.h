@@ -12,6 +12,22 @@
 #include <linux/version.h>
 
 /* 6.8 dropped eventfd_signal()'s count: it always adds one. */
+/*
+ * Since 6.5 the PCI core enables AER reporting for every device. Where AER
+ * is not the OS's to drive, enabling it fails, and nothing is lost.
+ */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 5, 0)
+static inline void gpufpga_enable_error_reporting(struct pci_dev *pdev)
+{
+}
+#else
+#include <linux/aer.h>
+static inline void gpufpga_enable_error_reporting(struct pci_dev *pdev)
+{
+	pci_enable_pcie_error_reporting(pdev);
+}
+#endif
+
 #if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 8, 0)
 #define gpufpga_eventfd_signal(ctx)	eventfd_signal(ctx)
 #else

@@ -53,8 +53,8 @@ u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
 	u32 status;
 	int i;
 
-	if (dev->dead && !dev->pdev->is_busmaster)
-		return 0;	/* cut off the bus already: nothing can move */
+	if ((dev->dead && !dev->pdev->is_busmaster) || READ_ONCE(dev->offline))
+		return 0;	/* cut off the bus, or being reset: nothing to halt */
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 	for (i = 0; i < 100; i++) {
 		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
@@ -179,6 +179,58 @@ void gpufpga_dev_program(struct gpufpga_dev *dev)
 }
 
 /*
+ * The function is about to lose its engine's state (a reset, an AER
+ * recovery, a system sleep): new work is refused, and whatever is queued,
+ * running or streaming ends with -ECONNRESET, halted first where the
+ * registers answer (not when frozen: an error may have cut the link).
+ * From then on the registers are left alone, until gpufpga_dev_restart.
+ * Pins stay valid. Process context, no lock held.
+ */
+void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
+{
+	WRITE_ONCE(dev->resetting, true);
+	if (frozen)
+		WRITE_ONCE(dev->offline, true);
+	/* Submitters check resetting under ch->lock, which this takes after. */
+	gpufpga_chan_stop_all(dev, NULL, NULL, -ECONNRESET);
+	WRITE_ONCE(dev->offline, true);
+}
+
+/*
+ * The function is back, its engine at its reset values (or, after an
+ * error that needed no reset, as the halts left it): every register is
+ * programmed again, as at probe, and new work is taken. Every chain the
+ * engine runs from here on starts at an address programmed here. Returns
+ * -ENODEV where the function does not answer or was given up on.
+ */
+int gpufpga_dev_restart(struct gpufpga_dev *dev)
+{
+	struct gpufpga_chan *ch;
+	u32 id;
+	int ci;
+
+	if (dev->dead)
+		return -ENODEV;
+	id = ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0));
+	if (id >> 20 != XDMA_ID_SUBSYSTEM) {
+		WRITE_ONCE(dev->link_down, true);
+		return -ENODEV;
+	}
+	WRITE_ONCE(dev->link_down, false);
+	WRITE_ONCE(dev->offline, false);
+	gpufpga_for_each_chan(dev, ch, ci) {
+		spin_lock_irq(&ch->lock);
+		ch->quiet = false;
+		ch->status_seen = 0;
+		ch->stop_may_be_stale = true;	/* what the reset left */
+		spin_unlock_irq(&ch->lock);
+	}
+	gpufpga_dev_program(dev);
+	WRITE_ONCE(dev->resetting, false);
+	return 0;
+}
+
+/*
  * Poll mode keeps the channel's interrupt off (a quiet channel), so that
  * polled chains raise none; leaving it, the status the polled chains left
  * is cleared before their stop could raise one. Under ch->lock, the
@@ -291,8 +343,8 @@ void gpufpga_chan_detach(struct gpufpga_chan *ch)
  */
 void gpufpga_chan_irq(struct gpufpga_chan *ch)
 {
-	if (ch->halting)
-		return;		/* masked; the mutex holder owns the engine */
+	if (ch->halting || READ_ONCE(ch->dev->offline))
+		return;		/* the mutex holder owns the engine, or a reset */
 	ch->user->irq(ch, gpufpga_chan_status(ch));
 }
 

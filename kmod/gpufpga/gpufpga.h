@@ -200,6 +200,15 @@ struct gpufpga_dev {
 	void __iomem *bar;		/* the DMA BAR: the engine's registers */
 	bool link_down;
 	bool dead;
+	/*
+	 * A reset, an error recovery or a system sleep is under way: new
+	 * work is refused (resetting), and the registers, which may not
+	 * answer or will lose their values, are left alone (offline).
+	 */
+	bool resetting;
+	bool offline;
+	u32 resets;			/* engine state lost and reprogrammed */
+	u32 errors;			/* AER errors reported to the driver */
 	/* Removed, and every record it will post queued: read() ends. */
 	bool gone;
 	/* Held for reading by every ioctl; remove takes it to wait them out. */
@@ -364,6 +373,8 @@ int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *u
 void gpufpga_chan_fini(struct gpufpga_chan *ch);
 void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits);
 void gpufpga_dev_program(struct gpufpga_dev *dev);
+void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen);
+int gpufpga_dev_restart(struct gpufpga_dev *dev);
 void gpufpga_chan_irq(struct gpufpga_chan *ch);
 bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
 void gpufpga_chan_release(struct gpufpga_chan *ch);

@@ -174,6 +174,8 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 	a.max_pinned_total = gpufpga_max_pinned_total;
 	a.pinned_total = atomic64_read(&dev->pinned_total);
 	a.max_queued = gpufpga_max_queued;
+	a.resets = READ_ONCE(dev->resets);
+	a.errors = READ_ONCE(dev->errors);
 	return gpufpga_copy_out(arg, size, &a, sizeof(a));
 }
 
@@ -568,6 +570,9 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	if (ret)
 		goto err_irqs;
 	pci_set_drvdata(pdev, dev);
+	/* What a slot reset in error recovery restores. */
+	pci_save_state(pdev);
+	gpufpga_enable_error_reporting(pdev);
 	gpufpga_debugfs_init(dev);
 	dev_notice(&pdev->dev, "%s: XDMA IP version %u, %d H2C and %d C2H channels, %d %s vectors\n",
 		   dev->name, dev->ip_version, dev->nchan[0], dev->nchan[1], dev->nvecs,
@@ -643,6 +648,120 @@ static void gpufpga_remove(struct pci_dev *pdev)
 	kref_put(&dev->ref, gpufpga_dev_release);
 }
 
+/*
+ * A function-level or bus reset, from the PCI core (sysfs reset, a
+ * hypervisor, a driver's recovery), under the device lock: everything
+ * running ends with -ECONNRESET before, the engine is programmed again
+ * after.
+ */
+static void gpufpga_reset_prepare(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+
+	trace_gpufpga_lifecycle(dev->id, "reset_prepare", 0);
+	gpufpga_dev_quiesce(dev, false);
+}
+
+static void gpufpga_reset_done(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+	int ret = gpufpga_dev_restart(dev);
+
+	dev->resets++;
+	trace_gpufpga_lifecycle(dev->id, "reset_done", ret);
+	if (ret)
+		dev_err(&pdev->dev, "does not answer after a reset (%d)\n", ret);
+}
+
+/*
+ * AER: an uncorrectable error. A non-fatal one leaves the link up (the
+ * registers answer, so the engines are halted); a fatal one freezes it
+ * until the slot is reset. Either way what ran ends with -ECONNRESET: its
+ * data cannot be trusted.
+ */
+static pci_ers_result_t gpufpga_error_detected(struct pci_dev *pdev, pci_channel_state_t state)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+
+	dev->errors++;
+	trace_gpufpga_lifecycle(dev->id, "error_detected", (__force int)state);
+	dev_warn(&pdev->dev, "PCIe error (%s): transfers and streams end\n",
+		 state == pci_channel_io_normal ? "non-fatal" :
+		 state == pci_channel_io_frozen ? "fatal" : "permanent");
+	if (state == pci_channel_io_perm_failure) {
+		WRITE_ONCE(dev->link_down, true);
+		gpufpga_dev_quiesce(dev, true);
+		return PCI_ERS_RESULT_DISCONNECT;
+	}
+	gpufpga_dev_quiesce(dev, state == pci_channel_io_frozen);
+	return state == pci_channel_io_normal ? PCI_ERS_RESULT_CAN_RECOVER :
+						PCI_ERS_RESULT_NEED_RESET;
+}
+
+static pci_ers_result_t gpufpga_mmio_enabled(struct pci_dev *pdev)
+{
+	return PCI_ERS_RESULT_RECOVERED;
+}
+
+/* The slot was reset: the configuration saved at probe comes back. */
+static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+
+	pci_restore_state(pdev);
+	pci_save_state(pdev);
+	dev->resets++;
+	trace_gpufpga_lifecycle(dev->id, "slot_reset", 0);
+	return PCI_ERS_RESULT_RECOVERED;
+}
+
+static void gpufpga_error_resume(struct pci_dev *pdev)
+{
+	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+	int ret = gpufpga_dev_restart(dev);
+
+	trace_gpufpga_lifecycle(dev->id, "resume", ret);
+	if (ret)
+		dev_err(&pdev->dev, "does not answer after error recovery (%d)\n", ret);
+}
+
+static const struct pci_error_handlers gpufpga_err_handlers = {
+	.error_detected = gpufpga_error_detected,
+	.mmio_enabled = gpufpga_mmio_enabled,
+	.slot_reset = gpufpga_slot_reset,
+	.resume = gpufpga_error_resume,
+	.reset_prepare = gpufpga_reset_prepare,
+	.reset_done = gpufpga_reset_done,
+};
+
+/*
+ * System sleep (suspend, hibernation's freeze, thaw, poweroff, restore):
+ * D3hot loses the engine's registers (No_Soft_Reset is clear on XDMA
+ * cards), so streams and transfers end with -ECONNRESET before, and the
+ * engine is programmed again after, as after a reset. User space starts
+ * its streams again.
+ */
+static int gpufpga_suspend(struct device *d)
+{
+	struct gpufpga_dev *dev = dev_get_drvdata(d);
+
+	trace_gpufpga_lifecycle(dev->id, "suspend", 0);
+	gpufpga_dev_quiesce(dev, false);
+	return 0;
+}
+
+static int gpufpga_resume(struct device *d)
+{
+	struct gpufpga_dev *dev = dev_get_drvdata(d);
+	int ret = gpufpga_dev_restart(dev);
+
+	dev->resets++;
+	trace_gpufpga_lifecycle(dev->id, "resume", ret);
+	return ret;
+}
+
+static DEFINE_SIMPLE_DEV_PM_OPS(gpufpga_pm_ops, gpufpga_suspend, gpufpga_resume);
+
 /* Reboot or kexec: no engine may write into memory the next kernel owns. */
 static void gpufpga_shutdown(struct pci_dev *pdev)
 {
@@ -678,6 +797,8 @@ static struct pci_driver gpufpga_driver = {
 	.probe = gpufpga_probe,
 	.remove = gpufpga_remove,
 	.shutdown = gpufpga_shutdown,
+	.err_handler = &gpufpga_err_handlers,
+	.driver.pm = pm_sleep_ptr(&gpufpga_pm_ops),
 };
 
 static int __init gpufpga_init(void)

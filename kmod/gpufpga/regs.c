@@ -22,9 +22,14 @@ static bool gpufpga_link_lost(struct gpufpga_dev *dev)
 	return id == GPUFPGA_DEAD || !pci_device_is_present(dev->pdev);
 }
 
+/* An offline function's registers read as 0: nothing happened there. */
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 {
-	u32 v = ioread32(dev->bar + off);
+	u32 v;
+
+	if (READ_ONCE(dev->offline))
+		return 0;
+	v = ioread32(dev->bar + off);
 
 	if (unlikely(v == GPUFPGA_DEAD) && !READ_ONCE(dev->link_down) && gpufpga_link_lost(dev)) {
 		WRITE_ONCE(dev->link_down, true);
@@ -35,7 +40,8 @@ u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val)
 {
-	iowrite32(val, dev->bar + off);
+	if (!READ_ONCE(dev->offline))
+		iowrite32(val, dev->bar + off);
 }
 
 /* Finds the BAR whose config block carries the XDMA identifier. */

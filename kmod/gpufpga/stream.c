@@ -446,6 +446,8 @@ static int gpufpga_stream_can_run(struct gpufpga_chan *ch, struct gpufpga_stream
 {
 	u32 i;
 
+	if (READ_ONCE(ch->dev->resetting))
+		return -ECONNRESET;
 	if (ch->acq || ch->active || !list_empty(&ch->queue))
 		return -EBUSY;
 	/* As for transfers: a revocation since the lookup wins. */

@@ -137,6 +137,27 @@ TRACE_EVENT(gpufpga_error,
 		  __entry->dev, __get_str(op), __entry->error, __entry->status)
 );
 
+/*
+ * The card's lifecycle: event is reset_prepare, reset_done, error_detected
+ * (arg: the pci_channel_state), slot_reset, suspend or resume (arg: the
+ * restart's result, 0 or a negative errno).
+ */
+TRACE_EVENT(gpufpga_lifecycle,
+	TP_PROTO(int dev, const char *event, int arg),
+	TP_ARGS(dev, event, arg),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(int, arg)
+		__string(event, event)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->arg = arg;
+		gpufpga_assign_str(event, event);
+	),
+	TP_printk("dev=%d event=%s arg=%d", __entry->dev, __get_str(event), __entry->arg)
+);
+
 TRACE_EVENT(gpufpga_stream_start,
 	TP_PROTO(int dev, u32 chan, u32 nslots, u32 ndescs, u64 bytes),
 	TP_ARGS(dev, chan, nslots, ndescs, bytes),

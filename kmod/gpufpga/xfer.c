@@ -899,6 +899,10 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	if (short_chain)
 		mutex_lock(&ch->build_mutex);
 	spin_lock_irq(&ch->lock);
+	if (READ_ONCE(ch->dev->resetting)) {
+		ret = -ECONNRESET;
+		goto out;
+	}
 	if (ch->acq) {
 		ret = -EBUSY;
 		goto out;

@@ -34,6 +34,10 @@ var (
 	// ErrABI is a device node whose driver is not gpufpga of the ABI this
 	// package speaks (Open's *ABIError).
 	ErrABI = errors.New("driver ABI not supported")
+	// ErrReset: the card was reset (a function or bus reset, AER error
+	// recovery) or went to sleep, and what ran on it ended; pins stay
+	// valid, and the work can be submitted again once it is back.
+	ErrReset = errors.New("card reset: its engine state was lost")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -54,6 +58,7 @@ var errnoKinds = map[unix.Errno]error{
 	unix.EACCES:      ErrPermission,
 	unix.EPROTO:      ErrSlotLayout,
 	unix.ENXIO:       ErrNoCardMemory,
+	unix.ECONNRESET:  ErrReset,
 }
 
 var hints = map[error]string{
@@ -69,6 +74,7 @@ var hints = map[error]string{
 	ErrNoCardMemory:   "load gpufpga with card_mem_size=<bytes of card memory behind the memory-mapped channels>, so that card addresses can be checked",
 	ErrIOMMUBypass:    "the exporter handed over raw PCIe addresses (CUDA's PCIe mapping type, or NVreg_DmaRemapPeerMmio=0): export with the default mapping type, or put the FPGA's IOMMU group in passthrough (iommu=pt)",
 	ErrABI:            "install p2pctl and the gpufpga module from one release, or check that the node is a gpufpga device (/dev/gpufpga*)",
+	ErrReset:          "submit the work again, or start the stream again: the card is programmed anew once it is back (p2pctl info counts resets)",
 	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }
 

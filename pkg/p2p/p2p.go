@@ -282,6 +282,11 @@ type Info struct {
 	PinnedTotal      uint64
 	DefaultTimeoutMS uint32
 	MaxQueued        uint32
+	// Resets counts the times the card lost its engine state since the
+	// driver bound it (a function or bus reset, AER recovery, system
+	// sleep); what ran then failed with ErrReset. Errors counts the
+	// uncorrectable PCIe (AER) errors reported to the driver.
+	Resets, Errors uint32
 }
 
 // Supports reports whether pins of kind k are available.
@@ -315,6 +320,7 @@ func (d *Device) Info() (Info, error) {
 		MaxDescLen: a.Max_desc_len, MaxDescs: a.Max_descs, MaxSegs: a.Max_segs, MaxPins: a.Max_pins,
 		MaxPinned: a.Max_pinned, MaxPinnedTotal: a.Max_pinned_total, PinnedTotal: a.Pinned_total,
 		DefaultTimeoutMS: a.Default_timeout_ms, MaxQueued: a.Max_queued,
+		Resets: a.Resets, Errors: a.Errors,
 	}
 	for dir, flags := range [2][maxChannels]uint32{a.H2c, a.C2h} {
 		for i, f := range flags {

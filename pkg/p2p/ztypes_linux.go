@@ -61,7 +61,9 @@ type (
 		Pinned_total       uint64
 		Max_queued         uint32
 		Pad                uint32
-		Reserved           [3]uint64
+		Resets             uint32
+		Errors             uint32
+		Reserved           [2]uint64
 	}
 	pinArg struct {
 		Kind        uint32

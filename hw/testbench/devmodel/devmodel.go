@@ -251,7 +251,7 @@ func (r *Rig) Err() error {
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
 	if r.err == nil && violations != 0 {
-		return fmt.Errorf("devmodel: the driver handed the engine %d descriptors its ALIGNMENTS forbid", violations)
+		return fmt.Errorf("devmodel: the engine saw %d violations: descriptors its ALIGNMENTS forbid, or descriptor fetches and writebacks at an address not programmed since the last reset", violations)
 	}
 	return r.err
 }

@@ -190,6 +190,7 @@ func TestDeviceAndControlPort(t *testing.T) {
 	q.write(t, pciBarDMA, irq+xdma.RegChanVector, 3) // H2C 0 on vector 3
 	q.write(t, pciBarDMA, uint64(xdma.Base(xdma.TargetH2C, 0)+xdma.RegIntEnable), xdma.StatDescStopped|xdma.StatErrorMask)
 	q.write(t, pciBarDMA, irq+xdma.RegChanIntEnableW1S, 1)
+	q.write(t, pciBarDMA, uint64(xdma.Base(xdma.TargetH2CSGDMA, 0)+xdma.RegDescLo), 0)
 	q.write(t, pciBarDMA, ctl, xdma.CtrlRun) // zeroed memory at 0: a bad magic stops it
 	q.read(t, pciBarDMA, ctl)                // the writes are posted; this one is not
 	rig.engine.RunUntilIdle()

@@ -5,7 +5,12 @@
  * This device gives it a real PCI function in the guest: Xilinx's IDs,
  * PG195's BAR layout (an optional AXI-Lite user BAR at BAR0, then the 64 KiB
  * DMA BAR with the MSI-X table at 0x8000 and its PBA at 0x8fe0), an MSI-X
- * capability, an MSI capability and INTx pin A. Every access to the BARs
+ * capability, an MSI capability and INTx pin A; function-level reset, a
+ * power management capability whose D3hot to D0 transition resets the
+ * function (No_Soft_Reset clear, as on XDMA cards), and AER, so that the
+ * guest's AER driver (and QEMU's pcie_aer_inject_error) can report errors
+ * on it. Each reset clears the engine's state in the model: every register
+ * back at its reset value. Every access to the BARs
  * outside the MSI-X structures is forwarded, synchronously, to the model
  * over a socket; the model raises interrupts over a second connection, and
  * the device delivers them through whichever of MSI-X, MSI or INTx the
@@ -56,6 +61,7 @@
 #include "hw/pci/pci.h"
 #include "migration/vmstate.h"
 #include "hw/pci/pcie.h"
+#include "hw/pci/pcie_aer.h"
 #include "hw/pci/msi.h"
 #include "hw/pci/msix.h"
 #include "hw/qdev-properties.h"
@@ -115,6 +121,7 @@ struct XdmaModelState {
     bool intx_level;
     int mode;
     bool gone;
+    int pm_cap;             /* the power management capability's offset */
 
     char *socket;
     uint16_t device_id;
@@ -421,9 +428,23 @@ static void xdma_model_write_config(PCIDevice *pdev, uint32_t addr,
                                     uint32_t val, int len)
 {
     XdmaModelState *s = XDMA_MODEL(pdev);
+    uint16_t was = pci_get_word(pdev->config + s->pm_cap + PCI_PM_CTRL);
+    uint16_t now;
     int mode;
 
     pci_default_write_config(pdev, addr, val, len);
+    /* A function-level reset resets the device (xdma_model_reset). */
+    pcie_cap_flr_write_config(pdev, addr, val, len);
+    pcie_aer_write_config(pdev, addr, val, len);
+    /*
+     * D3hot to D0 with No_Soft_Reset clear is an internal reset: the
+     * function's configuration and the engine's registers are lost, and
+     * the host restores what it saved.
+     */
+    now = pci_get_word(pdev->config + s->pm_cap + PCI_PM_CTRL);
+    if ((was & PCI_PM_CTRL_STATE_MASK) == 3 && (now & PCI_PM_CTRL_STATE_MASK) == 0) {
+        pci_device_reset(pdev);
+    }
     if (msix_present(pdev)) {
         msix_write_config(pdev, addr, val, len);
     }
@@ -524,6 +545,14 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "xdma-model: PCIe capability");
         goto err_irq;
     }
+    pcie_cap_flr_init(pdev);
+    s->pm_cap = pci_add_capability(pdev, PCI_CAP_ID_PM, 0, PCI_PM_SIZEOF, errp);
+    if (s->pm_cap < 0) {
+        goto err_irq;
+    }
+    /* PM 1.2, D0 and D3hot only; No_Soft_Reset (PMCSR bit 3) clear. */
+    pci_set_word(pdev->config + s->pm_cap + PCI_PM_PMC, 3);
+    pci_set_word(pdev->wmask + s->pm_cap + PCI_PM_CTRL, PCI_PM_CTRL_STATE_MASK);
     if (s->msi_vectors &&
         msi_init(pdev, 0, s->msi_vectors, true, false, errp) < 0) {
         goto err_irq;
@@ -538,9 +567,17 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
             msix_vector_use(pdev, i);
         }
     }
+    if (pcie_aer_init(pdev, PCI_ERR_VER, PCI_CONFIG_SPACE_SIZE, PCI_ERR_SIZEOF, errp) < 0) {
+        goto err_msix;
+    }
     s->mode = MODE_INTX;
     return;
 
+err_msix:
+    if (msix_present(pdev)) {
+        msix_unuse_all_vectors(pdev);
+        msix_uninit(pdev, &s->dma.mr, &s->dma.mr);
+    }
 err_msi:
     msi_uninit(pdev);
 err_irq:
@@ -554,6 +591,7 @@ static void xdma_model_exit(PCIDevice *pdev)
 {
     XdmaModelState *s = XDMA_MODEL(pdev);
 
+    pcie_aer_exit(pdev);
     if (msix_present(pdev)) {
         msix_unuse_all_vectors(pdev);
         msix_uninit(pdev, &s->dma.mr, &s->dma.mr);

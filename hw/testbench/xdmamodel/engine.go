@@ -158,6 +158,10 @@ type channel struct {
 	control, status, completed, intMask uint32
 	wbLo, wbHi                          uint32
 	descLo, descHi, descAdj, credits    uint32
+	// Which address registers were written since the last reset: the
+	// engine fetching descriptors from, or writing back to, an address
+	// the driver has not programmed since is a violation.
+	programmed uint8
 
 	busy     bool
 	lateBusy int // status reads still to see BUSY (QuirkLateBusy)
@@ -179,6 +183,15 @@ type channel struct {
 	// that fetches descriptors, or waits, counts one.
 	perfCtrl, perfCycles, perfBeats uint64
 }
+
+// Address registers a driver must write after a reset before the engine
+// uses them (channel.programmed).
+const (
+	progDescLo = 1 << iota
+	progDescHi
+	progWBLo
+	progWBHi
+)
 
 // PerfBeatBytes is the data path's width the performance monitor counts
 // beats of: 512 bits, as a Gen3 x16 or Gen4 x8 build has.
@@ -490,8 +503,10 @@ func (c *channel) writeChannel(reg, v uint32) {
 		c.setControl(c.control &^ v)
 	case xdma.RegPollWBLo:
 		c.wbLo = v
+		c.programmed |= progWBLo
 	case xdma.RegPollWBHi:
 		c.wbHi = v
+		c.programmed |= progWBHi
 	case xdma.RegIntEnable:
 		c.intMask = v & statusBitsMask
 	case xdma.RegIntEnableW1S:
@@ -577,8 +592,10 @@ func (c *channel) writeSGDMA(reg, v uint32) {
 	switch reg {
 	case xdma.RegDescLo:
 		c.descLo = v
+		c.programmed |= progDescLo
 	case xdma.RegDescHi:
 		c.descHi = v
+		c.programmed |= progDescHi
 	case xdma.RegDescAdjacent:
 		c.descAdj = v & 0x3F
 	case xdma.RegDescCredits:
@@ -883,6 +900,12 @@ func (e *Engine) nextDescriptor(c *channel) bool {
 // fetch reads n descriptors at the channel's next block address.
 func (e *Engine) fetch(c *channel, n int) bool {
 	addr := c.nextAddr
+	if c.programmed&progDescLo == 0 {
+		// The descriptor address holds its reset value.
+		e.violations++
+		e.fail(c, xdma.ErrCodeUnsupportedRequest<<descErrorShift)
+		return false
+	}
 	if !e.reaches(addr) {
 		e.violations++
 		e.fail(c, xdma.ErrCodeUnsupportedRequest<<descErrorShift)
@@ -1071,6 +1094,12 @@ func (e *Engine) fail(c *channel, bits uint32) {
 func (e *Engine) writeback(c *channel, failed bool) {
 	// Control bits 1-23 enable the status bits at the same positions.
 	if c.control&xdma.CtrlPollModeWB == 0 || c.control&xdma.StatDescCompleted == 0 {
+		return
+	}
+	if c.programmed&progWBLo == 0 {
+		// Its reset value: memory the driver never named. (A high
+		// word left at its reset value, 0, is a 32-bit address.)
+		e.violations++
 		return
 	}
 	addr := uint64(c.wbHi)<<32 | uint64(c.wbLo)

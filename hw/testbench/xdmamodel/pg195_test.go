@@ -166,3 +166,25 @@ func TestPerfCounters(t *testing.T) {
 		t.Fatalf("%d cycles and %d beats after Clear", c, b)
 	}
 }
+
+// TestResetForgetsAddresses: after a reset (FLR, or D3hot to D0 without
+// No_Soft_Reset) the engine's address registers hold their reset values;
+// a chain started before the driver programs them again is a violation
+// and touches no memory.
+func TestResetForgetsAddresses(t *testing.T) {
+	r := newRig(t, 2)
+	r.startC2H(t)
+	if v := r.e.Violations(); v != 0 {
+		t.Fatalf("%d violations before the reset", v)
+	}
+	r.e.Reset()
+	ch := xdma.Base(xdma.TargetC2H, 0)
+	r.e.WriteReg(ch+xdma.RegControl, xdma.ControlDefault|xdma.CtrlRun)
+	r.e.RunUntilIdle()
+	if v := r.e.Violations(); v != 1 {
+		t.Fatalf("%d violations for a chain started at the reset address, want 1", v)
+	}
+	if st := r.e.ReadReg(ch + xdma.RegStatusRC); st&xdma.StatErrorMask == 0 {
+		t.Fatalf("status %#x: the chain did not fail", st)
+	}
+}

@@ -148,7 +148,9 @@ func (e *Engine) SetAlignments(a xdma.Alignments) error {
 }
 
 // Violations returns how many descriptors (or descriptor fetches) broke
-// the engine's alignments since it was made.
+// the engine's alignments since it was made, and how many descriptor
+// fetches and writebacks went to an address register not written since
+// the last reset (Reset: a function-level reset, or D3hot to D0).
 func (e *Engine) Violations() uint64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -75,6 +75,10 @@
  * @pinned_total:	bytes pinned on the device now.
  * @default_timeout_ms:	timeout of a transfer that names none.
  * @max_queued:		asynchronous transfers per file, queued or unread.
+ * @resets:		times the engine lost its state since probe (function
+ *			or bus reset, AER recovery, system sleep); what ran
+ *			then ended with -ECONNRESET.
+ * @errors:		uncorrectable PCIe (AER) errors reported to the driver.
  */
 struct gpufpga_info {
 	__u32 abi_version;
@@ -93,7 +97,9 @@ struct gpufpga_info {
 	__u64 pinned_total;
 	__u32 max_queued;
 	__u32 pad;
-	__u64 reserved[3];
+	__u32 resets;
+	__u32 errors;
+	__u64 reserved[2];
 };
 
 /* Pin flags. */
