@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -806,9 +807,18 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		}
 		close(done)
 	}()
-	wg.Wait()
-	<-done
-	<-dupDone
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		<-done
+		<-dupDone
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(stuckAfter):
+		dumpStuck(t)
+	}
 	for i := range z.slots {
 		z.count("close", unix.Close(int(z.slots[i].Load())))
 	}
@@ -842,6 +852,23 @@ func TestConcurrentABIFuzz(t *testing.T) {
 	checkNothingLeft(t, gpu, *z.name.Load())
 	checkDMADebug(t, dmaErrors)
 	guest.CheckDmesg(t)
+}
+
+// stuckAfter is how long the workers may take to finish their last
+// operations before the fuzzer takes them for hung and dumps every kernel
+// and Go stack: a diagnosis, far past any pace of the slowest kernel, so
+// that a hang fails with its stacks instead of the package's timeout.
+const stuckAfter = 8 * time.Minute
+
+// dumpStuck logs the kernel stacks of blocked tasks and panics with every
+// goroutine's stack.
+func dumpStuck(t *testing.T) {
+	_ = os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	log, _ := guest.Dmesg()
+	lines := strings.Split(log, "\n")
+	t.Logf("workers stuck; blocked tasks:\n%s", strings.Join(lines[max(0, len(lines)-400):], "\n"))
+	debug.SetTraceback("all")
+	panic("abifuzz: workers did not finish")
 }
 
 const dmaDebug = "/sys/kernel/debug/dma-api/"
