@@ -302,6 +302,8 @@ struct gpufpga_mem {
 			struct nvidia_p2p_dma_mapping *map;
 			u64 va;
 			bool freed;	/* by NVIDIA, after the free callback (lock) */
+			/* Unpinned, put_pages refused: the callback frees (lock). */
+			bool orphaned;
 			struct completion callback_done;
 		} nv;
 		struct {

@@ -108,10 +108,23 @@ static void gpufpga_mem_revoke(struct gpufpga_mem *m)
 static void gpufpga_nv_free_callback(void *data)
 {
 	struct gpufpga_mem *m = data;
+	const struct gpufpga_nv_ops *ops;
+	bool orphaned;
 
 	spin_lock(&m->lock);
 	m->nv.freed = true;
+	orphaned = m->nv.orphaned;
 	spin_unlock(&m->lock);
+	if (orphaned) {
+		/*
+		 * Unpinned, but NVIDIA refused the put_pages: nothing uses m,
+		 * and the references the unpin left for this call go now.
+		 */
+		ops = m->nv.ops;
+		gpufpga_mem_put(m);
+		gpufpga_nv_put(ops);
+		return;
+	}
 	gpufpga_mem_revoke(m);
 	complete_all(&m->nv.callback_done);	/* m may be freed from here on */
 }
@@ -119,8 +132,12 @@ static void gpufpga_nv_free_callback(void *data)
 /*
  * Gives back what NVIDIA gave. A callback pin needs only put_pages, which
  * frees its mappings too, and nothing once its free callback has begun.
+ * Returns false where NVIDIA refused the put_pages of a callback pin: it
+ * keeps the pin, and will still call the free callback with m when the
+ * memory is freed. m and the bridge module then stay, with a reference
+ * each that the callback drops: the caller must not drop its own.
  */
-static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
+static bool gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 {
 	const struct gpufpga_nv_ops *ops = m->nv.ops;
 
@@ -150,18 +167,29 @@ static void gpufpga_nv_release(struct gpufpga_mem *m, bool persistent)
 			 * for NVIDIA's lock: NVIDIA then frees the table itself,
 			 * and its put_pages returns 0 (a table it no longer
 			 * finds) or an error. Either way, wait for the callback
-			 * to let go of m. Any other failure is NVIDIA's.
+			 * to let go of m. Any other failure leaves the pin
+			 * registered with NVIDIA, callback and all: m is
+			 * orphaned to the callback that will come.
 			 */
+			if (ret)
+				kref_get(&m->ref);
 			spin_lock(&m->lock);
 			freed = m->nv.freed;
-			spin_unlock(&m->lock);
 			if (ret && !freed)
-				dev_warn(&m->dev->pdev->dev, "nvidia_p2p_put_pages failed (%d) for %#llx\n",
+				m->nv.orphaned = true;
+			spin_unlock(&m->lock);
+			if (ret && !freed) {
+				dev_warn(&m->dev->pdev->dev, "nvidia_p2p_put_pages failed (%d) for %#llx: NVIDIA keeps the GPU memory pinned until it is freed\n",
 					 ret, m->nv.va);
+				return false;
+			}
+			if (ret)
+				gpufpga_mem_put(m);	/* not the last reference */
 		}
 		if (freed)
 			wait_for_completion(&m->nv.callback_done);
 	}
+	return true;
 }
 
 /*
@@ -314,18 +342,20 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 	return 0;
 
 err_pages:
-	gpufpga_nv_release(m, persistent);
+	if (!gpufpga_nv_release(m, persistent))
+		ops = NULL;	/* the free callback puts it */
 err_put:
 	kvfree(m->bus);
 	m->bus = NULL;
-	gpufpga_nv_put(ops);
+	if (ops)
+		gpufpga_nv_put(ops);
 	return ret;
 }
 
 static void gpufpga_unpin_gpu(struct gpufpga_mem *m)
 {
-	gpufpga_nv_release(m, m->flags & GPUFPGA_PIN_PERSISTENT);
-	gpufpga_nv_put(m->nv.ops);
+	if (gpufpga_nv_release(m, m->flags & GPUFPGA_PIN_PERSISTENT))
+		gpufpga_nv_put(m->nv.ops);
 }
 
 /* Expands DMA segments of whole pages into one bus address per page. */
@@ -641,6 +671,7 @@ static int gpufpga_pin_errno(struct gpufpga_dev *dev, int ret)
 	switch (ret) {
 	case -EINVAL:
 	case -EBADF:
+	case -EPERM:
 	case -EOPNOTSUPP:
 	case -EXDEV:
 	case -EKEYREVOKED:

@@ -10,15 +10,32 @@
  *
  * It is as strict as NVIDIA's nv-p2p.c, not kinder:
  * - Freeing an allocation revokes its callback pins: each free callback runs
- *   once, under the resource manager's lock (sim_rm_lock), which get_pages,
- *   put_pages, dma_map_pages and dma_unmap_pages also take; right after the
- *   callback returns, the page table and its DMA mappings are freed. Only
- *   then are the pages marked free in the VRAM header, where the rig's
+ *   once, under the resource manager's API lock (sim_rm_lock, an
+ *   rw_semaphore taken for writing, as rmapiLockAcquire takes NVIDIA's), so
+ *   that lockdep sees every lock the callback takes nested inside it, and
+ *   reports an inversion with a caller that holds one of those locks across
+ *   get_pages, put_pages or dma_map_pages, which take it too. Right after
+ *   the callback returns, the page table and its DMA mappings are freed.
+ *   Only then are the pages marked free in the VRAM header, where the rig's
  *   device model checks every DMA write against them.
- * - dma_map_pages and dma_unmap_pages dereference the table they are given;
- *   put_pages looks it up and fails on one that has gone. A freed table is
- *   poisoned: KASAN catches a later use on the debug kernel, and the
- *   simulator's own check (a table kept poisoned in quarantine) elsewhere.
+ * - dma_map_pages and dma_unmap_pages take no lock around the table they
+ *   are given, as NVIDIA's do not: dma_map_pages reads its entries, then
+ *   maps them under the API lock (rm_p2p_dma_map_pages), then links the
+ *   mapping to the table under the table's own lock (NVIDIA's mem_info
+ *   semaphore; a mutex here, which lockdep sees). A table freed under them
+ *   is a use after free, as in NVIDIA's: KASAN catches it on the debug
+ *   kernel, and the simulator's own check (a table kept poisoned in
+ *   quarantine) elsewhere. dma_unmap_pages of a mapping already gone
+ *   returns 0, as NVIDIA's.
+ * - put_pages looks the table up: one whose free callback has run is gone,
+ *   and put_pages returns 0 for it, as NVIDIA's. put_pages_fail makes it
+ *   fail as NVIDIA's does when its resource manager refuses (-EIO, from
+ *   NV_ERR_INVALID_STATE): the pin then stays registered, its table and
+ *   mappings live, and a later free of the memory still runs its free
+ *   callback with the caller's data.
+ * - p2p_topology_ok=N makes dma_map_pages refuse the peer with -ENOTSUPP,
+ *   as NVIDIA's does behind a PCI topology it does not support
+ *   (nv_grdma_pci_topology_supported); get_pages still succeeds.
  * - free_in_get_pages fires the free callback before get_pages returns.
  * - Its dma-buf exports are nv-dmabuf.c's: static (no move_notify; the
  *   memory stays until the dma-buf is released), no CPU mmap (-ENOTSUPP),
@@ -39,8 +56,10 @@
  * and free, and guards each allocation's list of exports (a dma-buf's
  * release takes it, from its last fput, never under a sim lock); a
  * dma-buf's reservation lock (taken under alloc_lock to revoke a dynamic
- * export; its map and unmap take no sim lock); sim_rm_lock (mutex)
- * is NVIDIA's resource manager lock; sim->lock (spinlock) protects the
+ * export; its map and unmap take no sim lock); sim_rm_lock (rw_semaphore)
+ * is NVIDIA's resource manager API lock; a pin's maplock (mutex) its list
+ * of DMA mappings; sim_peer_lock (mutex) the peer mappings of VRAM pages;
+ * sim->lock (spinlock) protects the
  * allocation and pin lists, the free-page bitmap and the counters, and
  * nothing sleeps under it.
  */
@@ -87,12 +106,29 @@ static bool dmabuf_topology_ok = true;
 module_param(dmabuf_topology_ok, bool, 0644);
 MODULE_PARM_DESC(dmabuf_topology_ok, "whether dma-buf attachments pass NVIDIA's PCI topology check (nv_grdma_pci_topology_supported); when not, attach fails with -ENOTSUPP as NVIDIA's does");
 
+static unsigned int put_pages_fail;
+module_param(put_pages_fail, uint, 0644);
+MODULE_PARM_DESC(put_pages_fail, "fail each of the next N nvidia_p2p_put_pages calls of a live pin with -EIO, leaving the pin registered (its free callback still runs when the memory is freed), as NVIDIA's does when its resource manager refuses");
+
+static bool p2p_topology_ok = true;
+module_param(p2p_topology_ok, bool, 0644);
+MODULE_PARM_DESC(p2p_topology_ok, "whether nvidia_p2p_dma_map_pages passes NVIDIA's PCI topology check (nv_grdma_pci_topology_supported); when not, it fails with -ENOTSUPP as NVIDIA's does");
+
 static bool quarantine = !IS_ENABLED(CONFIG_KASAN);
 module_param(quarantine, bool, 0444);
 MODULE_PARM_DESC(quarantine, "keep freed page tables poisoned until unload, so that a later use is caught without KASAN");
 
-/* NVIDIA's resource manager lock: callbacks run under it. */
-static DEFINE_MUTEX(sim_rm_lock);
+/*
+ * NVIDIA's resource manager API lock (g_RmApiLock, an rw_semaphore through
+ * os_acquire_rwlock_write): free callbacks run under it.
+ */
+static DECLARE_RWSEM(sim_rm_lock);
+
+/*
+ * NV_ERR_NOT_SUPPORTED as nvidia_p2p_map_status returns it: the kernel's
+ * internal "operation not supported" (524), which user space cannot name.
+ */
+#define SIM_NV_NOT_SUPPORTED	(-524)
 
 #define SIM_PIN_LIVE	0x6e767032	/* "nvp2" */
 #define SIM_PIN_DEAD	0x6b6b6b6b	/* slab's POISON_FREE */
@@ -141,6 +177,7 @@ struct sim_pin {
 	u64 va;
 	struct nvidia_p2p_page_table pt;
 	struct nvidia_p2p_page *page_structs;
+	struct mutex maplock;		/* mappings */
 	struct list_head mappings;
 	void (*free_callback)(void *data);
 	void *data;
@@ -320,10 +357,13 @@ static void sim_free_mapping(struct sim_mapping *m)
 static void sim_free_pin(struct sim_pin *p)
 {
 	struct sim_mapping *m, *tmp;
+	LIST_HEAD(maps);
 
-	list_for_each_entry_safe(m, tmp, &p->mappings, node)
+	mutex_lock(&p->maplock);
+	list_splice_init(&p->mappings, &maps);
+	mutex_unlock(&p->maplock);
+	list_for_each_entry_safe(m, tmp, &maps, node)
 		sim_free_mapping(m);
-	INIT_LIST_HEAD(&p->mappings);
 	kvfree(p->pt.pages);
 	kvfree(p->page_structs);
 	p->page_structs = NULL;
@@ -340,7 +380,8 @@ static void sim_free_pin(struct sim_pin *p)
 
 /*
  * The pin of a table handed to dma_map_pages or dma_unmap_pages, which
- * dereference it as NVIDIA's do. Called with sim_rm_lock held.
+ * dereference it unlocked, as NVIDIA's do: with quarantine, a freed one is
+ * caught here; without, KASAN catches the read.
  */
 static struct sim_pin *sim_pin_of(struct nvidia_p2p_page_table *pt, const char *fn)
 {
@@ -368,6 +409,7 @@ static struct sim_pin *sim_new_pin(u64 npages)
 		return NULL;
 	}
 	INIT_LIST_HEAD(&p->mappings);
+	mutex_init(&p->maplock);
 	p->magic = SIM_PIN_LIVE;
 	return p;
 }
@@ -392,12 +434,12 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
 	if (!p)
 		return -ENOMEM;
 
-	mutex_lock(&sim_rm_lock);
+	down_write(&sim_rm_lock);
 	spin_lock(&sim->lock);
 	a = sim_find_alloc(va, len);
 	if (!a) {
 		spin_unlock(&sim->lock);
-		mutex_unlock(&sim_rm_lock);
+		up_write(&sim_rm_lock);
 		sim_destroy_pin(p);
 		return -EINVAL;
 	}
@@ -422,7 +464,7 @@ static int sim_get_pages(u64 va, u64 len, struct nvidia_p2p_page_table **out,
 	sim->live_pins++;
 	spin_unlock(&sim->lock);
 	*out = &p->pt;
-	mutex_unlock(&sim_rm_lock);
+	up_write(&sim_rm_lock);
 
 	/*
 	 * Another thread's cudaFree may come between NVIDIA registering the
@@ -468,9 +510,11 @@ EXPORT_SYMBOL(nvidia_p2p_get_pages_persistent);
 
 /*
  * Releases a pin and the DMA mappings left on it. The table is looked up,
- * not dereferenced: one whose free callback has run is gone, and NVIDIA's
- * put_pages fails on it. A free in progress holds sim_rm_lock, so this
- * waits for it.
+ * not dereferenced: a callback pin whose free callback has run is gone, and
+ * NVIDIA's put_pages returns 0 for it (NV_ERR_OBJECT_NOT_FOUND becomes
+ * NV_OK), as for no table at all. A free in progress holds sim_rm_lock, so
+ * this waits for it. The table is freed after the lock is dropped, as
+ * nv_p2p_put_pages frees it after rm_p2p_put_pages returns.
  */
 static int sim_put(uint64_t va, struct nvidia_p2p_page_table *pt,
 		   bool persistent)
@@ -478,22 +522,34 @@ static int sim_put(uint64_t va, struct nvidia_p2p_page_table *pt,
 	struct sim_alloc *a;
 	struct sim_pin *p;
 
-	if (!sim || !pt)
+	if (!sim)
 		return -EINVAL;
-	mutex_lock(&sim_rm_lock);
+	if (!pt)
+		return 0;
+	down_write(&sim_rm_lock);
 	spin_lock(&sim->lock);
 	p = sim_find_pin(pt);
 	if (!p || p->persistent != persistent || p->va != va) {
 		spin_unlock(&sim->lock);
-		mutex_unlock(&sim_rm_lock);
-		return -EINVAL;
+		up_write(&sim_rm_lock);
+		return persistent ? -EINVAL : 0;
+	}
+	if (!persistent && put_pages_fail) {
+		/* RM refused (NV_ERR_INVALID_STATE): the pin stays registered. */
+		put_pages_fail--;
+		spin_unlock(&sim->lock);
+		up_write(&sim_rm_lock);
+		/* NVIDIA WARN_ON()s here; a warning would fail every later test. */
+		pr_notice("nvp2p_sim: nvidia_p2p_put_pages(%#llx) refused (-EIO): the pin stays until its memory is freed\n",
+			  va);
+		return -EIO;
 	}
 	list_del(&p->node);
 	sim->live_pins--;
 	a = p->alloc;
 	spin_unlock(&sim->lock);
+	up_write(&sim_rm_lock);
 	sim_free_pin(p);
-	mutex_unlock(&sim_rm_lock);
 	if (persistent)
 		kref_put(&a->ref, sim_release_alloc);
 	return 0;
@@ -519,6 +575,12 @@ int nvidia_p2p_put_pages_persistent(uint64_t virtual_address,
 EXPORT_SYMBOL(nvidia_p2p_put_pages_persistent);
 #endif
 
+/*
+ * As NVIDIA's: the table is read with no lock (a free that races it is a
+ * use after free, in NVIDIA's driver too); the pages are mapped for the
+ * peer under the API lock, after the topology check; the mapping is linked
+ * to the table under the table's own lock.
+ */
 int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 			     struct nvidia_p2p_page_table *page_table,
 			     struct nvidia_p2p_dma_mapping **dma_mapping)
@@ -528,7 +590,10 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 	u32 i, n;
 	int ret;
 
-	if (!sim || !peer || !page_table || !dma_mapping)
+	if (!sim || !peer || !page_table || !dma_mapping || !page_table->gpu_uuid)
+		return -EINVAL;
+	p = sim_pin_of(page_table, __func__);
+	if (!p)
 		return -EINVAL;
 	n = page_table->entries;
 	m = kzalloc(sizeof(*m), GFP_KERNEL);
@@ -540,18 +605,19 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 		ret = -ENOMEM;
 		goto err_free;
 	}
-	mutex_lock(&sim_rm_lock);
-	p = sim_pin_of(page_table, __func__);
-	if (!p || p->pt.entries != n) {
-		ret = -EINVAL;
-		goto err_unlock;
-	}
+	for (i = 0; i < n; i++)
+		m->pages[i] = (page_table->pages[i]->physical_address - sim->bar) >> SIM_PAGE_SHIFT;
 	m->map.pci_dev = peer;
 	m->offset = dma_offset;
+
+	down_write(&sim_rm_lock);
+	if (!READ_ONCE(p2p_topology_ok)) {
+		ret = SIM_NV_NOT_SUPPORTED;
+		goto err_unlock;
+	}
 	for (i = 0; i < n; i++) {
 		dma_addr_t addr;
 
-		m->pages[i] = (p->page_structs[i].physical_address - sim->bar) >> SIM_PAGE_SHIFT;
 		ret = sim_map_page(&peer->dev, m->pages[i], &addr);
 		if (ret) {
 			sim_unmap_pages(m, i);
@@ -559,19 +625,20 @@ int nvidia_p2p_dma_map_pages(struct pci_dev *peer,
 		}
 		m->map.dma_addresses[i] = addr + m->offset;
 	}
+	up_write(&sim_rm_lock);
+
 	m->map.version = NVIDIA_P2P_DMA_MAPPING_VERSION;
 	m->map.page_size_type = NVIDIA_P2P_PAGE_SIZE_64KB;
 	m->map.entries = n;
 	m->map.private = p;
-	spin_lock(&sim->lock);
+	mutex_lock(&p->maplock);
 	list_add_tail(&m->node, &p->mappings);
-	spin_unlock(&sim->lock);
+	mutex_unlock(&p->maplock);
 	*dma_mapping = &m->map;
-	mutex_unlock(&sim_rm_lock);
 	return 0;
 
 err_unlock:
-	mutex_unlock(&sim_rm_lock);
+	up_write(&sim_rm_lock);
 err_free:
 	kvfree(m->map.dma_addresses);
 	kvfree(m->pages);
@@ -580,6 +647,10 @@ err_free:
 }
 EXPORT_SYMBOL(nvidia_p2p_dma_map_pages);
 
+/*
+ * As NVIDIA's: no API lock; the mapping is unlinked from the table under
+ * the table's lock, and one already gone (freed with its table) is 0.
+ */
 int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 			       struct nvidia_p2p_page_table *page_table,
 			       struct nvidia_p2p_dma_mapping *dma_mapping)
@@ -589,22 +660,19 @@ int nvidia_p2p_dma_unmap_pages(struct pci_dev *peer,
 
 	if (!sim || !peer || !page_table || !dma_mapping)
 		return -EINVAL;
-	mutex_lock(&sim_rm_lock);
 	p = sim_pin_of(page_table, __func__);
-	if (!p) {
-		mutex_unlock(&sim_rm_lock);
+	if (!p)
 		return -EINVAL;
-	}
-	spin_lock(&sim->lock);
+	mutex_lock(&p->maplock);
 	list_for_each_entry(it, &p->mappings, node)
-		if (&it->map == dma_mapping && it->map.pci_dev == peer)
+		if (&it->map == dma_mapping)
 			m = it;
 	if (m)
 		list_del(&m->node);
-	spin_unlock(&sim->lock);
-	mutex_unlock(&sim_rm_lock);
+	mutex_unlock(&p->maplock);
 	if (!m)
-		return -EINVAL;
+		return 0;
+	WARN_ON(m->map.pci_dev != peer);
 	sim_free_mapping(m);
 	return 0;
 }
@@ -761,7 +829,7 @@ static void sim_free_alloc(struct sim_alloc *a)
 	LIST_HEAD(revoke);
 
 	a->freed = true;
-	mutex_lock(&sim_rm_lock);
+	down_write(&sim_rm_lock);
 	spin_lock(&sim->lock);
 	list_del(&a->node);	/* the VA is gone: no new pins */
 	list_for_each_entry_safe(p, tmp, &sim->pins, node) {
@@ -781,7 +849,7 @@ static void sim_free_alloc(struct sim_alloc *a)
 		spin_unlock(&sim->lock);
 		sim_free_pin(p);
 	}
-	mutex_unlock(&sim_rm_lock);
+	up_write(&sim_rm_lock);
 	sim_revoke_dmabufs(a);
 	kref_put(&a->ref, sim_release_alloc);
 }
