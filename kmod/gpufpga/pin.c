@@ -675,7 +675,6 @@ static int gpufpga_pin_errno(struct gpufpga_dev *dev, int ret)
 	case -EOPNOTSUPP:
 	case -EXDEV:
 	case -EKEYREVOKED:
-	case -EPERM:
 	case -ENOSPC:
 	case -ENOMEM:
 	case -EFAULT:
