@@ -272,7 +272,10 @@ struct gpufpga_seg {
  * revoked, before or during the transfer), -E2BIG (more descriptors or
  * segments than the limits), -ETIMEDOUT (the engine stalled; it was halted
  * and @status says why), -EIO (the engine reported an error in @status),
- * -ENODEV (link down), -EINTR (a fatal signal: the caller is being killed).
+ * -ENODEV (link down), -EINTR (a fatal signal: the caller is being killed),
+ * -ECONNRESET (the card was reset, recovered from a PCIe error or went to
+ * sleep while the transfer was queued or ran, or is being reset now: its
+ * engine state was lost; submit it again).
  *
  * @status is every bit the channel's status register reported while the
  * transfer ran (a bit may come in any of several reads), without a BUSY
@@ -392,7 +395,11 @@ struct gpufpga_completion {
  * channel's ALIGNMENTS refuse), -EBUSY (a stream
  * of any file, or transfers queued or running, on the channel), -ENOENT
  * (unknown slot handle), -EKEYREVOKED (a slot's pin was revoked), -E2BIG
- * (too many slots or descriptors), -ENOMEM, -ENODEV (link down).
+ * (too many slots or descriptors), -ENOMEM, -ENODEV (link down),
+ * -ECONNRESET (the card is being reset). A running stream that a reset,
+ * PCIe error recovery or system sleep interrupts ends with a STREAM_END
+ * record whose error is -ECONNRESET: the slots filled before it were
+ * reported, and user space starts the stream again.
  */
 struct gpufpga_stream {
 	__u32 channel;
