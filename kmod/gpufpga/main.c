@@ -101,8 +101,19 @@ MODULE_PARM_DESC(interrupts, "interrupt kind to use: auto (MSI-X, else MSI, else
 
 /* NVIDIA's free callback waits this long with NVIDIA's locks held: bounded. */
 #define GPUFPGA_MAX_REVOKE_WAIT_MS	100
+
+static int gpufpga_set_revoke_wait_ms(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 0, GPUFPGA_MAX_REVOKE_WAIT_MS);
+}
+
+static const struct kernel_param_ops gpufpga_revoke_wait_ms_ops = {
+	.set = gpufpga_set_revoke_wait_ms,
+	.get = param_get_uint,
+};
+
 unsigned int gpufpga_revoke_wait_ms = 20;
-module_param_named(revoke_wait_ms, gpufpga_revoke_wait_ms, uint, 0444);
+module_param_cb(revoke_wait_ms, &gpufpga_revoke_wait_ms_ops, &gpufpga_revoke_wait_ms, 0444);
 MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted (at most 100)");
 
 unsigned long gpufpga_card_mem_size;
@@ -805,14 +816,6 @@ static int __init gpufpga_init(void)
 {
 	int ret;
 
-	if (!gpufpga_max_descs || gpufpga_max_descs > 65536) {
-		pr_err("gpufpga: max_descs must be 1 to 65536\n");
-		return -EINVAL;
-	}
-	if (gpufpga_revoke_wait_ms > GPUFPGA_MAX_REVOKE_WAIT_MS) {
-		pr_err("gpufpga: revoke_wait_ms must be at most %u\n", GPUFPGA_MAX_REVOKE_WAIT_MS);
-		return -EINVAL;
-	}
 	gpufpga_wq = alloc_workqueue("gpufpga", WQ_UNBOUND | WQ_HIGHPRI, 0);
 	if (!gpufpga_wq)
 		return -ENOMEM;

@@ -348,7 +348,13 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool r
 	else
 		gpufpga_chan_run(ch, control, 0);
 	trace_gpufpga_xfer_submit(dev->id, r->id, ch->dir, ch->index, r->total, r->nsegs);
-	mod_delayed_work(gpufpga_wq, &ch->work, r->timeout);
+	/*
+	 * A watchdog armed no later than this deadline re-arms itself for it
+	 * (gpufpga_xfer_watchdog): most starts leave the timer alone.
+	 */
+	if (!delayed_work_pending(&ch->work) ||
+	    time_after(READ_ONCE(ch->work.timer.expires), ch->deadline))
+		mod_delayed_work(gpufpga_wq, &ch->work, r->timeout);
 }
 
 /*
