@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -91,6 +92,32 @@ type fuzzer struct {
 	// The device's name: a rebound device gets a new one while files of
 	// the old one are open.
 	name atomic.Pointer[string]
+	// GPU memory every worker pins and frees: frees race pins of it.
+	shared [sharedAllocs]atomic.Pointer[simgpu.Alloc]
+	// Host memory every worker pins, in overlapping ranges and several
+	// times in one page (hostShared).
+	host hostShared
+	// Descriptors that the dup2 thread replaces under the workers' calls.
+	slots [dupSlots]atomic.Int32
+}
+
+const (
+	sharedAllocs = 3
+	dupSlots     = 2
+	// maxSharedPins bounds the pins of one shared host region: the
+	// DMA-API checker takes more than 7 live mappings of one cacheline
+	// (ACTIVE_CACHELINE_MAX_OVERLAP) for a leak.
+	maxSharedPins = 6
+)
+
+// hostShared is host memory that all workers pin, whole or in parts that
+// overlap, down to disjoint bytes of one page; it is replaced by fresh
+// memory (the pins keep the old pages) once it has been pinned
+// maxSharedPins times.
+type hostShared struct {
+	mu   sync.Mutex
+	mem  []byte
+	pins int
 }
 
 func (z *fuzzer) path() string { return "/dev/" + *z.name.Load() }
@@ -127,11 +154,18 @@ type worker struct {
 	handles []uint64 // handles seen, live or not
 	ids     []uint64 // async transfer ids seen
 	efd     int
+	unpriv  bool       // without CAP_SYS_RAWIO: revocable GPU pins get EPERM
 	pages   [16]uint64 // QUERY's table
 	release [2]uint32  // STREAM_RELEASE's slots
 }
 
-func (w *worker) fd() int { return w.fds[w.rng.IntN(len(w.fds))] }
+func (w *worker) fd() int {
+	if w.rng.IntN(4) == 0 {
+		// One the dup2 thread replaces, maybe while this call runs.
+		return int(w.z.slots[w.rng.IntN(dupSlots)].Load())
+	}
+	return w.fds[w.rng.IntN(len(w.fds))]
+}
 
 func (w *worker) handle() uint64 {
 	if len(w.handles) == 0 || w.rng.IntN(8) == 0 {
@@ -153,25 +187,105 @@ func (w *worker) alloc() *simgpu.Alloc {
 	return w.allocs[i]
 }
 
+// sharedAlloc is one of the GPU allocations all workers share, made if
+// its slot is empty.
+func (w *worker) sharedAlloc() *simgpu.Alloc {
+	slot := &w.z.shared[w.rng.IntN(sharedAllocs)]
+	if a := slot.Load(); a != nil {
+		return a
+	}
+	a, err := w.z.gpu.Alloc(uint64(1+w.rng.IntN(8))<<16, simgpu.Pattern(w.rng.IntN(3)), w.rng.Uint32())
+	w.z.count("alloc", err)
+	if err != nil {
+		return nil
+	}
+	if !slot.CompareAndSwap(nil, a) {
+		w.z.count("free", a.Free())
+		return slot.Load()
+	}
+	return a
+}
+
+// freeShared frees a shared allocation, while other workers may be
+// pinning it.
+func (w *worker) freeShared() {
+	if a := w.z.shared[w.rng.IntN(sharedAllocs)].Swap(nil); a != nil {
+		w.z.count("free-shared", a.Free())
+	}
+}
+
 func (w *worker) pin() {
 	le := binary.LittleEndian
 	b := make([]byte, sizePin)
 	kind := []uint32{pinGPU, pinHost}[w.rng.IntN(2)]
 	var addr, n uint64
+	op := "pin"
+	persistent := false
+	fd := int32(-1)
 	if kind == pinGPU {
 		a := w.alloc()
+		shared := w.rng.IntN(2) == 0
+		if shared {
+			a = w.sharedAlloc()
+		}
 		if a == nil {
 			return
 		}
 		off := uint64(w.rng.IntN(int(a.Size)))
 		addr, n = a.VA+off, 1+uint64(w.rng.IntN(int(a.Size-off)))
-		if w.rng.IntN(4) == 0 {
-			le.PutUint32(b[4:], 1) // persistent
+		persistent = w.rng.IntN(4) == 0
+		if shared && !w.unpriv {
+			// A revocable pin racing a free of its memory is NVIDIA's
+			// own window (a use after free in nvidia_p2p_dma_map_pages):
+			// only unprivileged threads, which get EPERM, try one here.
+			persistent = w.rng.IntN(2) == 0
+			if !persistent {
+				// Through a dma-buf, which holds the memory.
+				f, err := a.ExportDmabuf(a.VA, a.Size)
+				w.z.count("export", err)
+				if err != nil {
+					return
+				}
+				defer f.Close()
+				kind, fd, addr, op = pinDmabuf, int32(f.Fd()), off, "pin-dmabuf"
+			}
 		}
+		if shared {
+			op += "-shared"
+		}
+		if persistent {
+			le.PutUint32(b[4:], 1)
+		}
+	} else if w.rng.IntN(2) == 0 {
+		w.z.host.mu.Lock()
+		defer w.z.host.mu.Unlock()
+		if w.z.host.mem == nil || w.z.host.pins >= maxSharedPins {
+			if w.z.host.mem != nil {
+				unix.Munmap(w.z.host.mem) // the pins keep their pages
+			}
+			mem, err := unix.Mmap(-1, 0, hostPinBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+			w.z.count("mmap", err)
+			if err != nil {
+				w.z.host.mem = nil
+				return
+			}
+			w.z.host.mem, w.z.host.pins = mem, 0
+		}
+		w.z.host.pins++
+		base := uint64(uintptr(unsafe.Pointer(&w.z.host.mem[0])))
+		if w.rng.IntN(2) == 0 {
+			// A few bytes of one page, which other pins share.
+			page := uint64(w.rng.IntN(hostPinBytes/4096)) * 4096
+			off := uint64(w.rng.IntN(4000))
+			addr, n = base+page+off, 1+uint64(w.rng.IntN(int(4096-off)))
+		} else {
+			off := uint64(w.rng.IntN(hostPinBytes))
+			addr, n = base+off, 1+uint64(w.rng.IntN(hostPinBytes-int(off)))
+		}
+		op = "pin-host-shared"
 	} else {
 		// Fresh memory for each host pin, unmapped again once pinned (the
-		// pin keeps its pages): the DMA-API debug checker takes more than
-		// 7 live bidirectional mappings of one cacheline for a leak.
+		// pin keeps its pages).
 		host, err := unix.Mmap(-1, 0, hostPinBytes, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
 		if err != nil {
 			w.z.count("mmap", err)
@@ -182,21 +296,85 @@ func (w *worker) pin() {
 		addr = uint64(uintptr(unsafe.Pointer(&host[0]))) + off
 		n = 1 + uint64(w.rng.IntN(len(host)-int(off)))
 	}
-	if w.rng.IntN(64) == 0 {
+	mangled := w.rng.IntN(64) == 0
+	if mangled {
 		kind = []uint32{0, pinDmabuf + 1}[w.rng.IntN(2)] // no kind, or past the last
 	}
 	le.PutUint32(b[0:], kind)
 	le.PutUint64(b[8:], addr)
 	le.PutUint64(b[16:], n)
-	le.PutUint32(b[24:], ^uint32(0))
+	le.PutUint32(b[24:], uint32(fd))
 	err := ioctl(w.fd(), ioc(iocRW, nrPin, sizePin), b)
-	w.z.count("pin", err)
+	w.z.count(op, err)
+	// ENODEV: the file's device was unbound, which every call checks first.
+	if w.unpriv && kind == pinGPU && !persistent && !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENODEV) {
+		w.z.t.Errorf("revocable GPU pin without CAP_SYS_RAWIO: %v, want EPERM", err)
+	}
 	if err == nil {
 		w.handles = append(w.handles, le.Uint64(b[32:]))
 		if len(w.handles) > 64 {
 			w.handles = w.handles[1:]
 		}
 	}
+}
+
+// streamRace starts a stream on a file of its own and ends it three ways
+// at once: its memory freed (the pin revoked: the stream ends by itself),
+// STREAM_STOP (a stream's Close), and the file closed, from three threads.
+func (w *worker) streamRace() {
+	le := binary.LittleEndian
+	fd, err := unix.Open(w.z.path(), unix.O_RDWR|unix.O_CLOEXEC, 0)
+	w.z.count("open", err)
+	if err != nil {
+		return
+	}
+	a, err := w.z.gpu.Alloc(4<<16, simgpu.Pattern(w.rng.IntN(3)), w.rng.Uint32())
+	w.z.count("alloc", err)
+	if err != nil {
+		unix.Close(fd)
+		return
+	}
+	b := make([]byte, sizePin)
+	le.PutUint32(b[0:], pinGPU)
+	if w.unpriv {
+		le.PutUint32(b[4:], 1) // persistent: the free waits for the unpin
+	}
+	le.PutUint64(b[8:], a.VA)
+	le.PutUint64(b[16:], a.Size)
+	le.PutUint32(b[24:], ^uint32(0))
+	err = ioctl(fd, ioc(iocRW, nrPin, sizePin), b)
+	w.z.count("stream-race-pin", err)
+	if err == nil {
+		h := le.Uint64(b[32:])
+		n := 2 + w.rng.IntN(3)
+		slots := make([]uint64, 3*n)
+		for i := 0; i < n; i++ {
+			slots[3*i], slots[3*i+1], slots[3*i+2] = h, uint64(i)<<16, 1<<16
+		}
+		s := make([]byte, sizeStream)
+		le.PutUint32(s[0:], 1)
+		le.PutUint32(s[4:], uint32(n))
+		le.PutUint64(s[8:], uint64(uintptr(unsafe.Pointer(&slots[0]))))
+		w.z.count("stream-race-start", ioctl(fd, ioc(iocW, nrStreamStart, sizeStream), s))
+		runtime.KeepAlive(slots)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		w.z.count("stream-race-free", a.Free())
+	}()
+	stopFirst := w.rng.IntN(2) == 0
+	go func() {
+		defer wg.Done()
+		if stopFirst {
+			b := make([]byte, sizeStop)
+			le.PutUint32(b[0:], 1)
+			w.z.count("stream-race-stop", ioctl(fd, ioc(iocW, nrStop, sizeStop), b))
+		}
+		w.z.count("close", unix.Close(fd))
+	}()
+	wg.Wait()
 }
 
 func (w *worker) xfer(async bool) {
@@ -303,6 +481,8 @@ func (w *worker) read() {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
 	_, err := unix.Poll(fds, 0)
 	w.z.count("poll", err)
+	// A worker's own file is made non-blocking here; a shared one was
+	// opened so, as the dup2 thread may swap it in between.
 	_ = unix.SetNonblock(fd, true)
 	_, err = unix.Read(fd, buf[:sizeCompletion*(1+w.rng.IntN(8))])
 	if errors.Is(err, unix.EAGAIN) {
@@ -418,10 +598,14 @@ func (w *worker) step() {
 		w.cancel()
 	case r < 72:
 		w.read()
-	case r < 82:
+	case r < 80:
 		w.stream()
-	case r < 86:
+	case r < 81:
+		w.streamRace()
+	case r < 84:
 		w.free()
+	case r < 86:
+		w.freeShared()
 	case r < 88:
 		w.reopen()
 	default:
@@ -533,11 +717,20 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		t.Fatal(err)
 	}
 	z.name.Store(&name)
+	dmaErrors := dmaDebugAllErrors(t)
+	for i := range z.slots {
+		fd, err := unix.Open(z.path(), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		z.slots[i].Store(int32(fd))
+	}
 
 	var wg sync.WaitGroup
 	errs := make(chan error, workers+1)
 	for i := range workers {
-		w := &worker{z: z, rng: rand.New(rand.NewPCG(seed, uint64(i))), allocs: make([]*simgpu.Alloc, allocsEa)}
+		// Worker 0 runs without CAP_SYS_RAWIO.
+		w := &worker{z: z, rng: rand.New(rand.NewPCG(seed, uint64(i))), allocs: make([]*simgpu.Alloc, allocsEa), unpriv: i == 0}
 		if w.efd, err = unix.Eventfd(0, unix.EFD_NONBLOCK|unix.EFD_CLOEXEC); err != nil {
 			t.Fatal(err)
 		}
@@ -551,7 +744,14 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Never unlocked: the thread ends with the goroutine, and
+			// its capabilities with it.
 			runtime.LockOSThread()
+			if w.unpriv {
+				if err := dropCapability(unix.CAP_SYS_RAWIO); err != nil {
+					errs <- err
+				}
+			}
 			for {
 				n := z.ops.Add(1)
 				if n > total {
@@ -565,6 +765,31 @@ func TestConcurrentABIFuzz(t *testing.T) {
 			w.close()
 		}()
 	}
+	// Replace the shared descriptors under the workers' calls: dup2 of a
+	// fresh file, or of the other slot's, onto each.
+	dupDone := make(chan struct{})
+	go func() {
+		defer close(dupDone)
+		rng := rand.New(rand.NewPCG(seed, 98))
+		for z.ops.Load() < total {
+			i := rng.IntN(dupSlots)
+			var nfd int
+			var err error
+			if rng.IntN(4) == 0 {
+				nfd, err = unix.FcntlInt(uintptr(z.slots[1-i].Load()), unix.F_DUPFD_CLOEXEC, 0)
+			} else {
+				nfd, err = unix.Open(z.path(), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+			}
+			z.count("dup2-open", err)
+			if err != nil {
+				time.Sleep(time.Millisecond) // unbound: wait for the rebind
+				continue
+			}
+			z.count("dup2", unix.Dup3(nfd, int(z.slots[i].Load()), unix.O_CLOEXEC))
+			unix.Close(nfd)
+			time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
+		}
+	}()
 	// Unbind and rebind the device a few times while the workers run.
 	done := make(chan struct{})
 	go func() {
@@ -584,8 +809,29 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		}
 		close(done)
 	}()
-	wg.Wait()
-	<-done
+	finished := make(chan struct{})
+	go func() {
+		wg.Wait()
+		<-done
+		<-dupDone
+		close(finished)
+	}()
+	select {
+	case <-finished:
+	case <-time.After(stuckAfter):
+		dumpStuck(t)
+	}
+	for i := range z.slots {
+		z.count("close", unix.Close(int(z.slots[i].Load())))
+	}
+	for i := range z.shared {
+		if a := z.shared[i].Swap(nil); a != nil {
+			z.count("free-shared", a.Free())
+		}
+	}
+	if z.host.mem != nil {
+		unix.Munmap(z.host.mem)
+	}
 	z.children.Wait()
 	close(errs)
 	for err := range errs {
@@ -606,7 +852,81 @@ func TestConcurrentABIFuzz(t *testing.T) {
 		}
 	}
 	checkNothingLeft(t, gpu, *z.name.Load())
+	checkDMADebug(t, dmaErrors)
 	guest.CheckDmesg(t)
+}
+
+// stuckAfter is how long the workers may take to finish their last
+// operations before the fuzzer takes them for hung and dumps every kernel
+// and Go stack: a diagnosis, far past any pace of the slowest kernel, so
+// that a hang fails with its stacks instead of the package's timeout.
+const stuckAfter = 8 * time.Minute
+
+// dumpStuck logs the kernel stacks of blocked tasks and panics with every
+// goroutine's stack.
+func dumpStuck(t *testing.T) {
+	_ = os.WriteFile("/proc/sysrq-trigger", []byte("w"), 0)
+	log, _ := guest.Dmesg()
+	lines := strings.Split(log, "\n")
+	t.Logf("workers stuck; blocked tasks:\n%s", strings.Join(lines[max(0, len(lines)-400):], "\n"))
+	debug.SetTraceback("all")
+	panic("abifuzz: workers did not finish")
+}
+
+const dmaDebug = "/sys/kernel/debug/dma-api/"
+
+// dmaDebugAllErrors makes the DMA-API checker (the debug kernel's) report
+// every error, not only the first of the boot, and returns its error
+// count so far; -1 without the checker.
+func dmaDebugAllErrors(t *testing.T) int {
+	if _, err := os.Stat(dmaDebug); err != nil {
+		t.Log("no DMA-API checker on this kernel")
+		return -1
+	}
+	if err := os.WriteFile(dmaDebug+"all_errors", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	return dmaDebugValue(t, "error_count")
+}
+
+func dmaDebugValue(t *testing.T, name string) int {
+	b, err := os.ReadFile(dmaDebug + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		t.Fatalf("%s%s: %v", dmaDebug, name, err)
+	}
+	return n
+}
+
+// checkDMADebug fails the test if the DMA-API checker counted an error,
+// before the fuzzer or during it, or gave up (out of entries, it disables
+// itself and checks nothing more).
+func checkDMADebug(t *testing.T, before int) {
+	if before < 0 {
+		return
+	}
+	if n := dmaDebugValue(t, "error_count"); n != 0 {
+		t.Errorf("DMA-API checker: %d errors (%d before the fuzzer)", n, before)
+	}
+	if dmaDebugValue(t, "disabled") != 0 {
+		t.Error("DMA-API checker disabled itself (out of entries?): the run was not checked")
+	}
+	t.Logf("DMA-API checker: no errors, %d entries free at least", dmaDebugValue(t, "min_free_entries"))
+}
+
+// dropCapability removes c from the calling thread's effective set;
+// Linux keeps capabilities per thread, and the caller's is locked.
+func dropCapability(c int) error {
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return err
+	}
+	data[c/32].Effective &^= 1 << (c % 32)
+	return unix.Capset(&hdr, &data[0])
 }
 
 // TestZZKmemleak scans for leaks once the fuzzer's modules are unloaded.
