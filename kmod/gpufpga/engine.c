@@ -188,11 +188,30 @@ void gpufpga_dev_program(struct gpufpga_dev *dev)
  */
 void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 {
+	struct gpufpga_chan *ch;
+	int ci;
+
 	WRITE_ONCE(dev->resetting, true);
-	if (frozen)
+	if (frozen) {
+		/*
+		 * The link may still be up until the core resets the slot:
+		 * with the engines not halted, nothing they do may reach
+		 * memory that is let go below. Restoring the saved state
+		 * turns bus mastering on again.
+		 */
+		pci_clear_master(dev->pdev);
 		WRITE_ONCE(dev->offline, true);
+	}
 	/* Submitters check resetting under ch->lock, which this takes after. */
 	gpufpga_chan_stop_all(dev, NULL, NULL, -ECONNRESET);
+	if (!READ_ONCE(dev->offline) && !READ_ONCE(dev->link_down)) {
+		/* A halt's late status must not hold a level interrupt up. */
+		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C,
+			      ~0U);
+		gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE);
+		gpufpga_for_each_chan(dev, ch, ci)
+			gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
+	}
 	WRITE_ONCE(dev->offline, true);
 }
 

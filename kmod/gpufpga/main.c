@@ -682,6 +682,8 @@ static void gpufpga_reset_done(struct pci_dev *pdev)
 	trace_gpufpga_lifecycle(dev->id, "reset_done", ret);
 	if (ret)
 		dev_err(&pdev->dev, "does not answer after a reset (%d)\n", ret);
+	else
+		pci_save_state(pdev);	/* the restore used up the saved state */
 }
 
 /*
@@ -723,6 +725,8 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 	pci_save_state(pdev);
 	dev->resets++;
 	trace_gpufpga_lifecycle(dev->id, "slot_reset", 0);
+	if (ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0)) >> 20 != XDMA_ID_SUBSYSTEM)
+		return PCI_ERS_RESULT_DISCONNECT;
 	return PCI_ERS_RESULT_RECOVERED;
 }
 
@@ -734,6 +738,8 @@ static void gpufpga_error_resume(struct pci_dev *pdev)
 	trace_gpufpga_lifecycle(dev->id, "resume", ret);
 	if (ret)
 		dev_err(&pdev->dev, "does not answer after error recovery (%d)\n", ret);
+	else
+		pci_save_state(pdev);
 }
 
 static const struct pci_error_handlers gpufpga_err_handlers = {
@@ -768,6 +774,8 @@ static int gpufpga_resume(struct device *d)
 
 	dev->resets++;
 	trace_gpufpga_lifecycle(dev->id, "resume", ret);
+	if (!ret)
+		pci_save_state(to_pci_dev(d));	/* for a later error recovery */
 	return ret;
 }
 

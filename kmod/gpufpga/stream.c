@@ -140,6 +140,9 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u32 count, n, slot, d, status, len;
 
+	/* Offline, the count reads 0: nothing is known to have filled. */
+	if (READ_ONCE(ch->dev->offline))
+		return 0;
 	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	if (ch->dev->link_down)
 		return 0;
