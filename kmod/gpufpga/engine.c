@@ -191,6 +191,9 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 	struct gpufpga_chan *ch;
 	int ci;
 
+	mutex_lock(&dev->lifecycle_lock);
+	dev->quiesced++;
+	mutex_unlock(&dev->lifecycle_lock);
 	WRITE_ONCE(dev->resetting, true);
 	if (frozen) {
 		/*
@@ -215,14 +218,8 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 	WRITE_ONCE(dev->offline, true);
 }
 
-/*
- * The function is back, its engine at its reset values (or, after an
- * error that needed no reset, as the halts left it): every register is
- * programmed again, as at probe, and new work is taken. Every chain the
- * engine runs from here on starts at an address programmed here. Returns
- * -ENODEV where the function does not answer or was given up on.
- */
-int gpufpga_dev_restart(struct gpufpga_dev *dev)
+/* Programs the function again, as gpufpga_dev_restart says. */
+static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
 	u32 id;
@@ -247,6 +244,26 @@ int gpufpga_dev_restart(struct gpufpga_dev *dev)
 	gpufpga_dev_program(dev);
 	WRITE_ONCE(dev->resetting, false);
 	return 0;
+}
+
+/*
+ * The function is back, its engine at its reset values (or, after an
+ * error that needed no reset, as the halts left it): every register is
+ * programmed again, as at probe, and new work is taken. Every chain the
+ * engine runs from here on starts at an address programmed here, once
+ * every event that quiesced the function has ended. Returns -ENODEV where
+ * the function does not answer or was given up on.
+ */
+int gpufpga_dev_restart(struct gpufpga_dev *dev)
+{
+	int ret;
+
+	mutex_lock(&dev->lifecycle_lock);
+	if (dev->quiesced > 0)
+		dev->quiesced--;
+	ret = dev->quiesced ? 0 : gpufpga_dev_reprogram(dev);
+	mutex_unlock(&dev->lifecycle_lock);
+	return ret;
 }
 
 /*

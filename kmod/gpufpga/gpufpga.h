@@ -5,6 +5,7 @@
  * Lock order, outermost first:
  *   gpufpga_dev.ioctl_rwsem     ioctls (read) against device removal (write)
  *   gpufpga_dev.files_lock      the device's open files
+ *   gpufpga_dev.lifecycle_lock  resets and sleeps under way (mutex)
  *   gpufpga_file.lock (mutex)   the file's pins and async requests
  *   NVIDIA's own locks          held by NVIDIA around its free callback
  *   gpufpga_chan.mutex          halting the channel's engine (may sleep)
@@ -207,6 +208,12 @@ struct gpufpga_dev {
 	 */
 	bool resetting;
 	bool offline;
+	/*
+	 * Events under way that took the function (a sysfs reset may come
+	 * inside an AER recovery): the last one's restart brings it back.
+	 */
+	struct mutex lifecycle_lock;	/* quiesced */
+	int quiesced;
 	u32 resets;			/* engine state lost and reprogrammed */
 	u32 errors;			/* AER errors reported to the driver */
 	/* Removed, and every record it will post queued: read() ends. */

@@ -529,6 +529,7 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&dev->files_lock);
 	INIT_LIST_HEAD(&dev->files);
 	init_rwsem(&dev->ioctl_rwsem);
+	mutex_init(&dev->lifecycle_lock);
 	dev->id = ida_alloc(&gpufpga_ida, GFP_KERNEL);
 	if (dev->id < 0) {
 		ret = dev->id;
