@@ -222,13 +222,11 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
-	u32 id;
 	int ci;
 
 	if (dev->dead)
 		return -ENODEV;
-	id = ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0));
-	if (id >> 20 != XDMA_ID_SUBSYSTEM) {
+	if (!gpufpga_answers(dev)) {
 		WRITE_ONCE(dev->link_down, true);
 		return -ENODEV;
 	}
@@ -305,6 +303,16 @@ struct gpufpga_ring *gpufpga_chan_idle_ring(struct gpufpga_chan *ch)
 	return &ch->rings[ch->cur];
 }
 
+/* Sets RUN on the chain the descriptor registers name. Under ch->lock. */
+static void gpufpga_chan_go(struct gpufpga_chan *ch, u32 control)
+{
+	ch->status_seen = 0;
+	ch->runs++;
+	/* The chain is in coherent memory; order it before RUN. */
+	wmb();
+	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), control);
+}
+
 /*
  * Starts the chain built into the ring the engine ran last: the
  * descriptor address stands, so two register writes. Called with ch->lock
@@ -314,11 +322,7 @@ void gpufpga_chan_rerun(struct gpufpga_chan *ch, u32 control)
 {
 	gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ),
 		      ch->rings[ch->cur].first_adj);
-	ch->status_seen = 0;
-	ch->runs++;
-	/* The chain is in coherent memory; order it before RUN. */
-	wmb();
-	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), control);
+	gpufpga_chan_go(ch, control);
 }
 
 /*
@@ -344,11 +348,7 @@ void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits)
 				      upper_32_bits(ring->bus));
 		gpufpga_write(dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ), ring->first_adj);
 	}
-	ch->status_seen = 0;
-	ch->runs++;
-	/* The chain is in coherent memory; order it before RUN. */
-	wmb();
-	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), control);
+	gpufpga_chan_go(ch, control);
 }
 
 /* Grants a stream n more descriptors. Called with ch->lock held. */

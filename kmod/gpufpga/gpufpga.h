@@ -371,6 +371,7 @@ struct gpufpga_req {
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off);
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val);
 int gpufpga_regs_init(struct gpufpga_dev *dev);
+bool gpufpga_answers(struct gpufpga_dev *dev);
 int gpufpga_discover_channels(struct gpufpga_dev *dev);
 
 /* engine.c */

@@ -726,7 +726,7 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 	pci_save_state(pdev);
 	dev->resets++;
 	trace_gpufpga_lifecycle(dev->id, "slot_reset", 0);
-	if (ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0)) >> 20 != XDMA_ID_SUBSYSTEM)
+	if (!gpufpga_answers(dev))
 		return PCI_ERS_RESULT_DISCONNECT;
 	return PCI_ERS_RESULT_RECOVERED;
 }

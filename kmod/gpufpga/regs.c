@@ -44,6 +44,12 @@ void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val)
 		iowrite32(val, dev->bar + off);
 }
 
+/* Whether the BAR answers with the XDMA identifier, offline or not. */
+bool gpufpga_answers(struct gpufpga_dev *dev)
+{
+	return ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0)) >> 20 == XDMA_ID_SUBSYSTEM;
+}
+
 /* Finds the BAR whose config block carries the XDMA identifier. */
 int gpufpga_regs_init(struct gpufpga_dev *dev)
 {
