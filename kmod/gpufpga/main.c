@@ -155,6 +155,16 @@ void gpufpga_dev_release(struct kref *ref)
 	kfree(dev);
 }
 
+/* What INFO reports of the device's lifecycle (GPUFPGA_DEV_*). */
+static u32 gpufpga_dev_state(struct gpufpga_dev *dev)
+{
+	if (READ_ONCE(dev->link_down) || READ_ONCE(dev->dead))
+		return GPUFPGA_DEV_OFFLINE;
+	if (READ_ONCE(dev->resetting))
+		return GPUFPGA_DEV_RECOVERING;
+	return GPUFPGA_DEV_READY;
+}
+
 static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_dev *dev = f->dev;
@@ -185,6 +195,7 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 	a.max_pinned_total = gpufpga_max_pinned_total;
 	a.pinned_total = atomic64_read(&dev->pinned_total);
 	a.max_queued = gpufpga_max_queued;
+	a.state = gpufpga_dev_state(dev);
 	a.resets = READ_ONCE(dev->resets);
 	a.errors = READ_ONCE(dev->errors);
 	return gpufpga_copy_out(arg, size, &a, sizeof(a));

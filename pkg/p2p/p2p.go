@@ -282,11 +282,39 @@ type Info struct {
 	PinnedTotal      uint64
 	DefaultTimeoutMS uint32
 	MaxQueued        uint32
+	// State is whether the device takes work now.
+	State DeviceState
 	// Resets counts the times the card lost its engine state since the
 	// driver bound it (a function or bus reset, AER recovery, system
 	// sleep); what ran then failed with ErrReset. Errors counts the
 	// uncorrectable PCIe (AER) errors reported to the driver.
 	Resets, Errors uint32
+}
+
+// DeviceState is where the device is in its lifecycle.
+type DeviceState uint32
+
+const (
+	// DeviceReady takes work.
+	DeviceReady DeviceState = devReady
+	// DeviceRecovering is being reset, recovered from a PCIe error or
+	// put to sleep; work fails with ErrReset until it is ready again.
+	DeviceRecovering DeviceState = devRecovering
+	// DeviceOffline does not answer on the bus; work fails with
+	// ErrDeviceGone until a reset or a rebind brings it back.
+	DeviceOffline DeviceState = devOffline
+)
+
+func (s DeviceState) String() string {
+	switch s {
+	case DeviceReady:
+		return "ready"
+	case DeviceRecovering:
+		return "recovering"
+	case DeviceOffline:
+		return "offline"
+	}
+	return fmt.Sprintf("DeviceState(%d)", uint32(s))
 }
 
 // Supports reports whether pins of kind k are available.
@@ -320,7 +348,7 @@ func (d *Device) Info() (Info, error) {
 		MaxDescLen: a.Max_desc_len, MaxDescs: a.Max_descs, MaxSegs: a.Max_segs, MaxPins: a.Max_pins,
 		MaxPinned: a.Max_pinned, MaxPinnedTotal: a.Max_pinned_total, PinnedTotal: a.Pinned_total,
 		DefaultTimeoutMS: a.Default_timeout_ms, MaxQueued: a.Max_queued,
-		Resets: a.Resets, Errors: a.Errors,
+		State: DeviceState(a.State), Resets: a.Resets, Errors: a.Errors,
 	}
 	for dir, flags := range [2][maxChannels]uint32{a.H2c, a.C2h} {
 		for i, f := range flags {

@@ -29,6 +29,10 @@ const (
 	pinStateActive    = C.GPUFPGA_PIN_ACTIVE
 	pinStateRevoked   = C.GPUFPGA_PIN_REVOKED
 
+	devReady      = C.GPUFPGA_DEV_READY
+	devRecovering = C.GPUFPGA_DEV_RECOVERING
+	devOffline    = C.GPUFPGA_DEV_OFFLINE
+
 	xferFlagAsync = C.GPUFPGA_XFER_ASYNC
 	xferFlagPoll  = C.GPUFPGA_XFER_POLL
 

@@ -23,6 +23,10 @@ const (
 	pinStateActive    = 0x0
 	pinStateRevoked   = 0x1
 
+	devReady      = 0x0
+	devRecovering = 0x1
+	devOffline    = 0x2
+
 	xferFlagAsync = 0x1
 	xferFlagPoll  = 0x2
 
@@ -60,7 +64,7 @@ type (
 		Max_pinned_total   uint64
 		Pinned_total       uint64
 		Max_queued         uint32
-		Pad                uint32
+		State              uint32
 		Resets             uint32
 		Errors             uint32
 		Reserved           [2]uint64

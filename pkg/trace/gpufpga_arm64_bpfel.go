@@ -49,6 +49,7 @@ const (
 	gpufpgaMapStats          = "stats"
 	gpufpgaProgOnComplete    = "on_complete"
 	gpufpgaProgOnError       = "on_error"
+	gpufpgaProgOnLifecycle   = "on_lifecycle"
 	gpufpgaProgOnPin         = "on_pin"
 	gpufpgaProgOnRevoke      = "on_revoke"
 	gpufpgaProgOnStreamEnd   = "on_stream_end"
@@ -104,6 +105,7 @@ type gpufpgaSpecs struct {
 type gpufpgaProgramSpecs struct {
 	OnComplete    *ebpf.ProgramSpec `ebpf:"on_complete"`
 	OnError       *ebpf.ProgramSpec `ebpf:"on_error"`
+	OnLifecycle   *ebpf.ProgramSpec `ebpf:"on_lifecycle"`
 	OnPin         *ebpf.ProgramSpec `ebpf:"on_pin"`
 	OnRevoke      *ebpf.ProgramSpec `ebpf:"on_revoke"`
 	OnStreamEnd   *ebpf.ProgramSpec `ebpf:"on_stream_end"`
@@ -180,6 +182,7 @@ type gpufpgaVariables struct {
 type gpufpgaPrograms struct {
 	OnComplete    *ebpf.Program `ebpf:"on_complete"`
 	OnError       *ebpf.Program `ebpf:"on_error"`
+	OnLifecycle   *ebpf.Program `ebpf:"on_lifecycle"`
 	OnPin         *ebpf.Program `ebpf:"on_pin"`
 	OnRevoke      *ebpf.Program `ebpf:"on_revoke"`
 	OnStreamEnd   *ebpf.Program `ebpf:"on_stream_end"`
@@ -193,6 +196,7 @@ func (p *gpufpgaPrograms) Close() error {
 	return _GpufpgaClose(
 		p.OnComplete,
 		p.OnError,
+		p.OnLifecycle,
 		p.OnPin,
 		p.OnRevoke,
 		p.OnStreamEnd,

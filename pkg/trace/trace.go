@@ -115,6 +115,11 @@ const (
 	EventError
 	EventStreamStart
 	EventStreamEnd
+	// EventLifecycle is a reset, PCIe error or sleep of the card, named
+	// by Op (reset_prepare, reset_done, error_detected, slot_reset,
+	// resume, suspend); Status is error_detected's PCI channel state (1
+	// non-fatal, 2 fatal, 3 permanent failure), Err a failed restart's.
+	EventLifecycle
 )
 
 func (t EventType) String() string {
@@ -133,6 +138,8 @@ func (t EventType) String() string {
 		return "stream-start"
 	case EventStreamEnd:
 		return "stream-end"
+	case EventLifecycle:
+		return "lifecycle"
 	}
 	return fmt.Sprintf("event(%d)", uint32(t))
 }
@@ -151,7 +158,7 @@ type Event struct {
 	Runs    int
 	Status  uint32     // XDMA status of a failed transfer or error
 	Err     unix.Errno // for failures
-	Op      string     // for EventError: what failed
+	Op      string     // EventError: what failed; EventLifecycle: the event
 }
 
 // Session is tracing in progress.
@@ -194,7 +201,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 		"gpufpga_pin": s.objs.OnPin, "gpufpga_unpin": s.objs.OnUnpin, "gpufpga_revoke": s.objs.OnRevoke,
 		"gpufpga_xfer_submit": s.objs.OnSubmit, "gpufpga_xfer_complete": s.objs.OnComplete, "gpufpga_error": s.objs.OnError,
 		"gpufpga_stream_start": s.objs.OnStreamStart, "gpufpga_stream_slot": s.objs.OnStreamSlot,
-		"gpufpga_stream_end": s.objs.OnStreamEnd,
+		"gpufpga_stream_end": s.objs.OnStreamEnd, "gpufpga_lifecycle": s.objs.OnLifecycle,
 	} {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})
 		if err != nil {

@@ -5,6 +5,8 @@ package trace
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -279,5 +281,35 @@ func TestTracedStream(t *testing.T) {
 	}
 	if d := after.Channels[5].Sub(before.Channels[5]); d.Slots != fills || d.Bytes != bytes || d.Transfers != 0 {
 		t.Errorf("c2h1 traced %+v, want %d slots of %d bytes", d, fills, bytes)
+	}
+}
+
+// TestTracedReset traces a function-level reset: the driver's
+// reset_prepare and reset_done, the restart succeeding.
+func TestTracedReset(t *testing.T) {
+	setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Options{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	link, err := os.Readlink("/sys/class/misc/gpufpga0/device")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join("/sys/bus/pci/devices", filepath.Base(link))
+	if err := os.WriteFile(filepath.Join(dir, "reset_method"), []byte("flr"), 0); err != nil {
+		t.Fatal(err)
+	}
+	defer os.WriteFile(filepath.Join(dir, "reset_method"), []byte("default"), 0)
+	if err := os.WriteFile(filepath.Join(dir, "reset"), []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, op := range []string{"reset_prepare", "reset_done"} {
+		if e := next(t, s, EventLifecycle); e.Op != op || e.Device != 0 || e.Err != 0 {
+			t.Fatalf("lifecycle event %+v, want %s", e, op)
+		}
 	}
 }

@@ -43,7 +43,7 @@ func TestHumanOutput(t *testing.T) {
 		Channels:    []channelJSON{{"h2c0", false}, {"h2c1", true}, {"c2h0", false}, {"c2h1", true}},
 		PinKinds:    []string{"host", "dma-buf"},
 		CardMemSize: 64 << 20, MaxDescs: 4096, MaxSegs: 1024, MaxPins: 4096, MaxPinned: 64 << 30,
-		MaxPinnedTotal: 256 << 30, PinnedTotal: 3 << 20, MaxQueued: 1024, DefaultTimeoutMS: 5000,
+		MaxPinnedTotal: 256 << 30, PinnedTotal: 3 << 20, MaxQueued: 1024, DefaultTimeoutMS: 5000, State: "ready",
 	})
 	golden(t, "info", b.Bytes())
 
@@ -197,7 +197,7 @@ func TestJSONGolden(t *testing.T) {
 	}{
 		{"info.json", []infoJSON{{Device: "/dev/gpufpga0", ABIVersion: 1, IPVersion: 6,
 			Channels: []channelJSON{{"h2c0", false}, {"c2h1", true}}, PinKinds: []string{"host", "dma-buf"},
-			CardMemSize: 64 << 20, MaxDescs: 4096, MaxSegs: 1024, MaxPins: 4096, MaxQueued: 1024, DefaultTimeoutMS: 5000}}, false},
+			CardMemSize: 64 << 20, MaxDescs: 4096, MaxSegs: 1024, MaxPins: 4096, MaxQueued: 1024, DefaultTimeoutMS: 5000, State: "ready"}}, false},
 		{"pin.json", pinJSON{Handle: 3, Kind: "dma-buf", Addr: 0x7f0000000000, Len: 1 << 20, PageSize: 65536, Pages: 16, Runs: 2,
 			LargestRun: 9, Descriptors: 2, SGList: []segJSON{{0x3800000000, 9 << 16}, {0x3900000000, 7 << 16}}}, false},
 		{"bench.json", benchJSON{Channel: "c2h0", Memory: "host", Rows: []benchRow{{Size: 4096, Count: 20, GBps: 0.5, P50us: 8, P99us: &p99, MaxUs: 20, EngineUs: 6}}}, false},

@@ -32,6 +32,7 @@ type infoJSON struct {
 	PinnedTotal      uint64        `json:"pinned_total"`
 	MaxQueued        uint32        `json:"max_queued"`
 	DefaultTimeoutMS uint32        `json:"default_timeout_ms"`
+	State            string        `json:"state"`
 	Resets           uint32        `json:"resets"`
 	PCIeErrors       uint32        `json:"pcie_errors"`
 }
@@ -44,7 +45,7 @@ func toInfoJSON(path string, i p2p.Info) infoJSON {
 		MaxDescs: i.MaxDescs, MaxSegs: i.MaxSegs, MaxPins: i.MaxPins, MaxPinned: i.MaxPinned,
 		MaxPinnedTotal: i.MaxPinnedTotal, PinnedTotal: i.PinnedTotal, MaxQueued: i.MaxQueued,
 		DefaultTimeoutMS: i.DefaultTimeoutMS, Channels: []channelJSON{}, PinKinds: []string{},
-		Resets: i.Resets, PCIeErrors: i.Errors,
+		State: i.State.String(), Resets: i.Resets, PCIeErrors: i.Errors,
 	}
 	for _, c := range i.Channels {
 		out.Channels = append(out.Channels, channelJSON{channelName(c.Dir, c.Index), c.Stream})
@@ -84,7 +85,7 @@ func writeInfo(w io.Writer, i infoJSON) {
 	fmt.Fprintf(tw, "\t%d pins and %s pinned per open file, %s per device\n", i.MaxPins, units.Bytes(i.MaxPinned), units.Bytes(i.MaxPinnedTotal))
 	fmt.Fprintf(tw, "pinned now\t%s\n", units.Bytes(i.PinnedTotal))
 	fmt.Fprintf(tw, "timeout\t%d ms\n", i.DefaultTimeoutMS)
-	fmt.Fprintf(tw, "lifecycle\t%d resets, %d uncorrectable PCIe errors since the driver bound\n", i.Resets, i.PCIeErrors)
+	fmt.Fprintf(tw, "lifecycle\t%s; %d resets, %d uncorrectable PCIe errors since the driver bound\n", i.State, i.Resets, i.PCIeErrors)
 	tw.Flush()
 }
 

@@ -107,6 +107,8 @@ func writeTick(w io.Writer, t traceTickJSON) {
 			fmt.Fprintf(w, " %s ring of %d slots, %d descriptors, %s", e.Channel, e.Slots, e.Pages, units.Bytes(e.Len))
 		case e.Type == trace.EventStreamEnd.String():
 			fmt.Fprintf(w, " %s after %d slots", e.Channel, e.Slots)
+		case e.Type == trace.EventLifecycle.String():
+			fmt.Fprintf(w, " %s", e.Op)
 		case e.Channel != "":
 			fmt.Fprintf(w, " %s transfer %d after %s", e.Channel, e.Handle, units.Bytes(e.Len))
 		case e.Op != "":
@@ -115,7 +117,10 @@ func writeTick(w io.Writer, t traceTickJSON) {
 		if e.Error != "" {
 			fmt.Fprintf(w, ": %s", e.Error)
 		}
-		if e.Status != 0 {
+		switch {
+		case e.Status != 0 && e.Type == trace.EventLifecycle.String():
+			fmt.Fprintf(w, " (PCI channel state %d)", e.Status)
+		case e.Status != 0:
 			fmt.Fprintf(w, " (status %#x)", e.Status)
 		}
 		fmt.Fprintln(w)

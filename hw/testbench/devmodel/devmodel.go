@@ -16,9 +16,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +28,8 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/ivshmem"
+	"github.com/gpufpga/gpufpga/hw/testbench/qmp"
+	rl "github.com/gpufpga/gpufpga/hw/testbench/riglayout"
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
@@ -51,6 +53,24 @@ type Config struct {
 	// guest selects another through the control mailbox; zero means
 	// xdmamodel.AnyAlignment.
 	Align xdma.Alignments
+	// QMP is the QMP socket of the QEMU that runs the rig, through which
+	// the control mailbox injects PCIe errors (QEMU's
+	// pcie_aer_inject_error); without one, injection is refused.
+	QMP string
+}
+
+// fpgaID is the xdma-model device's qdev id, which QEMU's monitor
+// commands name it by.
+const fpgaID = "fpga"
+
+// aerErrors are the PCIe errors the control mailbox injects for each class
+// (rl.AER*), as pcie_aer_inject_error arguments: a poisoned TLP
+// (uncorrectable, non-fatal by the AER capability's default severity) and
+// a malformed TLP (fatal by default). Not correctable errors: QEMU 7.2
+// sends their messages no further than the function itself.
+var aerErrors = map[uint32]string{
+	rl.AERNonFatal: fpgaID + " POISON_TLP",
+	rl.AERFatal:    fpgaID + " MALF_TLP",
 }
 
 // The rig's channels: 0 is memory-mapped to card memory in both
@@ -206,7 +226,7 @@ func (r *Rig) QEMUArgs() []string {
 		// Behind a root port, as a card in a slot: a PCIe link with its
 		// speed and width, rather than an integrated endpoint.
 		"-device", "pcie-root-port,id=fpga-slot,chassis=1,slot=1",
-		"-device", fmt.Sprintf("xdma-model,bus=fpga-slot,socket=%s", r.fpga.sock),
+		"-device", fmt.Sprintf("xdma-model,id=%s,bus=fpga-slot,socket=%s", fpgaID, r.fpga.sock),
 		"-chardev", fmt.Sprintf("socket,id=ctl,path=%s", r.ctl.sock),
 		"-device", "ivshmem-doorbell,chardev=ctl,vectors=1",
 		"-object", fmt.Sprintf("memory-backend-file,id=vram,size=%s,mem-path=%s,share=on", mib(r.cfg.VRAM), r.vramPath),
@@ -483,8 +503,43 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 			return einval, 0, 0
 		}
 		return 0, uint32(was), 0
+	case rl.CtlAER:
+		if _, ok := aerErrors[a0]; !ok {
+			return einval, 0, 0
+		}
+		if err := r.injectAER(a0); err != nil {
+			r.fail(err)
+			return uint32(unix.EIO), 0, 0
+		}
+		return 0, 0, 0
 	}
 	return einval, 0, 0
+}
+
+// injectAER has QEMU report an error of class from the FPGA to its root
+// port, as a card's PCIe core would; the guest's AER driver takes it from
+// there.
+func (r *Rig) injectAER(class uint32) error {
+	if r.cfg.QMP == "" {
+		return errors.New("devmodel: AER injection without a QMP socket")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	q, err := qmp.Dial(ctx, r.cfg.QMP)
+	if err != nil {
+		return fmt.Errorf("devmodel: AER injection: %w", err)
+	}
+	defer q.Close()
+	cmd := "pcie_aer_inject_error " + aerErrors[class]
+	out, err := q.HMP(ctx, cmd)
+	if err != nil {
+		return fmt.Errorf("devmodel: %s: %w", cmd, err)
+	}
+	// The command prints "OK id: ..." or why it failed.
+	if !strings.HasPrefix(out, "OK") {
+		return fmt.Errorf("devmodel: %s: %q", cmd, out)
+	}
+	return nil
 }
 
 func (r *Rig) wake() {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds gpufpga.ko, gpufpga_nv.ko and the rig's nvp2p_sim.ko for one kernel,
-# out of the source tree, W=1 and sparse (C=2) clean or not at all, then adds
-# module BTF split against that kernel's vmlinux.
+# Builds gpufpga.ko, gpufpga_nv.ko and the rig's nvp2p_sim.ko and rigpm.ko for
+# one kernel, out of the source tree, W=1 and sparse (C=2) clean or not at
+# all, then adds module BTF split against that kernel's vmlinux.
 #   build-modules.sh KDIR VMLINUX OUT [NVIDIA_SRC]
 # KDIR: the kernel's build directory; OUT: where the .ko files go.
 set -euo pipefail
@@ -12,7 +12,7 @@ root=$(cd "$(dirname "$0")/../../.." && pwd)
 
 # Up to date when nothing that goes into the modules changed: their
 # sources, this script, the kernel tree, its vmlinux and NVIDIA's tree.
-stamp=$( { (cd "$root" && find kmod/gpufpga hw/testbench/nvp2p_sim \( -name '*.[ch]' -o -name Kbuild \) \
+stamp=$( { (cd "$root" && find kmod/gpufpga hw/testbench/nvp2p_sim hw/testbench/rigpm \( -name '*.[ch]' -o -name Kbuild \) \
 	-print0 | LC_ALL=C sort -z | xargs -0 sha256sum); sha256sum "$0";
 	stat -c '%n %s %Y' "$kdir/Makefile" "$kdir/Module.symvers" "$vmlinux" 2>/dev/null; echo "$nvidia_src"; } |
 	sha256sum | cut -c1-16)
@@ -24,7 +24,7 @@ src=$out/src
 rm -rf "$src"
 mkdir -p "$src/kmod" "$src/hw/testbench"
 # The sources only, in the layout their include paths expect.
-(cd "$root" && find kmod/gpufpga hw/testbench/nvp2p_sim \
+(cd "$root" && find kmod/gpufpga hw/testbench/nvp2p_sim hw/testbench/rigpm \
 	\( -name '*.[ch]' -o -name Kbuild \) -print0 | cpio -0pdm --quiet "$src")
 
 log=$out/kmod.log
@@ -50,6 +50,7 @@ for v in $variants; do
 	build "hw/testbench/nvp2p_sim-$v" NVP2P_SIM_VARIANT=$v
 done
 build hw/testbench/nvp2p_sim $default
+build hw/testbench/rigpm
 symvers=${nvidia_src:+$nvidia_src/Module.symvers}
 build kmod/gpufpga KBUILD_EXTRA_SYMBOLS="${symvers:-$src/hw/testbench/nvp2p_sim/Module.symvers}" \
 	${nvidia_src:+NVIDIA_SRC=$nvidia_src}
@@ -58,7 +59,7 @@ if grep -E 'warning:|error:' "$log" | grep -v 'Skipping BTF generation'; then
 	exit 1
 fi
 rm -rf "$out"/*.ko "$out/open" "$out/old"
-cp "$src"/hw/testbench/nvp2p_sim/*.ko "$src"/kmod/gpufpga/*.ko "$out/"
+cp "$src"/hw/testbench/nvp2p_sim/*.ko "$src"/hw/testbench/rigpm/*.ko "$src"/kmod/gpufpga/*.ko "$out/"
 for v in $variants; do
 	mkdir -p "$out/$v"
 	cp "$src/hw/testbench/nvp2p_sim-$v/nvp2p_sim.ko" "$out/$v/"

@@ -545,6 +545,8 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "xdma-model: PCIe capability");
         goto err_irq;
     }
+    /* Error reporting enables in Device Control, as every function has. */
+    pcie_cap_deverr_init(pdev);
     pcie_cap_flr_init(pdev);
     s->pm_cap = pci_add_capability(pdev, PCI_CAP_ID_PM, 0, PCI_PM_SIZEOF, errp);
     if (s->pm_cap < 0) {
@@ -613,6 +615,7 @@ static void xdma_model_reset(DeviceState *dev)
     if (msi_present(pdev)) {
         msi_reset(pdev);
     }
+    pcie_cap_deverr_reset(pdev);
     s->mode = MODE_INTX;
     s->intx_level = false;
     pci_set_irq(pdev, 0);

@@ -134,6 +134,40 @@ func (c *Control) Violations() (uint64, error) {
 	return uint64(hi)<<32 | uint64(lo), nil
 }
 
+// AERClass is a class of PCIe error, as AER reports it.
+type AERClass uint32
+
+// The classes InjectAER injects.
+const (
+	AERCorrectable AERClass = rl.AERCorrectable
+	AERNonFatal    AERClass = rl.AERNonFatal
+	AERFatal       AERClass = rl.AERFatal
+)
+
+func (c AERClass) String() string {
+	switch c {
+	case AERCorrectable:
+		return "correctable"
+	case AERNonFatal:
+		return "non-fatal"
+	case AERFatal:
+		return "fatal"
+	}
+	return fmt.Sprintf("AERClass(%d)", uint32(c))
+}
+
+// InjectAER has the FPGA report an uncorrectable PCIe error of class to its
+// root port (QEMU's pcie_aer_inject_error). It returns once the message is
+// sent; the kernel's AER driver recovers the device asynchronously. QEMU
+// forwards the message only through functions with SERR# Enable set, and
+// drops correctable ones: for those, use the kernel's aer_inject.
+func (c *Control) InjectAER(class AERClass) error {
+	if _, _, err := c.mb.Call(rl.CtlAER, uint32(class), 0, 0); err != nil {
+		return fmt.Errorf("rigctl: inject %v error: %w", class, err)
+	}
+	return nil
+}
+
 // SetLinkDown takes the simulated FPGA off the bus, or puts it back.
 func (c *Control) SetLinkDown(down bool) error {
 	var v uint32

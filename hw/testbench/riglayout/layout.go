@@ -43,6 +43,12 @@ const (
 	CtlQuirks      = 9
 	CtlAlign       = 10
 	CtlViolations  = 11
+	CtlAER         = 12
+
+	// The classes of PCIe error CtlAER injects.
+	AERCorrectable = 0
+	AERNonFatal    = 1
+	AERFatal       = 2
 
 	SrcGenerated = 0
 	SrcDelivered = 1

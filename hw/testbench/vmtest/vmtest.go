@@ -11,12 +11,8 @@
 package vmtest
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -31,6 +27,7 @@ import (
 	"github.com/u-root/mkuimage/uimage"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/devmodel"
+	"github.com/gpufpga/gpufpga/hw/testbench/qmp"
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 )
 
@@ -39,8 +36,9 @@ import (
 const GuestModuleDir = "/gpufpga/modules"
 
 // guestKernelModules are what the guest needs for the 9p share that carries
-// the tests; their dependencies come from the kernel's modules.dep.
-var guestKernelModules = []string{"virtio_pci", "9pnet_virtio", "9p"}
+// the tests, and the AER error injector of the lifecycle tests; their
+// dependencies come from the kernel's modules.dep.
+var guestKernelModules = []string{"virtio_pci", "9pnet_virtio", "9p", "aer_inject"}
 
 // Options configure a guest run. The zero value suits most tests.
 type Options struct {
@@ -202,6 +200,7 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 		t.Fatal(err)
 	}
 	defer os.RemoveAll(cfg.Dir)
+	cfg.QMP = filepath.Join(cfg.Dir, "qmp.sock")
 	rig, err := devmodel.New(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -214,7 +213,6 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 
 	phases := newPhaseClock()
 	reports := newReportScanner()
-	qmp := filepath.Join(cfg.Dir, "qmp.sock")
 	bootLimit := 2 * time.Minute
 	appendArgs := append([]string{"console=ttyS0", "panic=-1"}, opts.Append...)
 	// Slab debugging catches corruption, at tens of thousands of
@@ -264,11 +262,11 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 			qemu.WithSerialOutput(reports),
 			qemu.WithTask(func(ctx context.Context, n *qemu.Notifications) error {
 				phases.mark("initramfs")
-				return watchBoot(ctx, phases, bootLimit, qmp)
+				return watchBoot(ctx, phases, bootLimit, cfg.QMP)
 			}),
 			func(_ *qemu.IDAllocator, o *qemu.Options) error {
 				o.AppendQEMU(rig.QEMUArgs()...)
-				o.AppendQEMU("-qmp", "unix:"+qmp+",server=on,wait=off")
+				o.AppendQEMU("-qmp", "unix:"+cfg.QMP+",server=on,wait=off")
 				return nil
 			},
 		),
@@ -315,28 +313,14 @@ func watchBoot(ctx context.Context, phases *phaseClock, limit time.Duration, qmp
 
 // qmpQuit asks QEMU to quit over QMP.
 func qmpQuit(path string) error {
-	c, err := net.DialTimeout("unix", path, 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	q, err := qmp.Dial(ctx, path)
 	if err != nil {
 		return err
 	}
-	defer c.Close()
-	if err := c.SetDeadline(time.Now().Add(10 * time.Second)); err != nil {
-		return err
-	}
-	r := bufio.NewReader(c)
-	if _, err := r.ReadString('\n'); err != nil { // the greeting
-		return err
-	}
-	for _, cmd := range []string{`{"execute":"qmp_capabilities"}`, `{"execute":"quit"}`} {
-		if _, err := io.WriteString(c, cmd+"\n"); err != nil {
-			return err
-		}
-		// QEMU may be gone before it answers the quit.
-		if _, err := r.ReadString('\n'); err != nil && !(errors.Is(err, io.EOF) && strings.Contains(cmd, "quit")) {
-			return err
-		}
-	}
-	return nil
+	defer q.Close()
+	return q.Quit(ctx)
 }
 
 // attempt is the testing.TB of a first boot: it keeps failures to itself,

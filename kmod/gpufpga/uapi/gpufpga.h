@@ -42,6 +42,16 @@
 #define GPUFPGA_H2C		0	/* host/GPU memory -> card */
 #define GPUFPGA_C2H		1	/* card -> host/GPU memory */
 
+/*
+ * Device states in gpufpga_info.state. RECOVERING: a reset, an AER
+ * recovery or a system sleep is under way, and work fails with
+ * -ECONNRESET until it ends. OFFLINE: the function does not answer on the
+ * bus, and work fails with -ENODEV until a reset or rebind brings it back.
+ */
+#define GPUFPGA_DEV_READY	0
+#define GPUFPGA_DEV_RECOVERING	1
+#define GPUFPGA_DEV_OFFLINE	2
+
 /* Channel flags in gpufpga_info.h2c/c2h. */
 #define GPUFPGA_CHAN_PRESENT	(1U << 0)
 #define GPUFPGA_CHAN_STREAM	(1U << 1)	/* AXI4-Stream, else memory mapped */
@@ -75,6 +85,7 @@
  * @pinned_total:	bytes pinned on the device now.
  * @default_timeout_ms:	timeout of a transfer that names none.
  * @max_queued:		asynchronous transfers per file, queued or unread.
+ * @state:		GPUFPGA_DEV_*: whether the device takes work now.
  * @resets:		times the engine lost its state since probe (function
  *			or bus reset, AER recovery, system sleep); what ran
  *			then ended with -ECONNRESET.
@@ -96,7 +107,7 @@ struct gpufpga_info {
 	__u64 max_pinned_total;
 	__u64 pinned_total;
 	__u32 max_queued;
-	__u32 pad;
+	__u32 state;
 	__u32 resets;
 	__u32 errors;
 	__u64 reserved[2];

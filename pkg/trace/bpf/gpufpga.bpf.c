@@ -3,8 +3,9 @@
  * Aggregates gpufpga's trace events in the kernel: per-channel byte,
  * transfer, stream slot and error counters and log2 latency histograms in
  * maps, and discrete events (pin, unpin, revoke, failed transfer, error,
- * stream start and end) through a ring buffer. Attached as raw tracepoints, whose arguments are the events'
- * TP_PROTO arguments in order (kmod/gpufpga/trace.h).
+ * stream start and end, the card's resets, errors and sleeps) through a
+ * ring buffer. Attached as raw tracepoints, whose arguments are the
+ * events' TP_PROTO arguments in order (kmod/gpufpga/trace.h).
  */
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -21,6 +22,7 @@ enum event_type {
 	EVENT_ERROR,
 	EVENT_STREAM_START,
 	EVENT_STREAM_END,
+	EVENT_LIFECYCLE,
 };
 
 struct event {
@@ -316,6 +318,30 @@ int on_stream_end(struct bpf_raw_tracepoint_args *ctx)
 	e->handle_or_id = ctx->args[2];
 	e->error = (__s32)ctx->args[3];
 	e->status = (__u32)ctx->args[4];
+	bpf_ringbuf_submit(e, 0);
+	return 0;
+}
+
+/*
+ * gpufpga_lifecycle(int dev, const char *event, int arg): arg is an errno
+ * where negative, else the event's detail (error_detected: the PCI
+ * channel state).
+ */
+SEC("raw_tracepoint/gpufpga_lifecycle")
+int on_lifecycle(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct event *e;
+	__s32 arg;
+
+	e = new_event(ctx, EVENT_LIFECYCLE);
+	if (!e)
+		return 0;
+	bpf_probe_read_kernel_str(e->op, sizeof(e->op), (const char *)ctx->args[1]);
+	arg = (__s32)ctx->args[2];
+	if (arg < 0)
+		e->error = arg;
+	else
+		e->status = arg;
 	bpf_ringbuf_submit(e, 0);
 	return 0;
 }
