@@ -221,6 +221,11 @@ func (r *Rig) QEMUArgs() []string {
 	}
 	return append(iommu,
 		"-machine", "q35,memory-backend=ram0",
+		// Native PCIe hotplug on the root ports rather than ACPI's: QEMU
+		// then sets the port's Data Link Layer Link Active for the card
+		// present at boot, which the kernel waits for after the secondary
+		// bus reset of a fatal AER error's recovery, as on a real port.
+		"-global", "ICH9-LPC.acpi-pci-hotplug-with-bridge-support=off",
 		"-m", mib(r.cfg.GuestRAM),
 		"-object", fmt.Sprintf("memory-backend-file,id=ram0,size=%s,mem-path=%s,share=on", mib(r.cfg.GuestRAM), r.ramPath),
 		// Behind a root port, as a card in a slot: a PCIe link with its

@@ -85,8 +85,9 @@ func TestFunctionReset(t *testing.T) {
 
 			tr := startTraffic(t, d, g)
 			resetFunction(t, method)
-			tr.finish(t, true)
+			t.Logf("%d of %d transfers ended by the reset", tr.finish(t, true), len(tr.xfers))
 			after := waitReady(t, d, func(i p2p.Info) bool { return i.Resets >= before.Resets+2 })
+			tr.checkWrites(t)
 			if after.Resets != before.Resets+2 || after.Errors != before.Errors {
 				t.Fatalf("%d resets and %d errors after two resets, from %d and %d",
 					after.Resets, after.Errors, before.Resets, before.Errors)
