@@ -14,6 +14,7 @@
  *  1. waits until results[k % nslots].status holds GPUFPGA_RESULT_MAGIC in
  *     its top half, reading it with acquire semantics at system scope
  *     (ld.acquire.sys, or a volatile load followed by __threadfence_system());
+ *     status and length come in one write: read them as one 64-bit load;
  *  2. reads .length bytes of the slot (GPUFPGA_RESULT_EOP: a packet ended in
  *     it), and processes them;
  *  3. stores 0 to .status, so that the next fill of the slot is told from
@@ -32,7 +33,10 @@
  * a peer's writes into its own memory in that order only where
  * CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING is at least
  * CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER (100); elsewhere GPU-resident
- * mode is refused.
+ * mode is refused. The results live where the slots do: in the same GPU's
+ * memory for slots in GPU memory (a result in host memory takes another
+ * path than the data, and may be seen first), in host memory only for
+ * slots in host memory.
  */
 #ifndef _UAPI_GPUFPGA_RESIDENT_H
 #define _UAPI_GPUFPGA_RESIDENT_H
