@@ -1,0 +1,24 @@
+// What resident.cu needs of CUDA's headers, for clang's CUDA device
+// compilation without a CUDA installation (`make ptx`): the NVPTX builtins
+// behind each intrinsic.
+#include <__clang_cuda_builtin_vars.h>
+
+#define __global__ __attribute__((global))
+#define __device__ __attribute__((device))
+#define __shared__ __attribute__((shared))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+
+static __device__ inline int __syncthreads_or(int p) { return __nvvm_bar0_or(p); }
+static __device__ inline unsigned int atomicAdd(unsigned int *p, unsigned int v)
+{
+	return __nvvm_atom_add_gen_i((int *)p, v);
+}
+static __device__ inline unsigned long long atomicAdd(unsigned long long *p, unsigned long long v)
+{
+	return __nvvm_atom_add_gen_ll((long long *)p, v);
+}
+static __device__ inline unsigned long long atomicCAS(unsigned long long *p, unsigned long long cmp,
+						      unsigned long long v)
+{
+	return __nvvm_atom_cas_gen_ll((long long *)p, cmp, v);
+}
