@@ -176,8 +176,8 @@ __shared__ int s_stop;
 //   exited       a u32 of GPU memory, zero at launch
 //   counters     struct counters[gridDim.x] (host memory)
 //   nsrc         the data pattern's period (> nslots)
-//   delay        cycles each worker waits after each slot (a slow
-//                consumer, for tests); 0 for none
+//   delay        cycles each worker holds each slot before reading it (a
+//                slow consumer, for tests); 0 for none
 extern "C" __global__ void __launch_bounds__(THREADS)
 resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *results, u64 nslots,
 		 u64 *consumer, u32 *stop, u64 *done, u32 *exited, struct counters *counters, u64 nsrc,
@@ -238,6 +238,14 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 			}
 			s_stop = stopped;
 			s_length = v >> 32;
+			if (delay && !stopped) {
+				// A slow consumer: the slot is held before it is
+				// read, so a producer that overran it would be seen.
+				u64 t = clock64();
+
+				while (clock64() - t < delay)
+					;
+			}
 		}
 		__syncthreads();
 		if (s_stop)
@@ -254,12 +262,6 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 				if (c.errors == 0)
 					c.first_error = k + 1;
 				c.errors++;
-			}
-			if (delay) {
-				u64 t = clock64();
-
-				while (clock64() - t < delay)
-					;
 			}
 			st_volatile32(&r->status, 0);
 			fence_sys();
