@@ -93,15 +93,16 @@ func printResident(w *os.File, rep *resident.Report) {
 		rep.RDMAWritesOrdering, rep.RDMAOrderingName, rep.RDMAFlushOptions)
 	fmt.Fprintf(w, "ping-pong p50 %.2f p99 %.2f us; launch+sync p50 %.2f p99 %.2f us; ping-pong after p50 %.2f p99 %.2f us\n",
 		rep.PingPong.P50, rep.PingPong.P99, rep.LaunchSync.P50, rep.LaunchSync.P99, rep.PingPongAfter.P50, rep.PingPongAfter.P99)
-	fmt.Fprintf(w, "%-8s %-11s %-22s %-34s %-34s %s\n", "slot", "producer", "alone slots/s GB/s",
-		"resident slots/s GB/s lost cpu/slot", "cpu-driven slots/s GB/s lost cpu/slot", "rtt p50/p99 us resident | cpu-driven")
 	for _, x := range rep.Runs {
-		fmt.Fprintf(w, "%-8d %-11s %10.0f %6.2f    %10.0f %6.2f %d %6.0fns     %10.0f %6.2f %d %6.0fns     %.2f/%.2f | %.2f/%.2f\n",
-			x.SlotBytes, x.Producer, x.Alone.PerS, x.Alone.GBps,
-			x.Resident.Throughput.PerS, x.Resident.Throughput.GBps, x.Resident.Lost, x.Resident.CPUPerSlot,
-			x.CPUDriven.Throughput.PerS, x.CPUDriven.Throughput.GBps, x.CPUDriven.Lost, x.CPUDriven.CPUPerSlot,
-			x.Resident.RTT.P50, x.Resident.RTT.P99, x.CPUDriven.RTT.P50, x.CPUDriven.RTT.P99)
-		fmt.Fprintf(w, "         ratios: resident/alone %.3f, cpu-driven/alone %.3f, resident/cpu-driven slots/s %.1f, resident rtt/ping-pong p50 %.2f p99 %.2f\n",
+		for _, p := range []struct {
+			name string
+			p    resident.Path
+		}{{"gpu-resident", x.Resident}, {"cpu-driven", x.CPUDriven}} {
+			fmt.Fprintf(w, "%7d %-11s %-12s alone %9.0f/s %6.2f GB/s | %9.0f/s %6.2f GB/s lost %d errors %d | cpu %8.0f ns/slot | rtt p50 %7.2f p99 %7.2f us\n",
+				x.SlotBytes, x.Producer, p.name, p.p.Alone.PerS, p.p.Alone.GBps, p.p.Throughput.PerS, p.p.Throughput.GBps,
+				p.p.Lost, p.p.Counters.Errors, p.p.CPUPerSlot, p.p.RTT.P50, p.p.RTT.P99)
+		}
+		fmt.Fprintf(w, "        ratios: resident/alone %.3f, cpu-driven/alone %.3f, resident/cpu-driven slots/s %.2f, resident rtt/ping-pong p50 %.2f p99 %.2f\n",
 			x.ResidentToAlone, x.CPUDrivenToAlone, x.ResidentToCPUDriven, x.ResidentRTTToPingPong, x.ResidentRTT99ToPingPong)
 	}
 }

@@ -61,10 +61,8 @@ type SizeRun struct {
 	SlotBytes int    `json:"slot_bytes"`
 	Producer  string `json:"producer"` // cpu-store or copy-engine
 	Slots     string `json:"slots_in"` // host memory mapped into the GPU, or GPU memory
-	// Alone is the producer with nothing consuming: its peak.
-	Alone     Throughput `json:"producer_alone"`
-	Resident  Path       `json:"gpu_resident"`
-	CPUDriven Path       `json:"cpu_driven"`
+	Resident  Path   `json:"gpu_resident"`
+	CPUDriven Path   `json:"cpu_driven"`
 	// Ratios against the baselines of the same run.
 	ResidentToAlone         float64 `json:"resident_gbps_to_producer_alone"`
 	CPUDrivenToAlone        float64 `json:"cpu_driven_gbps_to_producer_alone"`
@@ -74,8 +72,14 @@ type SizeRun struct {
 	CPUDrivenRTTToPingPong  float64 `json:"cpu_driven_rtt_p50_to_pingpong_p50"`
 }
 
-// Path is one consumer on one ring.
+// Path is one consumer on its ring.
 type Path struct {
+	// Results is where the ring's results are: host memory mapped into
+	// the GPU, or GPU memory (the GPU-resident path's with the copy
+	// engine; the CPU-driven path polls them from the host).
+	Results string `json:"results_in"`
+	// Alone is the producer on this ring with nothing consuming: its peak.
+	Alone      Throughput `json:"producer_alone"`
 	Throughput Throughput `json:"sustained"`
 	Lost       uint64     `json:"lost"` // produced and not consumed
 	Counters   Counters   `json:"counters"`
@@ -120,8 +124,8 @@ func Measure(ctx context.Context, g *cuda.Device, cfg Config) (*Report, error) {
 			if err != nil {
 				return rep, fmt.Errorf("%d-byte slots, %s: %w", size, run.Producer, err)
 			}
-			run.ResidentToAlone = ratio(run.Resident.Throughput.GBps, run.Alone.GBps)
-			run.CPUDrivenToAlone = ratio(run.CPUDriven.Throughput.GBps, run.Alone.GBps)
+			run.ResidentToAlone = ratio(run.Resident.Throughput.GBps, run.Resident.Alone.GBps)
+			run.CPUDrivenToAlone = ratio(run.CPUDriven.Throughput.GBps, run.CPUDriven.Alone.GBps)
 			run.ResidentToCPUDriven = ratio(run.Resident.Throughput.PerS, run.CPUDriven.Throughput.PerS)
 			run.ResidentRTTToPingPong = ratio(run.Resident.RTT.P50, rep.PingPong.P50)
 			run.ResidentRTT99ToPingPong = ratio(run.Resident.RTT.P99, rep.PingPong.P99)
@@ -142,48 +146,55 @@ func measureRing(ctx context.Context, g *cuda.Device, k *Kernels, cfg Config, si
 	if where == SlotsGPU {
 		run.Producer, run.Slots = "copy-engine", "GPU memory"
 	}
-	r, err := NewGPURing(g, cfg.NSlots, size, where)
-	if err != nil {
-		return run, err
-	}
-	defer func() { err = errors.Join(err, r.Free()) }()
-	var p Producer
-	if where == SlotsHost {
-		if p, err = NewHostProducer(r.Ring); err != nil {
-			return run, err
-		}
-	} else {
-		cp, err := NewCopyProducer(g, r)
-		if err != nil {
-			return run, err
-		}
-		defer func() { err = errors.Join(err, cp.Close()) }()
-		p = cp
-	}
-	r.Reset()
-	out, err := Produce(ctx, r.Ring, p, Run{Duration: cfg.Duration, Alone: true})
-	if err != nil {
-		return run, fmt.Errorf("producer alone: %w", err)
-	}
-	run.Alone = rate(out.Fills, size, out.Elapsed)
-	resident := func() (RingConsumer, error) { return k.StartResident(g, r, Resident{Workers: cfg.Workers}) }
-	cpu := func() (RingConsumer, error) { return k.StartCPUDriven(g, r) }
-	if run.Resident, err = measurePath(ctx, r, p, cfg, resident); err != nil {
+	resident := func(r *GPURing) (RingConsumer, error) { return k.StartResident(g, r, Resident{Workers: cfg.Workers}) }
+	cpu := func(r *GPURing) (RingConsumer, error) { return k.StartCPUDriven(g, r) }
+	// The copy engine writes the resident path's results into GPU memory.
+	if run.Resident, err = measurePath(ctx, g, cfg, size, where, where == SlotsGPU, resident); err != nil {
 		return run, fmt.Errorf("GPU-resident: %w", err)
 	}
-	if run.CPUDriven, err = measurePath(ctx, r, p, cfg, cpu); err != nil {
+	if run.CPUDriven, err = measurePath(ctx, g, cfg, size, where, false, cpu); err != nil {
 		return run, fmt.Errorf("CPU-driven: %w", err)
 	}
 	return run, nil
 }
 
-// measurePath runs one consumer twice on the ring: sustained, then one
-// fill at a time for the round trips.
-func measurePath(ctx context.Context, r *GPURing, p Producer, cfg Config, start func() (RingConsumer, error)) (Path, error) {
-	var path Path
+// measurePath makes a ring and its producer and measures the producer
+// alone, then the consumer twice: sustained, and one fill at a time for
+// the round trips.
+func measurePath(ctx context.Context, g *cuda.Device, cfg Config, size int, where Placement, resultsInGPU bool,
+	start func(*GPURing) (RingConsumer, error)) (path Path, err error) {
+	r, err := NewGPURing(g, cfg.NSlots, size, where, resultsInGPU)
+	if err != nil {
+		return path, err
+	}
+	defer func() { err = errors.Join(err, r.Free()) }()
+	path.Results = "host memory mapped into the GPU"
+	if resultsInGPU {
+		path.Results = "GPU memory"
+	}
+	var p Producer
+	if where == SlotsHost {
+		if p, err = NewHostProducer(r.Ring); err != nil {
+			return path, err
+		}
+	} else {
+		cp, err := NewCopyProducer(g, r)
+		if err != nil {
+			return path, err
+		}
+		defer func() { err = errors.Join(err, cp.Close()) }()
+		p = cp
+	}
+	out, err := Produce(ctx, r.Ring, p, Run{Duration: cfg.Duration, Alone: true})
+	if err != nil {
+		return path, fmt.Errorf("producer alone: %w", err)
+	}
+	path.Alone = rate(out.Fills, size, out.Elapsed)
 	once := func(run Run) (Produced, Counters, error) {
-		r.Reset()
-		c, err := start()
+		if err := r.Reset(); err != nil {
+			return Produced{}, Counters{}, err
+		}
+		c, err := start(r)
 		if err != nil {
 			return Produced{}, Counters{}, err
 		}

@@ -22,3 +22,15 @@ static __device__ inline unsigned long long atomicCAS(unsigned long long *p, uns
 {
 	return __nvvm_atom_cas_gen_ll((long long *)p, cmp, v);
 }
+static __device__ inline unsigned int __shfl_sync(unsigned int mask, unsigned int v, int src)
+{
+	return __nvvm_shfl_sync_idx_i32(mask, v, src, 0x1f);
+}
+static __device__ inline unsigned long long __shfl_sync(unsigned int mask, unsigned long long v, int src)
+{
+	unsigned int lo = __shfl_sync(mask, (unsigned int)v, src), hi = __shfl_sync(mask, (unsigned int)(v >> 32), src);
+
+	return (unsigned long long)hi << 32 | lo;
+}
+static __device__ inline unsigned int __ballot_sync(unsigned int mask, int p) { return __nvvm_vote_ballot_sync(mask, p); }
+static __device__ inline int __ffs(unsigned int x) { return x ? __builtin_ctz(x) + 1 : 0; }

@@ -69,25 +69,29 @@ const (
 	SlotsGPU
 )
 
-// GPURing is a ring the GPU consumes: results and the consumer word in
-// host memory mapped into the GPU, the slots in host memory mapped into
-// it (SlotsHost) or in GPU memory (SlotsGPU). Its memory stays allocated
-// and locked until Free, which must come after every kernel and copy that
-// uses it has finished.
+// GPURing is a ring the GPU consumes: the consumer word in host memory
+// mapped into the GPU, the slots in host memory mapped into it
+// (SlotsHost) or in GPU memory (SlotsGPU), and the results in host memory
+// mapped into the GPU, or in GPU memory where resultsInGPU (the placement
+// GPU-resident mode prefers: the GPU polls its own memory; only a copy
+// engine or a peer writes them there, and the host cannot watch them).
+// Its memory stays allocated and locked until Free, which must come after
+// every kernel and copy that uses it has finished.
 type GPURing struct {
 	*Ring
-	dev      *cuda.Device
-	results  *cuda.MappedBuffer
-	consumer *cuda.MappedBuffer
-	hostSlot *cuda.MappedBuffer
-	gpuSlot  *cuda.Buffer
+	dev        *cuda.Device
+	results    *cuda.MappedBuffer
+	gpuResults *cuda.Buffer
+	consumer   *cuda.MappedBuffer
+	hostSlot   *cuda.MappedBuffer
+	gpuSlot    *cuda.Buffer
 	// SlotsDev, ResultsDev and ConsumerDev are the addresses kernels use.
 	SlotsDev, ResultsDev, ConsumerDev uint64
 }
 
 // NewGPURing allocates a ring of nslots slots of size bytes. The context
 // must be current.
-func NewGPURing(g *cuda.Device, nslots, size int, where Placement) (_ *GPURing, err error) {
+func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU bool) (_ *GPURing, err error) {
 	if nslots < 1 || size < 16 || size%16 != 0 {
 		return nil, fmt.Errorf("%w: %d slots of %d bytes", ErrConfig, nslots, size)
 	}
@@ -97,8 +101,17 @@ func NewGPURing(g *cuda.Device, nslots, size int, where Placement) (_ *GPURing, 
 			gr.Free()
 		}
 	}()
-	if gr.results, err = g.HostAllocMapped(uint64(nslots * ResultSize)); err != nil {
-		return nil, err
+	var results []byte
+	if resultsInGPU {
+		if gr.gpuResults, err = g.Alloc(uint64(nslots * ResultSize)); err != nil {
+			return nil, err
+		}
+		gr.ResultsDev = gr.gpuResults.Ptr
+	} else {
+		if gr.results, err = g.HostAllocMapped(uint64(nslots * ResultSize)); err != nil {
+			return nil, err
+		}
+		results, gr.ResultsDev = gr.results.Bytes(), gr.results.DevPtr
 	}
 	if gr.consumer, err = g.HostAllocMapped(uint64(ConsumerSize)); err != nil {
 		return nil, err
@@ -118,11 +131,38 @@ func NewGPURing(g *cuda.Device, nslots, size int, where Placement) (_ *GPURing, 
 	default:
 		return nil, fmt.Errorf("%w: placement %d", ErrConfig, where)
 	}
-	gr.ResultsDev, gr.ConsumerDev = gr.results.DevPtr, gr.consumer.DevPtr
-	if gr.Ring, err = NewRing(nslots, size, slots, gr.results.Bytes(), gr.consumer.Bytes()); err != nil {
+	gr.ConsumerDev = gr.consumer.DevPtr
+	if gr.Ring, err = NewRing(nslots, size, slots, results, gr.consumer.Bytes()); err != nil {
 		return nil, err
 	}
-	return gr, nil
+	return gr, gr.Reset()
+}
+
+// Reset clears every result and the consumer index, with the context
+// current; nothing may use the ring meanwhile, and no kernel may run (it
+// may copy on the legacy default stream).
+func (gr *GPURing) Reset() error {
+	gr.Ring.Reset()
+	if gr.gpuResults != nil {
+		return gr.dev.CopyHtoD(gr.gpuResults.Ptr, make([]byte, gr.NSlots*ResultSize))
+	}
+	return nil
+}
+
+// Statuses returns every slot's status word, with the context current.
+func (gr *GPURing) Statuses() ([]uint32, error) {
+	b := gr.Results
+	if gr.gpuResults != nil {
+		b = make([]byte, gr.NSlots*ResultSize)
+		if err := gr.dev.CopyDtoH(b, gr.gpuResults.Ptr); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]uint32, gr.NSlots)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[i*ResultSize:])
+	}
+	return out, nil
 }
 
 // Free releases the ring's memory, with the context current.
@@ -133,8 +173,10 @@ func (gr *GPURing) Free() error {
 			errs = append(errs, m.Free())
 		}
 	}
-	if gr.gpuSlot != nil {
-		errs = append(errs, gr.gpuSlot.Free())
+	for _, b := range []*cuda.Buffer{gr.gpuSlot, gr.gpuResults} {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
 	}
 	return errors.Join(errs...)
 }
@@ -289,7 +331,7 @@ type Resident struct {
 
 // StartResident launches resident_consume on r, from a host thread of its
 // own that then sleeps until Stop: no CPU work per slot. The ring must be
-// reset (Ring.Reset) and nothing may use the GPU's legacy default stream
+// reset (GPURing.Reset) and nothing may use the GPU's legacy default stream
 // while it runs (that would wait for the kernel).
 func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingConsumer, error) {
 	w := cfg.Workers
@@ -301,7 +343,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	if err != nil {
 		return nil, err
 	}
-	if w+1 > sms {
+	if w+1 > sms || w < 1 {
 		// Every block must be resident at once.
 		return nil, fmt.Errorf("%w: %d worker blocks and a publisher on %d multiprocessors", ErrConfig, w, sms)
 	}
@@ -309,7 +351,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	// before the kernel starts, on the starting thread.
 	var (
 		ctl   *cuda.MappedBuffer // stop word, then counters
-		state *cuda.Buffer       // done[nslots], then exited
+		state *cuda.Buffer       // struct state, ready[], done[], length[]
 		s     *cuda.Stream
 	)
 	cleanup := func() {
@@ -326,7 +368,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	if ctl, err = g.HostAllocMapped(uint64(64 + (w+1)*countersSize)); err != nil {
 		return nil, err
 	}
-	stateSize := uint64(r.NSlots*8 + 8)
+	stateSize := uint64(64 + 3*8*r.NSlots)
 	if state, err = g.Alloc(stateSize); err != nil {
 		cleanup()
 		return nil, err
@@ -343,7 +385,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	t, err := startThread(g, func(quit <-chan struct{}) (Counters, error) {
 		var c Counters
 		err := k.consume.Launch(s, w+1, threads, 0, r.SlotsDev, uint64(r.SlotSize), r.ResultsDev, uint64(r.NSlots),
-			r.ConsumerDev, ctl.DevPtr, state.Ptr, state.Ptr+uint64(r.NSlots*8), ctl.DevPtr+64, r.NSrc, cfg.Delay)
+			r.ConsumerDev, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, r.NSrc, cfg.Delay)
 		if err != nil {
 			return c, err
 		}
@@ -353,7 +395,8 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 			return c, fmt.Errorf("resident_consume: %w", err)
 		}
 		cs := ctl.Bytes()[64:]
-		for b := range w {
+		c.Published = binary.LittleEndian.Uint64(cs)
+		for b := 1; b <= w; b++ {
 			rec := cs[b*countersSize:]
 			c.Slots += binary.LittleEndian.Uint64(rec)
 			c.Bytes += binary.LittleEndian.Uint64(rec[8:])
@@ -362,7 +405,6 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 				c.FirstError = fe
 			}
 		}
-		c.Published = binary.LittleEndian.Uint64(cs[w*countersSize:])
 		return c, nil
 	})
 	if err != nil {
@@ -389,6 +431,9 @@ func (r *residentRun) Stop() (Counters, error) {
 // index: the per-slot CPU chain of today's stream, without its interrupt
 // and system calls (so a bound it cannot beat).
 func (k *Kernels) StartCPUDriven(g *cuda.Device, r *GPURing) (RingConsumer, error) {
+	if r.Results == nil {
+		return nil, fmt.Errorf("%w: the CPU-driven consumer needs the results in host memory", ErrConfig)
+	}
 	sms, err := g.Attribute(cuda.AttrMultiprocessorCount)
 	if err != nil {
 		return nil, err

@@ -61,13 +61,14 @@ type ringCase struct {
 	fills         uint64
 	depth         int
 	producerFirst bool // result before data (a broken producer)
+	resultsInGPU  bool
 }
 
 // run produces tc.fills into a fresh ring consumed by start and returns
 // what the producer and the consumer counted.
 func runRing(t *testing.T, g *cuda.Device, tc ringCase, start func(*GPURing) (RingConsumer, error)) (Produced, Counters, error, *GPURing) {
 	t.Helper()
-	r, err := NewGPURing(g, tc.nslots, tc.size, tc.where)
+	r, err := NewGPURing(g, tc.nslots, tc.size, tc.where, tc.resultsInGPU)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +91,6 @@ func runRing(t *testing.T, g *cuda.Device, tc ringCase, start func(*GPURing) (Ri
 		t.Cleanup(func() { cp.Close() })
 		p = cp
 	}
-	r.Reset()
 	c, err := start(r)
 	if err != nil {
 		t.Fatal(err)
@@ -119,8 +119,12 @@ func exact(t *testing.T, tc ringCase, out Produced, cnt Counters, err error, r *
 	if cnt.Errors != 0 {
 		t.Errorf("%+v: %d bad fills, the first %d", tc, cnt.Errors, cnt.FirstError-1)
 	}
-	for i := range r.NSlots {
-		if st, _ := r.Status(i); st != 0 {
+	sts, err := r.Statuses()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, st := range sts {
+		if st != 0 {
 			t.Errorf("%+v: slot %d's result left at %#x", tc, i, st)
 		}
 	}
@@ -138,11 +142,13 @@ func TestResidentExact(t *testing.T) {
 	for _, tc := range []ringCase{
 		{where: SlotsHost, nslots: 8, size: 4096, fills: 20000},
 		{where: SlotsGPU, nslots: 8, size: 4096, fills: 20000},
-		{where: SlotsGPU, nslots: 64, size: 64 << 10, workers: 16, fills: 5000},
+		{where: SlotsGPU, nslots: 8, size: 4096, fills: 20000, resultsInGPU: true},
+		{where: SlotsGPU, nslots: 64, size: 64 << 10, workers: 16, fills: 5000, resultsInGPU: true},
+		{where: SlotsHost, nslots: 64, size: 4096, workers: 16, fills: 50000},
 		{where: SlotsHost, nslots: 3, size: 1 << 20, workers: 3, fills: 200},
 		{where: SlotsHost, nslots: 1, size: 256, workers: 1, fills: 2000},
 		{where: SlotsHost, nslots: 4, size: 4096, workers: 2, delay: 200000, fills: 500},
-		{where: SlotsGPU, nslots: 4, size: 65536, workers: 4, delay: 200000, fills: 500},
+		{where: SlotsGPU, nslots: 4, size: 65536, workers: 4, delay: 200000, fills: 500, resultsInGPU: true},
 		{where: SlotsHost, nslots: 16, size: 4096, fills: 500, depth: 1},
 	} {
 		out, cnt, err, r := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) {
@@ -200,12 +206,15 @@ func TestPingPongAndLimits(t *testing.T) {
 		t.Fatalf("%d launches: %v", len(l), err)
 	}
 	t.Logf("ping-pong %+v, launch+sync %+v", Summarize(d), Summarize(l))
-	r, err := NewGPURing(g, 4096, 4096, SlotsGPU)
+	r, err := NewGPURing(g, 4096, 4096, SlotsGPU, true)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Free()
 	if _, err := k.StartResident(g, r, Resident{Workers: 4096}); !errors.Is(err, ErrConfig) {
 		t.Fatalf("4096 workers: %v", err)
+	}
+	if _, err := k.StartCPUDriven(g, r); !errors.Is(err, ErrConfig) {
+		t.Fatalf("CPU-driven, results in GPU memory: %v", err)
 	}
 }

@@ -2,19 +2,25 @@
 // kmod/gpufpga/uapi/gpufpga_resident.h, and the kernels it is measured
 // against.
 //
-// resident_consume is a persistent kernel of W + 1 blocks. Worker block b
-// (b < W) consumes fills k = b, b + W, b + 2W, ...: its thread 0 waits for
-// results[k % nslots].status to hold the magic, reading it with
-// ld.acquire.sys (the header's step 1); the block verifies the slot's
-// bytes (step 2); thread 0 stores 0 to the status (step 3), fences at
-// system scope and marks the fill done in done[k % nslots] (k + 1, GPU
-// memory). The last block publishes: one thread walks done[] in order and
-// stores how far every fill is done to consumer->consumed with
-// st.release.sys (step 4), once for as many slots as are done by then, so
-// that under load one store covers several slots and at one slot in flight
-// none waits. Workers run ahead of the publisher by at most nslots fills
-// (the producer fills no slot the publisher has not released), so done[]
-// never holds two fills of a slot at once.
+// resident_consume is a persistent kernel of 1 + W blocks. Block 0's
+// first warp is the control warp: it alone reads the results, 32 fills at
+// a time, each lane one result with ld.acquire.sys (the header's step 1),
+// and hands each filled slot, in order, to a worker through GPU memory
+// (ready[k % nslots] = k + 1, with its length). Worker block w (1..W) takes
+// fills k = w - 1, w - 1 + W, ...: it waits for ready[] in GPU memory,
+// verifies the slot's bytes (step 2) and marks it done in done[k % nslots].
+// The control warp's lane 0 walks done[] in order, stores 0 to each done
+// fill's status (step 3) and stores how far every fill is done to
+// consumer->consumed with st.release.sys (step 4), once for as many slots
+// as are done by then. So one warp polls what the producer writes and
+// publishes what the driver reads; the workers touch no memory outside
+// the GPU but the slots, and need no system-scope fence per slot.
+//
+// A fill is polled only once its slot's previous fill is published, whose
+// status lane 0 cleared before that release: the control warp never takes
+// the previous fill's result for this one's. Workers run at most nslots
+// fills ahead of the publisher, so ready[] and done[] never hold two fills
+// of a slot at once.
 //
 // Verification: fill k of a slot of L bytes holds 64-bit words w[0] = k,
 // w[1] = k % nsrc and w[i] = ((k % nsrc) + 1) * GOLDEN ^ i (i >= 2), with
@@ -24,10 +30,11 @@
 // differ, counts as an error (the first one's k + 1 is kept). Data is read
 // with ld.global.cv (no L1, no stale line).
 //
-// Stop: the host sets *stop once everything produced is consumed; workers
-// leave while waiting for a result, the publisher once every worker has
-// left and nothing more is done. Each block writes its counters (struct
-// counters) back when it leaves.
+// Stop: the host sets *stop once everything produced is consumed; the
+// control warp, once nothing is in flight, tells the workers (a flag in
+// GPU memory), waits for them to leave and leaves. Each block writes its
+// counters (struct counters) back when it leaves; block 0's are the
+// fills it published.
 //
 // check_slot is the CPU-driven path's per-slot kernel (the same
 // verification, a grid per slot); pingpong answers the host's stores one
@@ -164,80 +171,112 @@ __device__ static bool verify(const unsigned char *slot, u64 len, u64 k, u64 nsr
 __shared__ u64 s_length;
 __shared__ int s_stop;
 
+// GPU memory the blocks share, zero at launch.
+struct state {
+	u32 exited; // workers that have left
+	u32 quit;   // set by the control warp: leave
+	u64 pad[7];
+	// then u64 ready[nslots], u64 done[nslots], u64 length[nslots]
+};
+
+__device__ static void control(struct slot_result *results, u64 nslots, u64 *consumer, const u32 *stop,
+			       struct state *st, u64 *ready, u64 *done, u64 *length, u32 workers,
+			       struct counters *out)
+{
+	const u32 lane = threadIdx.x;
+	u64 disp = 0, pub = 0;
+
+	for (;;) {
+		u64 n, v = 0;
+		u32 mask, count;
+
+		if (lane == 0) {
+			u64 was = pub;
+
+			while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1) {
+				st_volatile32(&results[pub % nslots].status, 0);
+				pub++;
+			}
+			if (pub != was)
+				st_release_sys(consumer, pub);
+		}
+		pub = __shfl_sync(0xffffffff, pub, 0);
+		n = pub + nslots - disp;
+		if (n > 32)
+			n = 32;
+		if (lane < n)
+			v = ld_acquire_sys(&results[(disp + lane) % nslots]);
+		mask = __ballot_sync(0xffffffff, lane < n && (u32)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC);
+		count = ~mask ? __ffs(~mask) - 1 : 32; // the filled prefix
+		if (lane < count) {
+			u64 k = disp + lane;
+
+			length[k % nslots] = v >> 32;
+			st_release_gpu(&ready[k % nslots], k + 1);
+		}
+		disp += count;
+		if (count == 0 && pub == disp) {
+			u32 s = 0;
+
+			if (lane == 0)
+				s = ld_volatile32(stop);
+			if (__shfl_sync(0xffffffff, s, 0))
+				break;
+		}
+	}
+	if (lane == 0) {
+		st_volatile32(&st->quit, 1);
+		while (ld_volatile32(&st->exited) != workers)
+			;
+		st_volatile64(&out->slots, pub);
+		fence_sys();
+	}
+}
+
 // The persistent consumer. Parameters (all 64-bit):
 //   slots        the ring's first slot (GPU memory, or host memory mapped
 //                into the GPU)
 //   slot_size    bytes from one slot to the next; every fill is that long
-//   results      struct gpufpga_slot_result[nslots]
+//   results      struct gpufpga_slot_result[nslots] (host memory mapped
+//                into the GPU, or GPU memory)
 //   nslots       slots in the ring
 //   consumer     struct gpufpga_consumer (host memory mapped into the GPU)
 //   stop         a u32 the host sets to end the kernel (host memory)
-//   done         u64[nslots] of GPU memory, zero at launch
-//   exited       a u32 of GPU memory, zero at launch
+//   state        struct state and its arrays, GPU memory, zero at launch
 //   counters     struct counters[gridDim.x] (host memory)
 //   nsrc         the data pattern's period (> nslots)
 //   delay        cycles each worker holds each slot before reading it (a
 //                slow consumer, for tests); 0 for none
 extern "C" __global__ void __launch_bounds__(THREADS)
 resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *results, u64 nslots,
-		 u64 *consumer, u32 *stop, u64 *done, u32 *exited, struct counters *counters, u64 nsrc,
-		 u64 delay)
+		 u64 *consumer, u32 *stop, struct state *st, struct counters *counters, u64 nsrc, u64 delay)
 {
 	const u32 workers = gridDim.x - 1;
+	u64 *ready = (u64 *)(st + 1), *done = ready + nslots, *length = done + nslots;
 	struct counters c = {0, 0, 0, 0, {0, 0, 0, 0}};
 	u64 k;
 
-	if (blockIdx.x == workers) {
-		// The publisher: one thread.
-		u64 pub = 0;
-
-		if (threadIdx.x != 0)
-			return;
-		for (;;) {
-			u64 was = pub;
-
-			while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1)
-				pub++;
-			if (pub != was) {
-				st_release_sys(consumer, pub);
-				continue;
-			}
-			if (ld_volatile32(stop) && ld_volatile32(exited) == workers) {
-				fence_sys();
-				while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1)
-					pub++;
-				if (pub != was)
-					st_release_sys(consumer, pub);
-				break;
-			}
-		}
-		c.slots = pub;
-		st_volatile64(&counters[blockIdx.x].slots, c.slots);
-		fence_sys();
+	if (blockIdx.x == 0) {
+		if (threadIdx.x < 32)
+			control(results, nslots, consumer, stop, st, ready, done, length, workers, &counters[0]);
 		return;
 	}
-
-	for (k = blockIdx.x;; k += workers) {
-		struct slot_result *r = &results[k % nslots];
+	for (k = blockIdx.x - 1;; k += workers) {
 		const unsigned char *slot = slots + (k % nslots) * slot_size;
 		u64 len;
 		int bad;
 
 		if (threadIdx.x == 0) {
-			u64 v;
 			int stopped = 0;
 
-			for (;;) {
-				v = ld_acquire_sys(r);
-				if ((u32)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC)
-					break;
-				if (ld_volatile32(stop)) {
+			while (ld_acquire_gpu(&ready[k % nslots]) != k + 1) {
+				if (ld_volatile32(&st->quit)) {
 					stopped = 1;
 					break;
 				}
 			}
 			s_stop = stopped;
-			s_length = v >> 32;
+			s_length = stopped ? 0 : length[k % nslots];
 			if (delay && !stopped) {
 				// A slow consumer: the slot is held before it is
 				// read, so a producer that overran it would be seen.
@@ -263,8 +302,6 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 					c.first_error = k + 1;
 				c.errors++;
 			}
-			st_volatile32(&r->status, 0);
-			fence_sys();
 			st_release_gpu(&done[k % nslots], k + 1);
 		}
 	}
@@ -274,7 +311,7 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 		st_volatile64(&counters[blockIdx.x].errors, c.errors);
 		st_volatile64(&counters[blockIdx.x].first_error, c.first_error);
 		fence_sys();
-		atomicAdd(exited, 1);
+		atomicAdd(&st->exited, 1);
 	}
 }
 

@@ -3,6 +3,7 @@ package resident
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"regexp"
 	"strconv"
@@ -25,6 +26,9 @@ var defines = map[string]uint64{
 func TestHeaderConstants(t *testing.T) {
 	for _, path := range []string{header, "resident.cu"} {
 		diffs, err := cdefs.Diff(path, "GPUFPGA_", defines)
+		if errors.Is(err, fs.ErrNotExist) {
+			t.Skipf("%s: not here (a test binary away from its source)", path)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -38,6 +42,9 @@ func TestHeaderConstants(t *testing.T) {
 // resident.cu's struct slot_result starts as the header's does.
 func TestHeaderLayout(t *testing.T) {
 	src, err := os.ReadFile(header)
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skipf("%s: not here (a test binary away from its source)", header)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
