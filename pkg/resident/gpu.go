@@ -255,9 +255,9 @@ type Counters struct {
 	Slots  uint64 `json:"slots"`
 	Bytes  uint64 `json:"bytes"`
 	Errors uint64 `json:"errors"`
-	// FirstError is the first bad fill's k + 1 (0: none). The resident
-	// consumer counts bad fills; the CPU-driven one bad blocks of its
-	// per-slot grid.
+	// FirstError is the first bad fill's k + 1 (0: none). Errors counts
+	// bad fills, once for each part of one read by a worker of its own
+	// (the resident consumer's chunks, the CPU-driven one's blocks).
 	FirstError uint64 `json:"first_error"`
 	// Published is how far the consumer published (resident only).
 	Published uint64 `json:"published,omitempty"`
@@ -327,6 +327,19 @@ type Resident struct {
 	// Delay holds each slot this many GPU clock cycles (a slow consumer,
 	// for tests).
 	Delay uint64
+	// ChunkBytes is how much of a slot one worker reads (default 64 KiB):
+	// a larger slot is shared by up to Workers workers at once, so that
+	// its round trip is not one block's read of all of it.
+	ChunkBytes int
+}
+
+// chunks is how many workers share a slot of size bytes.
+func (cfg Resident) chunks(size, workers int) int {
+	cb := cfg.ChunkBytes
+	if cb <= 0 {
+		cb = 64 << 10
+	}
+	return min(max(size/cb, 1), workers)
 }
 
 // StartResident launches resident_consume on r, from a host thread of its
@@ -368,7 +381,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	if ctl, err = g.HostAllocMapped(uint64(64 + (w+1)*countersSize)); err != nil {
 		return nil, err
 	}
-	stateSize := uint64(64 + 3*8*r.NSlots)
+	stateSize := uint64(64 + 4*8*r.NSlots)
 	if state, err = g.Alloc(stateSize); err != nil {
 		cleanup()
 		return nil, err
@@ -385,7 +398,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	t, err := startThread(g, func(quit <-chan struct{}) (Counters, error) {
 		var c Counters
 		err := k.consume.Launch(s, w+1, threads, 0, r.SlotsDev, uint64(r.SlotSize), r.ResultsDev, uint64(r.NSlots),
-			r.ConsumerDev, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, r.NSrc, cfg.Delay)
+			r.ConsumerDev, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, r.NSrc, cfg.Delay, uint64(cfg.chunks(r.SlotSize, w)))
 		if err != nil {
 			return c, err
 		}

@@ -146,6 +146,8 @@ func TestResidentExact(t *testing.T) {
 		{where: SlotsGPU, nslots: 64, size: 64 << 10, workers: 16, fills: 5000, resultsInGPU: true},
 		{where: SlotsHost, nslots: 64, size: 4096, workers: 16, fills: 50000},
 		{where: SlotsHost, nslots: 3, size: 1 << 20, workers: 3, fills: 200},
+		{where: SlotsGPU, nslots: 8, size: 1 << 20, workers: 16, fills: 1000, resultsInGPU: true},
+		{where: SlotsGPU, nslots: 8, size: 1<<20 + 4096, workers: 5, fills: 300, resultsInGPU: true},
 		{where: SlotsHost, nslots: 1, size: 256, workers: 1, fills: 2000},
 		{where: SlotsHost, nslots: 4, size: 4096, workers: 2, delay: 200000, fills: 500},
 		{where: SlotsGPU, nslots: 4, size: 65536, workers: 4, delay: 200000, fills: 500, resultsInGPU: true},

@@ -27,7 +27,8 @@
 // nsrc > nslots: the fill before it in the same slot (k - nslots) differs
 // in every word, so data read before the result landed is caught wherever
 // it lies. A slot whose length is not the ring's slot size, or whose words
-// differ, counts as an error (the first one's k + 1 is kept). Data is read
+// differ, counts as an error (the first one's k + 1 is kept), once for
+// each chunk that finds it where several workers share a slot. Data is read
 // with ld.global.cv (no L1, no stale line).
 //
 // Stop: the host sets *stop once everything produced is consumed; the
@@ -138,16 +139,15 @@ __device__ static inline u64 word(u64 k, u64 src, u64 i)
 	return (src + 1) * GOLDEN ^ i;
 }
 
-// Whether the 16-byte pairs [first, len / 16) of the slot, stepping by
-// stride, all hold fill k's words. len is a multiple of 16.
-__device__ static bool verify(const unsigned char *slot, u64 len, u64 k, u64 nsrc, u64 first, u64 stride)
+// Whether the 16-byte pairs [lo + first, hi) of the slot, stepping by
+// stride, all hold fill k's words.
+__device__ static bool verify(const unsigned char *slot, u64 lo, u64 hi, u64 k, u64 nsrc, u64 first, u64 stride)
 {
 	const u64 src = k % nsrc;
-	const u64 pairs = len / 16;
 	bool bad = false;
-	u64 p = first;
+	u64 p = lo + first;
 
-	for (; p + 3 * stride < pairs; p += 4 * stride) {
+	for (; p + 3 * stride < hi; p += 4 * stride) {
 		u64 a[4], b[4];
 		int j;
 
@@ -159,7 +159,7 @@ __device__ static bool verify(const unsigned char *slot, u64 len, u64 k, u64 nsr
 			bad |= a[j] != word(k, src, i) || b[j] != word(k, src, i + 1);
 		}
 	}
-	for (; p < pairs; p += stride) {
+	for (; p < hi; p += stride) {
 		u64 a, b;
 
 		ld_cv2(slot + p * 16, &a, &b);
@@ -176,7 +176,7 @@ struct state {
 	u32 exited; // workers that have left
 	u32 quit;   // set by the control warp: leave
 	u64 pad[7];
-	// then u64 ready[nslots], u64 done[nslots], u64 length[nslots]
+	// then u64 ready[nslots], done[nslots], length[nslots], chunks_done[nslots]
 };
 
 __device__ static void control(struct slot_result *results, u64 nslots, u64 *consumer, const u32 *stop,
@@ -247,23 +247,29 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 //   nsrc         the data pattern's period (> nslots)
 //   delay        cycles each worker holds each slot before reading it (a
 //                slow consumer, for tests); 0 for none
+//   chunks       workers that share each slot (1 to W): large slots are
+//                read by several blocks at once
 extern "C" __global__ void __launch_bounds__(THREADS)
 resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *results, u64 nslots,
-		 u64 *consumer, u32 *stop, struct state *st, struct counters *counters, u64 nsrc, u64 delay)
+		 u64 *consumer, u32 *stop, struct state *st, struct counters *counters, u64 nsrc, u64 delay,
+		 u64 chunks)
 {
 	const u32 workers = gridDim.x - 1;
 	u64 *ready = (u64 *)(st + 1), *done = ready + nslots, *length = done + nslots;
+	u64 *chunks_done = length + nslots;
 	struct counters c = {0, 0, 0, 0, {0, 0, 0, 0}};
-	u64 k;
+	u64 j;
 
 	if (blockIdx.x == 0) {
 		if (threadIdx.x < 32)
 			control(results, nslots, consumer, stop, st, ready, done, length, workers, &counters[0]);
 		return;
 	}
-	for (k = blockIdx.x - 1;; k += workers) {
+	// Work item j is chunk j % chunks of fill j / chunks.
+	for (j = blockIdx.x - 1;; j += workers) {
+		const u64 k = j / chunks, ch = j % chunks;
 		const unsigned char *slot = slots + (k % nslots) * slot_size;
-		u64 len;
+		u64 len, lo, hi;
 		int bad;
 
 		if (threadIdx.x == 0) {
@@ -290,19 +296,25 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 		if (s_stop)
 			break;
 		len = s_length;
+		lo = len / 16 * ch / chunks;
+		hi = len / 16 * (ch + 1) / chunks;
 		bad = len != slot_size || len % 16 != 0;
 		if (!bad)
-			bad = verify(slot, len, k, nsrc, threadIdx.x, THREADS);
+			bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
 		bad = __syncthreads_or(bad);
 		if (threadIdx.x == 0) {
-			c.slots++;
-			c.bytes += len;
+			c.slots += ch == 0;
+			c.bytes += (hi - lo) * 16 + (ch == 0 ? len % 16 : 0);
 			if (bad) {
 				if (c.errors == 0)
 					c.first_error = k + 1;
 				c.errors++;
 			}
-			st_release_gpu(&done[k % nslots], k + 1);
+			// The fill is done when its last chunk is.
+			if (chunks == 1 || atomicAdd(&chunks_done[k % nslots], 1ull) == chunks - 1) {
+				chunks_done[k % nslots] = 0;
+				st_release_gpu(&done[k % nslots], k + 1);
+			}
 		}
 	}
 	if (threadIdx.x == 0) {
@@ -324,7 +336,7 @@ check_slot(const unsigned char *slot, u64 len, u64 k, u64 nsrc, u64 slot_size, s
 	int bad = len != slot_size || len % 16 != 0;
 
 	if (!bad)
-		bad = verify(slot, len, k, nsrc, (u64)blockIdx.x * THREADS + threadIdx.x, (u64)gridDim.x * THREADS);
+		bad = verify(slot, 0, len / 16, k, nsrc, (u64)blockIdx.x * THREADS + threadIdx.x, (u64)gridDim.x * THREADS);
 	bad = __syncthreads_or(bad);
 	if (threadIdx.x != 0)
 		return;

@@ -86,6 +86,9 @@ func TestHeaderLayout(t *testing.T) {
 		t.Errorf("gpufpga_consumer: header %v (%d bytes), Go %v (%d bytes)", con, size, wantC, ConsumerSize)
 	}
 	cu, err := os.ReadFile("resident.cu")
+	if errors.Is(err, fs.ErrNotExist) {
+		t.Skip("resident.cu: not here (a test binary away from its source)")
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
