@@ -3,22 +3,23 @@
 // against.
 //
 // resident_consume is a persistent kernel of 1 + W blocks. Block 0's
-// first warp is the control warp: it alone reads the results, 32 fills at
-// a time, each lane one result with ld.acquire.sys (the header's step 1),
+// first warp, the dispatcher, alone reads the results, 32 fills at a
+// time, each lane one result with ld.acquire.sys (the header's step 1),
 // and hands each filled slot, in order, to a worker through GPU memory
 // (ready[k % nslots] = k + 1, with its length). Worker block w (1..W) takes
 // fills k = w - 1, w - 1 + W, ...: it waits for ready[] in GPU memory,
 // verifies the slot's bytes (step 2) and marks it done in done[k % nslots].
-// The control warp's lane 0 walks done[] in order, stores 0 to each done
-// fill's status (step 3) and stores how far every fill is done to
-// consumer->consumed with st.release.sys (step 4), once for as many slots
-// as are done by then. So one warp polls what the producer writes and
-// publishes what the driver reads; the workers touch no memory outside
+// One thread of block 0's second warp, the publisher, walks done[] in
+// order, stores 0 to each done fill's status (step 3) and stores how far
+// every fill is done to consumer->consumed with st.release.sys (step 4),
+// once for as many slots as are done by then. So one warp polls what the
+// producer writes and one thread publishes what the driver reads, without
+// waiting behind the other's reads; the workers touch no memory outside
 // the GPU but the slots, and need no system-scope fence per slot.
 //
 // A fill is polled only once its slot's previous fill is published, whose
-// status lane 0 cleared before that release: the control warp never takes
-// the previous fill's result for this one's. Workers run at most nslots
+// status the publisher cleared before that release: the dispatcher never
+// takes the previous fill's result for this one's. Workers run at most nslots
 // fills ahead of the publisher, so ready[] and done[] never hold two fills
 // of a slot at once.
 //
@@ -32,8 +33,9 @@
 // with ld.global.cv (no L1, no stale line).
 //
 // Stop: the host sets *stop once everything produced is consumed; the
-// control warp, once nothing is in flight, tells the workers (a flag in
-// GPU memory), waits for them to leave and leaves. Each block writes its
+// dispatcher, once nothing is in flight, tells the publisher how many
+// fills there were and, once they are published, the workers (a flag in
+// GPU memory); it waits for them to leave and leaves. Each block writes its
 // counters (struct counters) back when it leaves; block 0's are the
 // fills it published.
 //
@@ -174,34 +176,30 @@ __shared__ int s_stop;
 // GPU memory the blocks share, zero at launch.
 struct state {
 	u32 exited; // workers that have left
-	u32 quit;   // set by the control warp: leave
+	u32 quit;   // set by block 0: leave
 	u64 pad[7];
 	// then u64 ready[nslots], done[nslots], length[nslots], chunks_done[nslots]
 };
 
-__device__ static void control(struct slot_result *results, u64 nslots, u64 *consumer, const u32 *stop,
-			       struct state *st, u64 *ready, u64 *done, u64 *length, u32 workers,
-			       struct counters *out)
+// Block 0's shared view of the control warps' progress.
+__shared__ volatile u64 s_pub;   // published, by the publisher
+__shared__ volatile u64 s_final; // fills dispatched in all, once stopping
+__shared__ volatile int s_stopping, s_pub_done;
+
+// The dispatcher (warp 0): reads results 32 at a time, hands filled slots
+// to the workers in order; once nothing is in flight and *stop is set, it
+// tells the publisher how many fills there were.
+__device__ static void dispatch(struct slot_result *results, u64 nslots, const u32 *stop, u64 *ready,
+				u64 *length)
 {
 	const u32 lane = threadIdx.x;
-	u64 disp = 0, pub = 0;
+	u64 disp = 0;
 
 	for (;;) {
-		u64 n, v = 0;
+		const u64 pub = s_pub;
+		u64 n = pub + nslots - disp, v = 0;
 		u32 mask, count;
 
-		if (lane == 0) {
-			u64 was = pub;
-
-			while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1) {
-				st_volatile32(&results[pub % nslots].status, 0);
-				pub++;
-			}
-			if (pub != was)
-				st_release_sys(consumer, pub);
-		}
-		pub = __shfl_sync(0xffffffff, pub, 0);
-		n = pub + nslots - disp;
 		if (n > 32)
 			n = 32;
 		if (lane < n)
@@ -225,10 +223,64 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 		}
 	}
 	if (lane == 0) {
+		s_final = disp;
+		s_stopping = 1;
+	}
+}
+
+// The publisher (warp 1, one thread): walks done[] in order, clears each
+// done fill's status and publishes how far every fill is done; it never
+// waits behind the dispatcher's reads of the results.
+__device__ static void publish(struct slot_result *results, u64 nslots, u64 *consumer, u64 *done)
+{
+	u64 pub = 0;
+
+	for (;;) {
+		u64 was = pub;
+
+		while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1) {
+			st_volatile32(&results[pub % nslots].status, 0);
+			pub++;
+		}
+		if (pub != was) {
+			// The release orders the clears before the index, and
+			// before s_pub lets the dispatcher read the slot again.
+			st_release_sys(consumer, pub);
+			s_pub = pub;
+		} else if (s_stopping && pub == s_final) {
+			break;
+		}
+	}
+	s_pub_done = 1;
+}
+
+// Block 0: the dispatcher and the publisher; then, once both are done,
+// the workers are told to leave and waited for.
+__device__ static void control(struct slot_result *results, u64 nslots, u64 *consumer, const u32 *stop,
+			       struct state *st, u64 *ready, u64 *done, u64 *length, u32 workers,
+			       struct counters *out)
+{
+	if (threadIdx.x == 0) {
+		s_pub = 0;
+		s_final = 0;
+		s_stopping = 0;
+		s_pub_done = 0;
+	}
+	__syncthreads();
+	if (threadIdx.x < 32) {
+		dispatch(results, nslots, stop, ready, length);
+	} else {
+		if (threadIdx.x == 32)
+			publish(results, nslots, consumer, done);
+		return;
+	}
+	if (threadIdx.x == 0) {
+		while (!s_pub_done)
+			;
 		st_volatile32(&st->quit, 1);
 		while (ld_volatile32(&st->exited) != workers)
 			;
-		st_volatile64(&out->slots, pub);
+		st_volatile64(&out->slots, s_pub);
 		fence_sys();
 	}
 }
@@ -261,8 +313,7 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 	u64 j;
 
 	if (blockIdx.x == 0) {
-		if (threadIdx.x < 32)
-			control(results, nslots, consumer, stop, st, ready, done, length, workers, &counters[0]);
+		control(results, nslots, consumer, stop, st, ready, done, length, workers, &counters[0]);
 		return;
 	}
 	// Work item j is chunk j % chunks of fill j / chunks.
