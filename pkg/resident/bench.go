@@ -105,10 +105,10 @@ func Measure(ctx context.Context, g *cuda.Device, cfg Config) (*Report, error) {
 		return nil, err
 	}
 	defer k.Close()
-	if _, err := k.PingPong(g, 1000); err != nil { // warm up
+	if _, err := k.PingPong(ctx, g, 1000); err != nil { // warm up
 		return nil, fmt.Errorf("ping-pong: %w", err)
 	}
-	pp, err := k.PingPong(g, cfg.PingPongs)
+	pp, err := k.PingPong(ctx, g, cfg.PingPongs)
 	if err != nil {
 		return nil, fmt.Errorf("ping-pong: %w", err)
 	}
@@ -133,7 +133,7 @@ func Measure(ctx context.Context, g *cuda.Device, cfg Config) (*Report, error) {
 			rep.Runs = append(rep.Runs, run)
 		}
 	}
-	if pp, err = k.PingPong(g, cfg.PingPongs); err != nil {
+	if pp, err = k.PingPong(ctx, g, cfg.PingPongs); err != nil {
 		return rep, fmt.Errorf("ping-pong: %w", err)
 	}
 	rep.PingPongAfter = Summarize(pp)

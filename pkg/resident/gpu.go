@@ -3,6 +3,7 @@
 package resident
 
 import (
+	"context"
 	_ "embed"
 	"encoding/binary"
 	"errors"
@@ -522,8 +523,8 @@ func (k *Kernels) StartCPUDriven(g *cuda.Device, r *GPURing) (RingConsumer, erro
 // PingPong measures n bare round trips: the CPU stores i into pinned host
 // memory mapped into the GPU, a polling kernel (one thread) sees it and
 // stores i back into another line, which the CPU polls. The context must
-// be current.
-func (k *Kernels) PingPong(g *cuda.Device, n int) ([]time.Duration, error) {
+// be current. An answer that takes over 5 s, or ctx's end, stops it.
+func (k *Kernels) PingPong(ctx context.Context, g *cuda.Device, n int) ([]time.Duration, error) {
 	m, err := g.HostAllocMapped(128)
 	if err != nil {
 		return nil, err
@@ -545,10 +546,18 @@ func (k *Kernels) PingPong(g *cuda.Device, n int) ([]time.Duration, error) {
 		t0 := time.Now()
 		atomic.StoreUint64(ping, i)
 		for spins := 0; atomic.LoadUint64(pong) < i; spins++ {
-			if spins&(1<<20-1) == 0 && time.Since(t0) > 5*time.Second {
+			if spins&(1<<16-1) != 0 {
+				continue
+			}
+			var err error
+			if time.Since(t0) > 5*time.Second {
+				err = fmt.Errorf("%w: no answer to ping %d", ErrStalled, i)
+			} else if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			if err != nil {
 				atomic.StoreUint64(ping, uint64(n)) // let the kernel finish
-				s.Sync()
-				return out, fmt.Errorf("%w: no answer to ping %d", ErrStalled, i)
+				return out, errors.Join(err, s.Sync())
 			}
 		}
 		out = append(out, time.Since(t0))

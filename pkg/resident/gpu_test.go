@@ -66,7 +66,7 @@ type ringCase struct {
 
 // run produces tc.fills into a fresh ring consumed by start and returns
 // what the producer and the consumer counted.
-func runRing(t *testing.T, g *cuda.Device, tc ringCase, start func(*GPURing) (RingConsumer, error)) (Produced, Counters, error, *GPURing) {
+func runRing(t *testing.T, g *cuda.Device, tc ringCase, start func(*GPURing) (RingConsumer, error)) (Produced, Counters, *GPURing, error) {
 	t.Helper()
 	r, err := NewGPURing(g, tc.nslots, tc.size, tc.where, tc.resultsInGPU)
 	if err != nil {
@@ -102,7 +102,7 @@ func runRing(t *testing.T, g *cuda.Device, tc ringCase, start func(*GPURing) (Ri
 	if cerr != nil {
 		t.Fatalf("%+v: consumer: %v", tc, cerr)
 	}
-	return out, cnt, perr, r
+	return out, cnt, r, perr
 }
 
 func exact(t *testing.T, tc ringCase, out Produced, cnt Counters, err error, r *GPURing, resident bool) {
@@ -153,7 +153,7 @@ func TestResidentExact(t *testing.T) {
 		{where: SlotsGPU, nslots: 4, size: 65536, workers: 4, delay: 200000, fills: 500, resultsInGPU: true},
 		{where: SlotsHost, nslots: 16, size: 4096, fills: 500, depth: 1},
 	} {
-		out, cnt, err, r := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) {
+		out, cnt, r, err := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) {
 			return k.StartResident(g, r, Resident{Workers: tc.workers, Delay: tc.delay})
 		})
 		exact(t, tc, out, cnt, err, r, true)
@@ -169,7 +169,7 @@ func TestResidentCatchesEarlyResult(t *testing.T) {
 	g := device(t)
 	k := kernels(t, g)
 	tc := ringCase{where: SlotsHost, nslots: 4, size: 4096, workers: 2, fills: 20, depth: 1, producerFirst: true}
-	_, cnt, err, _ := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) {
+	_, cnt, _, err := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) {
 		return k.StartResident(g, r, Resident{Workers: tc.workers})
 	})
 	if err != nil {
@@ -189,7 +189,7 @@ func TestCPUDrivenExact(t *testing.T) {
 		{where: SlotsGPU, nslots: 8, size: 1 << 20, fills: 300},
 		{where: SlotsGPU, nslots: 4, size: 4096, fills: 300, depth: 1},
 	} {
-		out, cnt, err, r := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) { return k.StartCPUDriven(g, r) })
+		out, cnt, r, err := runRing(t, g, tc, func(r *GPURing) (RingConsumer, error) { return k.StartCPUDriven(g, r) })
 		exact(t, tc, out, cnt, err, r, false)
 	}
 }
@@ -199,7 +199,7 @@ func TestCPUDrivenExact(t *testing.T) {
 func TestPingPongAndLimits(t *testing.T) {
 	g := device(t)
 	k := kernels(t, g)
-	d, err := k.PingPong(g, 1000)
+	d, err := k.PingPong(context.Background(), g, 1000)
 	if err != nil || len(d) != 1000 {
 		t.Fatalf("%d round trips: %v", len(d), err)
 	}
