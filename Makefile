@@ -136,7 +136,7 @@ FUZZ_OPS ?= 100000
 # GPU work runs on a machine with an NVIDIA GPU, which needs neither Go nor
 # the CUDA toolkit: `make gpubin` here, copy bin/gpu/ there, and run
 # bin/gpu/run there (the GPU tests, then the benchmark into results/).
-GPU_TEST_PKGS := cuda gpucheck stream/cudamem
+GPU_TEST_PKGS := cuda gpucheck stream/cudamem resident
 
 # gpubench records the revision it was built from (and whether tracked
 # files differed from it), which Go's VCS stamping leaves out in a worktree.
@@ -149,7 +149,7 @@ gpubin:
 	@for p in $(GPU_TEST_PKGS); do \
 		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$(basename $$p).test ./pkg/$$p/ || exit 1; \
 	done
-	cp hw/gpu/run pkg/gpucheck/framecheck.ptx $(BIN)/gpu/
+	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx $(BIN)/gpu/
 
 # The same on a GPU machine that has Go.
 gputest: gpubin
@@ -166,11 +166,14 @@ gpubench: gpubin
 # compiles for its GPU. clang's NVPTX back end (Debian's clang) writes the
 # ISA asked for; nvcc writes its own toolkit's (9.0 for CUDA 13, needing
 # R580). clang_cuda.h stands in for CUDA's headers.
+# pkg/resident's consumer needs ISA 6.0 and sm_70 as well: ld.acquire and
+# st.release at system scope.
 PTXCC ?= clang
+PTXFLAGS := -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 \
+	-Xclang -target-feature -Xclang +ptx60 -fcuda-short-ptr -mllvm --nvptx-short-ptr -O3 -S
 ptx:
-	$(PTXCC) -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 \
-		-Xclang -target-feature -Xclang +ptx60 -fcuda-short-ptr -mllvm --nvptx-short-ptr -O3 -S \
-		-include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/resident.cu -o pkg/resident/resident.ptx
 
 # NVIDIA's assembler takes the PTX for each architecture from Volta to
 # Hopper, with its registers and spills: ptxas 11.8 from Debian's non-free
@@ -180,8 +183,10 @@ PTXAS_DEB_DIR := build/cuda
 PTXAS ?= $(PTXAS_DEB_DIR)/usr/bin/ptxas
 ptxcheck: $(PTXAS)
 	@for a in sm_70 sm_75 sm_80 sm_86 sm_89 sm_90; do \
-		echo "== ptxas -arch=$$a framecheck.ptx"; \
-		$(PTXAS) -arch=$$a -v pkg/gpucheck/framecheck.ptx -o /dev/null || exit 1; \
+		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx; do \
+			echo "== ptxas -arch=$$a $$p"; \
+			$(PTXAS) -arch=$$a -v $$p -o /dev/null || exit 1; \
+		done; \
 	done
 
 $(PTXAS_DEB_DIR)/usr/bin/ptxas:

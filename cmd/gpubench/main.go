@@ -6,7 +6,10 @@
 // device model writing frames into a pinned host ring in process, slots
 // copied to the GPU and checked there) against the copy peak, with the
 // source alone measured in the same run. Every repetition's output is
-// verified. It writes one JSON document, with the revision it was built
+// verified. With -resident it measures GPU-resident streams instead
+// (pkg/resident: the persistent consumer kernel against the CPU-driven
+// path and the bare CPU <-> GPU round trips, on an emulated producer),
+// into a file named the same way with "-resident". It writes one JSON document, with the revision it was built
 // from, its flags, the driver, the GPU and its clocks: to a new file in
 // -out (named for date, GPU and revision, never overwriting), or to
 // standard output with -out -.
@@ -26,6 +29,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
+	"github.com/gpufpga/gpufpga/pkg/resident"
 )
 
 type copyResult struct {
@@ -92,7 +96,20 @@ func main() {
 	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
 	reps := flag.Int("reps", 8, "frame checker and read baseline: timed repetitions, each verified")
 	out := flag.String("out", "-", "directory for a new result file named for date, GPU and revision; - for standard output")
+	res := flag.Bool("resident", false, "measure GPU-resident streams alone (pkg/resident), into a new DATE-GPU-REV-resident.json")
+	var rc resident.Config
+	flag.IntVar(&rc.NSlots, "resident-slots", 64, "GPU-resident: slots in each ring")
+	flag.IntVar(&rc.Workers, "resident-workers", 16, "GPU-resident: the persistent kernel's worker blocks")
+	flag.DurationVar(&rc.Duration, "resident-time", time.Second, "GPU-resident: length of each throughput run")
+	flag.IntVar(&rc.LatencyFills, "resident-rtt", 2000, "GPU-resident: round trips measured for each path")
 	flag.Parse()
+	if *res {
+		if err := runResident(rc, *out); err != nil {
+			fmt.Fprintln(os.Stderr, "gpubench:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(cc, *compatOnly, *reps, *out); err != nil {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)

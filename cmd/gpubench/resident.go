@@ -1,0 +1,108 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/resident"
+)
+
+// residentReport is gpubench -resident's document: the machine, then
+// pkg/resident's pass.
+type residentReport struct {
+	Date        string            `json:"date"`
+	Command     []string          `json:"command"`
+	Flags       map[string]string `json:"flags"`
+	Build       build             `json:"build"`
+	Host        string            `json:"host"`
+	Kernel      string            `json:"kernel"`
+	Device      string            `json:"device"`
+	ComputeCap  string            `json:"compute_capability"`
+	SMs         int               `json:"multiprocessors"`
+	CUDAVersion int               `json:"cuda_driver_version"`
+	CPU         string            `json:"cpu"`
+	CPUs        int               `json:"cpus"`
+	GPUStart    gpuState          `json:"gpu_at_start"`
+	GPUEnd      gpuState          `json:"gpu_at_end"`
+	Resident    *resident.Report  `json:"resident"`
+	Seconds     float64           `json:"seconds"`
+}
+
+// runResident measures GPU-resident streams against the CPU-driven path
+// and the bare round trips (pkg/resident), into a new
+// DATE-GPU-REV-resident.json in out (or standard output with -).
+func runResident(cfg resident.Config, out string) error {
+	runtime.LockOSThread()
+	t0 := time.Now()
+	g, err := cuda.OpenDevice(0)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	if err := g.Lock(); err != nil {
+		return err
+	}
+	defer g.Unlock()
+	host, _ := os.Hostname()
+	r := residentReport{Date: t0.UTC().Format(time.RFC3339), Command: os.Args, Flags: flags(flag.CommandLine), Build: buildInfo(),
+		Host: host, Kernel: kernelRelease(), GPUStart: nvidiaSMI(), CPU: cpuModel(), CPUs: runtime.NumCPU()}
+	if r.Device, err = g.Name(); err != nil {
+		return err
+	}
+	major, _ := g.Attribute(attrCCMajor)
+	minor, _ := g.Attribute(attrCCMinor)
+	r.ComputeCap = fmt.Sprintf("%d.%d", major, minor)
+	r.SMs, _ = g.Attribute(cuda.AttrMultiprocessorCount)
+	r.CUDAVersion, _ = g.Driver().Version()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	r.Resident, err = resident.Measure(ctx, g, cfg)
+	r.GPUEnd = nvidiaSMI()
+	r.Seconds = time.Since(t0).Seconds()
+	if err != nil {
+		if r.Resident != nil {
+			json.NewEncoder(os.Stderr).Encode(r.Resident)
+		}
+		return fmt.Errorf("resident: %w", err)
+	}
+	w := os.Stdout
+	if out != "-" {
+		f, err := createResult(out, t0, r.Device, r.Build.shortRev()+"-resident")
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		w = f
+		fmt.Fprintln(os.Stderr, "gpubench:", f.Name())
+	}
+	printResident(os.Stderr, r.Resident)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// printResident writes the table the README carries.
+func printResident(w *os.File, rep *resident.Report) {
+	fmt.Fprintf(w, "GPU_DIRECT_RDMA_WRITES_ORDERING %d (%s), FLUSH_WRITES_OPTIONS %d\n",
+		rep.RDMAWritesOrdering, rep.RDMAOrderingName, rep.RDMAFlushOptions)
+	fmt.Fprintf(w, "ping-pong p50 %.2f p99 %.2f us; launch+sync p50 %.2f p99 %.2f us; ping-pong after p50 %.2f p99 %.2f us\n",
+		rep.PingPong.P50, rep.PingPong.P99, rep.LaunchSync.P50, rep.LaunchSync.P99, rep.PingPongAfter.P50, rep.PingPongAfter.P99)
+	for _, x := range rep.Runs {
+		for _, p := range []struct {
+			name string
+			p    resident.Path
+		}{{"gpu-resident", x.Resident}, {"cpu-driven", x.CPUDriven}} {
+			fmt.Fprintf(w, "%7d %-11s %-12s alone %9.0f/s %6.2f GB/s | %9.0f/s %6.2f GB/s lost %d errors %d | cpu %8.0f ns/slot | rtt p50 %7.2f p99 %7.2f us\n",
+				x.SlotBytes, x.Producer, p.name, p.p.Alone.PerS, p.p.Alone.GBps, p.p.Throughput.PerS, p.p.Throughput.GBps,
+				p.p.Lost, p.p.Counters.Errors, p.p.CPUPerSlot, p.p.RTT.P50, p.p.RTT.P99)
+		}
+		fmt.Fprintf(w, "        ratios: resident/alone %.3f, cpu-driven/alone %.3f, resident/cpu-driven slots/s %.2f, resident rtt/ping-pong p50 %.2f p99 %.2f\n",
+			x.ResidentToAlone, x.CPUDrivenToAlone, x.ResidentToCPUDriven, x.ResidentRTTToPingPong, x.ResidentRTT99ToPingPong)
+	}
+}

@@ -1,0 +1,125 @@
+//go:build linux
+
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// Host memory mapped into the GPU, and what the device says of the order
+// in which it sees a peer's writes: what a GPU-resident consumer needs.
+
+const memHostAllocDeviceMap = 0x2 // CU_MEMHOSTALLOC_DEVICEMAP
+
+// RDMAWritesOrdering is CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING:
+// which peers' writes into the device's memory its own kernels see in
+// the order they were made.
+type RDMAWritesOrdering int
+
+// CUGPUDirectRDMAWritesOrdering.
+const (
+	RDMAOrderingNone       RDMAWritesOrdering = 0   // no order promised
+	RDMAOrderingOwner      RDMAWritesOrdering = 100 // the device's own kernels see them in order
+	RDMAOrderingAllDevices RDMAWritesOrdering = 200 // every device does
+)
+
+func (o RDMAWritesOrdering) String() string {
+	switch o {
+	case RDMAOrderingNone:
+		return "none"
+	case RDMAOrderingOwner:
+		return "owner"
+	case RDMAOrderingAllDevices:
+		return "all devices"
+	}
+	return fmt.Sprintf("RDMAWritesOrdering(%d)", int(o))
+}
+
+// RDMAFlushOptions is CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS:
+// the ways cuFlushGPUDirectRDMAWrites can be asked to make earlier peer
+// writes visible (a bit mask of CUflushGPUDirectRDMAWritesOptions).
+type RDMAFlushOptions int
+
+// CUflushGPUDirectRDMAWritesOptions.
+const (
+	RDMAFlushHost   RDMAFlushOptions = 1 << 0 // cuFlushGPUDirectRDMAWrites from the host
+	RDMAFlushMemOps RDMAFlushOptions = 1 << 1 // a stream memory operation's flush
+)
+
+// RDMAOrdering reads both attributes. A driver that does not know them
+// (before CUDA 11.3) promises nothing: none and no options, no error.
+func (g *Device) RDMAOrdering() (RDMAWritesOrdering, RDMAFlushOptions, error) {
+	o, err := g.Attribute(AttrGPUDirectRDMAWritesOrdering)
+	if isInvalidValue(err) {
+		return RDMAOrderingNone, 0, nil
+	}
+	if err != nil {
+		return 0, 0, err
+	}
+	f, err := g.Attribute(AttrGPUDirectRDMAFlushWrites)
+	if isInvalidValue(err) {
+		f, err = 0, nil
+	}
+	return RDMAWritesOrdering(o), RDMAFlushOptions(f), err
+}
+
+func isInvalidValue(err error) bool { return errors.Is(err, ErrorInvalidValue) }
+
+// MappedBuffer is page-locked host memory mapped into the device's
+// address space (cuMemHostAlloc with DEVICEMAP and PORTABLE): the host
+// reads and writes Bytes, kernels the same bytes at DevPtr. It stays
+// allocated and locked until Free, which must come after every kernel and
+// copy that uses it has finished.
+type MappedBuffer struct {
+	*HostBuffer
+	DevPtr uint64
+}
+
+// HostAllocMapped allocates size bytes of page-locked host memory mapped
+// into the device, zeroed. The context must be current.
+func (g *Device) HostAllocMapped(size uint64) (*MappedBuffer, error) {
+	if size == 0 {
+		return nil, invalid(cuMemHostAlloc, "zero bytes")
+	}
+	var p unsafe.Pointer
+	if err := g.drv.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable|memHostAllocDeviceMap); err != nil {
+		return nil, err
+	}
+	h := &HostBuffer{b: unsafe.Slice((*byte)(p), size), dev: g, release: cuMemFreeHost}
+	clear(h.b)
+	m := &MappedBuffer{HostBuffer: h}
+	if err := g.drv.callNamed("cuMemHostGetDevicePointer_v2", uintptr(unsafe.Pointer(&m.DevPtr)), uintptr(p), 0); err != nil {
+		h.Free()
+		return nil, err
+	}
+	return m, nil
+}
+
+// Ptr returns the host address of byte off of the buffer, for atomic
+// loads and stores the kernels see; nil once freed or out of range.
+func (m *MappedBuffer) Ptr(off uint64) unsafe.Pointer {
+	if m.b == nil || off >= uint64(len(m.b)) {
+		return nil
+	}
+	return unsafe.Pointer(&m.b[off])
+}
+
+// callNamed calls a driver function the package's table does not hold,
+// looked up by name each time: for set-up calls, not for a hot path.
+//
+//go:uintptrescapes
+func (d *Driver) callNamed(name string, args ...uintptr) error {
+	fn, err := purego.Dlsym(d.lib, name)
+	if err != nil || fn == 0 {
+		return &Error{Op: name, Code: int(ErrorNotFound), Msg: "not in this driver (too old?)"}
+	}
+	r, _, _ := purego.SyscallN(fn, args...)
+	if code := int(int32(r)); code != 0 {
+		return &Error{Op: name, Code: code, Msg: d.errorString(code)}
+	}
+	return nil
+}

@@ -1,0 +1,588 @@
+//go:build linux
+
+package resident
+
+import (
+	"context"
+	_ "embed"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/cuda"
+)
+
+// PTX is the kernels, as `make ptx` generated them from Source.
+//
+//go:embed resident.ptx
+var PTX []byte
+
+// Source is the kernels' CUDA C source.
+//
+//go:embed resident.cu
+var Source []byte
+
+const (
+	threads      = 256 // THREADS in resident.cu
+	countersSize = 64  // struct counters
+)
+
+// Kernels is the loaded module. The context must be current to load it.
+type Kernels struct {
+	mod                                    *cuda.Module
+	consume, checkSlot, pingpong, nullKern *cuda.Function
+}
+
+// LoadKernels JIT-compiles the PTX for g.
+func LoadKernels(g *cuda.Device) (*Kernels, error) {
+	mod, err := g.LoadPTX(PTX)
+	if err != nil {
+		return nil, fmt.Errorf("resident: loading the kernels: %w", err)
+	}
+	k := &Kernels{mod: mod}
+	for _, f := range []struct {
+		fn   **cuda.Function
+		name string
+	}{{&k.consume, "resident_consume"}, {&k.checkSlot, "check_slot"}, {&k.pingpong, "pingpong"}, {&k.nullKern, "null_kernel"}} {
+		if *f.fn, err = mod.Function(f.name); err != nil {
+			mod.Close()
+			return nil, err
+		}
+	}
+	return k, nil
+}
+
+// Close unloads the module.
+func (k *Kernels) Close() error { return k.mod.Close() }
+
+// Placement is where a ring's slots are.
+type Placement int
+
+const (
+	// SlotsHost: host memory mapped into the GPU, written by CPU stores.
+	SlotsHost Placement = iota + 1
+	// SlotsGPU: GPU memory, written by a copy engine.
+	SlotsGPU
+)
+
+// GPURing is a ring the GPU consumes: the consumer word in host memory
+// mapped into the GPU, the slots in host memory mapped into it
+// (SlotsHost) or in GPU memory (SlotsGPU), and the results in host memory
+// mapped into the GPU, or in GPU memory where resultsInGPU (the placement
+// GPU-resident mode prefers: the GPU polls its own memory; only a copy
+// engine or a peer writes them there, and the host cannot watch them).
+// Its memory stays allocated and locked until Free, which must come after
+// every kernel and copy that uses it has finished.
+type GPURing struct {
+	*Ring
+	dev        *cuda.Device
+	results    *cuda.MappedBuffer
+	gpuResults *cuda.Buffer
+	consumer   *cuda.MappedBuffer
+	hostSlot   *cuda.MappedBuffer
+	gpuSlot    *cuda.Buffer
+	// SlotsDev, ResultsDev and ConsumerDev are the addresses kernels use.
+	SlotsDev, ResultsDev, ConsumerDev uint64
+}
+
+// NewGPURing allocates a ring of nslots slots of size bytes. The context
+// must be current.
+func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU bool) (_ *GPURing, err error) {
+	if nslots < 1 || size < 16 || size%16 != 0 {
+		return nil, fmt.Errorf("%w: %d slots of %d bytes", ErrConfig, nslots, size)
+	}
+	gr := &GPURing{dev: g}
+	defer func() {
+		if err != nil {
+			gr.Free()
+		}
+	}()
+	var results []byte
+	if resultsInGPU {
+		if gr.gpuResults, err = g.Alloc(uint64(nslots * ResultSize)); err != nil {
+			return nil, err
+		}
+		gr.ResultsDev = gr.gpuResults.Ptr
+	} else {
+		if gr.results, err = g.HostAllocMapped(uint64(nslots * ResultSize)); err != nil {
+			return nil, err
+		}
+		results, gr.ResultsDev = gr.results.Bytes(), gr.results.DevPtr
+	}
+	if gr.consumer, err = g.HostAllocMapped(uint64(ConsumerSize)); err != nil {
+		return nil, err
+	}
+	var slots []byte
+	switch where {
+	case SlotsHost:
+		if gr.hostSlot, err = g.HostAllocMapped(uint64(nslots * size)); err != nil {
+			return nil, err
+		}
+		slots, gr.SlotsDev = gr.hostSlot.Bytes(), gr.hostSlot.DevPtr
+	case SlotsGPU:
+		if gr.gpuSlot, err = g.Alloc(uint64(nslots * size)); err != nil {
+			return nil, err
+		}
+		gr.SlotsDev = gr.gpuSlot.Ptr
+	default:
+		return nil, fmt.Errorf("%w: placement %d", ErrConfig, where)
+	}
+	gr.ConsumerDev = gr.consumer.DevPtr
+	if gr.Ring, err = NewRing(nslots, size, slots, results, gr.consumer.Bytes()); err != nil {
+		return nil, err
+	}
+	return gr, gr.Reset()
+}
+
+// Reset clears every result and the consumer index, with the context
+// current; nothing may use the ring meanwhile, and no kernel may run (it
+// may copy on the legacy default stream).
+func (gr *GPURing) Reset() error {
+	gr.Ring.Reset()
+	if gr.gpuResults != nil {
+		return gr.dev.CopyHtoD(gr.gpuResults.Ptr, make([]byte, gr.NSlots*ResultSize))
+	}
+	return nil
+}
+
+// Statuses returns every slot's status word, with the context current.
+func (gr *GPURing) Statuses() ([]uint32, error) {
+	b := gr.Results
+	if gr.gpuResults != nil {
+		b = make([]byte, gr.NSlots*ResultSize)
+		if err := gr.dev.CopyDtoH(b, gr.gpuResults.Ptr); err != nil {
+			return nil, err
+		}
+	}
+	out := make([]uint32, gr.NSlots)
+	for i := range out {
+		out[i] = binary.LittleEndian.Uint32(b[i*ResultSize:])
+	}
+	return out, nil
+}
+
+// Free releases the ring's memory, with the context current.
+func (gr *GPURing) Free() error {
+	var errs []error
+	for _, m := range []*cuda.MappedBuffer{gr.results, gr.consumer, gr.hostSlot} {
+		if m != nil {
+			errs = append(errs, m.Free())
+		}
+	}
+	for _, b := range []*cuda.Buffer{gr.gpuSlot, gr.gpuResults} {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// CopyProducer writes with a copy engine, as the FPGA writes through
+// PCIe: each fill's data from one of NSrc prepared patterns in pinned
+// host memory (its sequence word stamped by the CPU first) into the slot,
+// then the result word from pinned memory into the result, both on one
+// stream, so the result lands after the data. A pattern is stamped again
+// only once its previous fill is consumed: NSrc > NSlots, and a fill waits
+// for credits.
+type CopyProducer struct {
+	r      *GPURing
+	s      *cuda.Stream
+	src    *cuda.HostBuffer
+	result *cuda.HostBuffer
+}
+
+// NewCopyProducer prepares the patterns and a stream. The context must be
+// current, on every call of the producer too.
+func NewCopyProducer(g *cuda.Device, r *GPURing) (_ *CopyProducer, err error) {
+	p := &CopyProducer{r: r}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.s, err = g.NewStream(); err != nil {
+		return nil, err
+	}
+	if p.src, err = g.HostAlloc(r.NSrc * uint64(r.SlotSize)); err != nil {
+		return nil, err
+	}
+	for s, b := range Patterns(r.NSrc, r.SlotSize) {
+		copy(p.src.Bytes()[s*r.SlotSize:], b)
+	}
+	if p.result, err = g.HostAlloc(8); err != nil {
+		return nil, err
+	}
+	binary.LittleEndian.PutUint64(p.result.Bytes(), resultWord(uint32(r.SlotSize)))
+	return p, nil
+}
+
+// Data implements Producer.
+func (p *CopyProducer) Data(k uint64) error {
+	off := (k % p.r.NSrc) * uint64(p.r.SlotSize)
+	binary.LittleEndian.PutUint64(p.src.Bytes()[off:], k)
+	dst := p.r.SlotsDev + (k%uint64(p.r.NSlots))*uint64(p.r.SlotSize)
+	return p.s.CopyHtoD(dst, p.src, off, uint64(p.r.SlotSize))
+}
+
+// Result implements Producer.
+func (p *CopyProducer) Result(k uint64) error {
+	return p.s.CopyHtoD(p.r.ResultsDev+(k%uint64(p.r.NSlots))*uint64(ResultSize), p.result, 0, 8)
+}
+
+// Flush implements Producer.
+func (p *CopyProducer) Flush() error { return p.s.Sync() }
+
+// Close waits for the stream and frees the producer's memory.
+func (p *CopyProducer) Close() error {
+	var errs []error
+	if p.s != nil {
+		errs = append(errs, p.s.Sync(), p.s.Close())
+	}
+	for _, b := range []*cuda.HostBuffer{p.src, p.result} {
+		if b != nil {
+			errs = append(errs, b.Free())
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Counters are what a consumer counted.
+type Counters struct {
+	Slots  uint64 `json:"slots"`
+	Bytes  uint64 `json:"bytes"`
+	Errors uint64 `json:"errors"`
+	// FirstError is the first bad fill's k + 1 (0: none). Errors counts
+	// bad fills, once for each part of one read by a worker of its own
+	// (the resident consumer's chunks, the CPU-driven one's blocks).
+	FirstError uint64 `json:"first_error"`
+	// Published is how far the consumer published (resident only).
+	Published uint64 `json:"published,omitempty"`
+	// CPU is the consumer's host thread's CPU time (user + system) from
+	// its start to its stop.
+	CPU time.Duration `json:"cpu_ns"`
+}
+
+// RingConsumer is a running consumer of a ring.
+type RingConsumer interface {
+	// Stop ends the consumer once every fill produced is consumed (the
+	// producer's run has drained) and returns its counters.
+	Stop() (Counters, error)
+}
+
+func threadCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_THREAD, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// consumerThread runs body on a goroutine wired to its own thread with
+// g's context current, measuring the thread's CPU time, until stop is
+// closed; body returns the counters.
+type consumerThread struct {
+	stop chan struct{}
+	done chan struct{}
+	c    Counters
+	err  error
+}
+
+func startThread(g *cuda.Device, body func(stop <-chan struct{}) (Counters, error)) (*consumerThread, error) {
+	t := &consumerThread{stop: make(chan struct{}), done: make(chan struct{})}
+	started := make(chan error, 1)
+	go func() {
+		defer close(t.done)
+		if err := g.Lock(); err != nil {
+			started <- err
+			return
+		}
+		defer g.Unlock()
+		started <- nil
+		cpu0 := threadCPU()
+		t.c, t.err = body(t.stop)
+		t.c.CPU = threadCPU() - cpu0
+	}()
+	if err := <-started; err != nil {
+		<-t.done
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *consumerThread) Stop() (Counters, error) {
+	close(t.stop)
+	<-t.done
+	return t.c, t.err
+}
+
+// Resident is the persistent consumer kernel's configuration.
+type Resident struct {
+	// Workers is the number of worker blocks (default 16, at most the
+	// ring's slots); one more block publishes.
+	Workers int
+	// Delay holds each slot this many GPU clock cycles (a slow consumer,
+	// for tests).
+	Delay uint64
+	// ChunkBytes is how much of a slot one worker reads (default 64 KiB):
+	// a larger slot is shared by up to Workers workers at once, so that
+	// its round trip is not one block's read of all of it.
+	ChunkBytes int
+}
+
+// chunks is how many workers share a slot of size bytes.
+func (cfg Resident) chunks(size, workers int) int {
+	cb := cfg.ChunkBytes
+	if cb <= 0 {
+		cb = 64 << 10
+	}
+	return min(max(size/cb, 1), workers)
+}
+
+// StartResident launches resident_consume on r, from a host thread of its
+// own that then sleeps until Stop: no CPU work per slot. The ring must be
+// reset (GPURing.Reset) and nothing may use the GPU's legacy default stream
+// while it runs (that would wait for the kernel).
+func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingConsumer, error) {
+	w := cfg.Workers
+	if w <= 0 {
+		w = 16
+	}
+	w = min(w, r.NSlots)
+	sms, err := g.Attribute(cuda.AttrMultiprocessorCount)
+	if err != nil {
+		return nil, err
+	}
+	if w+1 > sms || w < 1 {
+		// Every block must be resident at once.
+		return nil, fmt.Errorf("%w: %d worker blocks and a publisher on %d multiprocessors", ErrConfig, w, sms)
+	}
+	// Device memory is allocated and zeroed, and host memory mapped,
+	// before the kernel starts, on the starting thread.
+	var (
+		ctl   *cuda.MappedBuffer // stop word, then counters
+		state *cuda.Buffer       // struct state, ready[], done[], length[]
+		s     *cuda.Stream
+	)
+	cleanup := func() {
+		if s != nil {
+			s.Close()
+		}
+		if state != nil {
+			state.Free()
+		}
+		if ctl != nil {
+			ctl.Free()
+		}
+	}
+	if ctl, err = g.HostAllocMapped(uint64(64 + (w+1)*countersSize)); err != nil {
+		return nil, err
+	}
+	stateSize := uint64(64 + 4*8*r.NSlots)
+	if state, err = g.Alloc(stateSize); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if err := g.CopyHtoD(state.Ptr, make([]byte, stateSize)); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if s, err = g.NewStream(); err != nil {
+		cleanup()
+		return nil, err
+	}
+	stop := (*uint32)(ctl.Ptr(0))
+	t, err := startThread(g, func(quit <-chan struct{}) (Counters, error) {
+		var c Counters
+		err := k.consume.Launch(s, w+1, threads, 0, r.SlotsDev, uint64(r.SlotSize), r.ResultsDev, uint64(r.NSlots),
+			r.ConsumerDev, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, r.NSrc, cfg.Delay, uint64(cfg.chunks(r.SlotSize, w)))
+		if err != nil {
+			return c, err
+		}
+		<-quit
+		atomic.StoreUint32(stop, 1)
+		if err := s.Sync(); err != nil {
+			return c, fmt.Errorf("resident_consume: %w", err)
+		}
+		cs := ctl.Bytes()[64:]
+		c.Published = binary.LittleEndian.Uint64(cs)
+		for b := 1; b <= w; b++ {
+			rec := cs[b*countersSize:]
+			c.Slots += binary.LittleEndian.Uint64(rec)
+			c.Bytes += binary.LittleEndian.Uint64(rec[8:])
+			c.Errors += binary.LittleEndian.Uint64(rec[16:])
+			if fe := binary.LittleEndian.Uint64(rec[24:]); fe != 0 && (c.FirstError == 0 || fe < c.FirstError) {
+				c.FirstError = fe
+			}
+		}
+		return c, nil
+	})
+	if err != nil {
+		cleanup()
+		return nil, err
+	}
+	return &residentRun{t: t, cleanup: cleanup}, nil
+}
+
+type residentRun struct {
+	t       *consumerThread
+	cleanup func()
+}
+
+func (r *residentRun) Stop() (Counters, error) {
+	c, err := r.t.Stop()
+	r.cleanup()
+	return c, err
+}
+
+// StartCPUDriven starts the CPU-driven consumer: a host thread that spins
+// on each slot's result in order, launches check_slot for it, waits on an
+// event for the kernel, clears the result and publishes the consumer
+// index: the per-slot CPU chain of today's stream, without its interrupt
+// and system calls (so a bound it cannot beat).
+func (k *Kernels) StartCPUDriven(g *cuda.Device, r *GPURing) (RingConsumer, error) {
+	if r.Results == nil {
+		return nil, fmt.Errorf("%w: the CPU-driven consumer needs the results in host memory", ErrConfig)
+	}
+	sms, err := g.Attribute(cuda.AttrMultiprocessorCount)
+	if err != nil {
+		return nil, err
+	}
+	grid := min(max(r.SlotSize/(threads*16*4), 1), sms)
+	var quit atomic.Bool
+	t, err := startThread(g, func(stopc <-chan struct{}) (Counters, error) {
+		var c Counters
+		s, err := g.NewStream()
+		if err != nil {
+			return c, err
+		}
+		defer s.Close()
+		ev, err := g.NewSyncEvent()
+		if err != nil {
+			return c, err
+		}
+		defer ev.Close()
+		cnt, err := g.Alloc(countersSize)
+		if err != nil {
+			return c, err
+		}
+		defer cnt.Free()
+		if err := g.CopyHtoD(cnt.Ptr, make([]byte, countersSize)); err != nil {
+			return c, err
+		}
+		go func() { <-stopc; quit.Store(true) }()
+		var loopErr error
+	fills:
+		for n := uint64(0); ; n++ {
+			i := int(n % uint64(r.NSlots))
+			var length uint32
+			for spins := 0; ; spins++ {
+				st, l := r.Status(i)
+				if Ready(st) {
+					length = l
+					break
+				}
+				if spins&255 == 0 && quit.Load() {
+					break fills
+				}
+			}
+			dst := r.SlotsDev + uint64(i)*uint64(r.SlotSize)
+			if loopErr = k.checkSlot.Launch(s, grid, threads, 0, dst, uint64(length), n, r.NSrc, uint64(r.SlotSize), cnt.Ptr); loopErr != nil {
+				break
+			}
+			if loopErr = ev.Record(s); loopErr != nil {
+				break
+			}
+			if loopErr = ev.Sync(); loopErr != nil {
+				break
+			}
+			r.Release(i)
+			r.Publish(n + 1)
+		}
+		if err := s.Sync(); err != nil {
+			return c, errors.Join(loopErr, err)
+		}
+		b := make([]byte, countersSize)
+		if err := g.CopyDtoH(b, cnt.Ptr); err != nil {
+			return c, errors.Join(loopErr, err)
+		}
+		c.Slots, c.Bytes = binary.LittleEndian.Uint64(b), binary.LittleEndian.Uint64(b[8:])
+		c.Errors, c.FirstError = binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
+		return c, loopErr
+	})
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// PingPong measures n bare round trips: the CPU stores i into pinned host
+// memory mapped into the GPU, a polling kernel (one thread) sees it and
+// stores i back into another line, which the CPU polls. The context must
+// be current. An answer that takes over 5 s, or ctx's end, stops it.
+func (k *Kernels) PingPong(ctx context.Context, g *cuda.Device, n int) ([]time.Duration, error) {
+	m, err := g.HostAllocMapped(128)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Free()
+	s, err := g.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	ping, pong := (*uint64)(m.Ptr(0)), (*uint64)(m.Ptr(64))
+	if err := k.pingpong.Launch(s, 1, 32, 0, m.DevPtr, m.DevPtr+64, uint64(n)); err != nil {
+		return nil, err
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	out := make([]time.Duration, 0, n)
+	for i := uint64(1); i <= uint64(n); i++ {
+		t0 := time.Now()
+		atomic.StoreUint64(ping, i)
+		for spins := 0; atomic.LoadUint64(pong) < i; spins++ {
+			if spins&(1<<16-1) != 0 {
+				continue
+			}
+			var err error
+			if time.Since(t0) > 5*time.Second {
+				err = fmt.Errorf("%w: no answer to ping %d", ErrStalled, i)
+			} else if ctx.Err() != nil {
+				err = ctx.Err()
+			}
+			if err != nil {
+				atomic.StoreUint64(ping, uint64(n)) // let the kernel finish
+				return out, errors.Join(err, s.Sync())
+			}
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, s.Sync()
+}
+
+// LaunchSync measures n launches of an empty kernel, each followed by a
+// stream synchronize. The context must be current.
+func (k *Kernels) LaunchSync(g *cuda.Device, n int) ([]time.Duration, error) {
+	s, err := g.NewStream()
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	out := make([]time.Duration, 0, n)
+	for range n {
+		t0 := time.Now()
+		if err := k.nullKern.Launch(s, 1, 32, 0); err != nil {
+			return out, err
+		}
+		if err := s.Sync(); err != nil {
+			return out, err
+		}
+		out = append(out, time.Since(t0))
+	}
+	return out, nil
+}
