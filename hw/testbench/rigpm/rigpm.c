@@ -16,7 +16,8 @@
  *
  * runs suspend, suspend_late and suspend_noirq, sleeps 200 ms, then runs
  * resume_noirq, resume_early and resume; "freeze" runs freeze and thaw,
- * "hibernate" freeze and restore. The write returns the first error.
+ * "hibernate" freeze and restore. The write returns the first error, or
+ * EOPNOTSUPP where the kernel has no such sleep (no hibernation).
  */
 #include <linux/debugfs.h>
 #include <linux/delay.h>
@@ -50,6 +51,12 @@ static const struct rigpm_transition rigpm_transitions[] = {
 
 static struct dentry *rigpm_file;
 
+/* The bus's callback of a phase: NULL where the kernel lacks the sleep. */
+static rigpm_cb rigpm_phase(const struct dev_pm_ops *pm, size_t phase)
+{
+	return *(const rigpm_cb *)((const char *)pm + phase);
+}
+
 /*
  * Runs the phases of one direction; stops at the first error, as the PM
  * core does, and returns how many ran.
@@ -60,7 +67,7 @@ static int rigpm_run(struct device *dev, const struct dev_pm_ops *pm,
 	int i;
 
 	for (i = 0; i < 3; i++) {
-		rigpm_cb cb = *(const rigpm_cb *)((const char *)pm + phase[i]);
+		rigpm_cb cb = rigpm_phase(pm, phase[i]);
 
 		if (!cb)
 			continue;
@@ -80,7 +87,8 @@ static int rigpm_cycle(struct pci_dev *pdev, const struct rigpm_transition *tr,
 	const struct dev_pm_ops *pm = dev->bus->pm;
 	int err_down = 0, err_up = 0;
 
-	if (!pm)
+	/* A kernel without hibernation has no freeze or restore. */
+	if (!pm || !rigpm_phase(pm, tr->down[0]) || !rigpm_phase(pm, tr->up[2]))
 		return -EOPNOTSUPP;
 	device_lock(dev);
 	if (!dev->driver) {
