@@ -193,8 +193,8 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 
 	mutex_lock(&dev->lifecycle_lock);
 	dev->quiesced++;
-	mutex_unlock(&dev->lifecycle_lock);
 	WRITE_ONCE(dev->resetting, true);
+	mutex_unlock(&dev->lifecycle_lock);
 	if (frozen) {
 		/*
 		 * The link may still be up until the core resets the slot:
@@ -240,6 +240,7 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 		spin_unlock_irq(&ch->lock);
 	}
 	gpufpga_dev_program(dev);
+	WRITE_ONCE(dev->resets, dev->resets + 1);
 	WRITE_ONCE(dev->resetting, false);
 	return 0;
 }
@@ -250,18 +251,31 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
  * programmed again, as at probe, and new work is taken. Every chain the
  * engine runs from here on starts at an address programmed here, once
  * every event that quiesced the function has ended. Returns -ENODEV where
- * the function does not answer or was given up on.
+ * the function does not answer or was given up on. An event that did not
+ * quiesce the function (none under way) changes nothing.
  */
 int gpufpga_dev_restart(struct gpufpga_dev *dev)
 {
-	int ret;
+	int ret = 0;
 
+	mutex_lock(&dev->lifecycle_lock);
+	if (dev->quiesced > 0 && !--dev->quiesced)
+		ret = gpufpga_dev_reprogram(dev);
+	mutex_unlock(&dev->lifecycle_lock);
+	return ret;
+}
+
+/*
+ * An event that quiesced the function ends without bringing it back (an
+ * AER recovery that failed): the function stays offline until a later
+ * reset's restart, or a rebind, programs it again.
+ */
+void gpufpga_dev_abandon(struct gpufpga_dev *dev)
+{
 	mutex_lock(&dev->lifecycle_lock);
 	if (dev->quiesced > 0)
 		dev->quiesced--;
-	ret = dev->quiesced ? 0 : gpufpga_dev_reprogram(dev);
 	mutex_unlock(&dev->lifecycle_lock);
-	return ret;
 }
 
 /*

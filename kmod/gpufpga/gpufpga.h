@@ -212,10 +212,16 @@ struct gpufpga_dev {
 	 * Events under way that took the function (a sysfs reset may come
 	 * inside an AER recovery): the last one's restart brings it back.
 	 */
-	struct mutex lifecycle_lock;	/* quiesced */
+	struct mutex lifecycle_lock;	/* quiesced, resetting's setting */
 	int quiesced;
-	u32 resets;			/* engine state lost and reprogrammed */
-	u32 errors;			/* AER errors reported to the driver */
+	/*
+	 * An AER recovery quiesced the function and its resume has not come;
+	 * under the device lock, which the PCI core holds around each error
+	 * handler.
+	 */
+	bool aer_held;
+	u32 resets;			/* reprogrammed after an event, WRITE_ONCE */
+	u32 errors;			/* AER errors reported, WRITE_ONCE */
 	/* Removed, and every record it will post queued: read() ends. */
 	bool gone;
 	/* Held for reading by every ioctl; remove takes it to wait them out. */
@@ -385,6 +391,7 @@ void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits);
 void gpufpga_dev_program(struct gpufpga_dev *dev);
 void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen);
 int gpufpga_dev_restart(struct gpufpga_dev *dev);
+void gpufpga_dev_abandon(struct gpufpga_dev *dev);
 void gpufpga_chan_irq(struct gpufpga_chan *ch);
 bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);
 void gpufpga_chan_release(struct gpufpga_chan *ch);

@@ -690,7 +690,6 @@ static void gpufpga_reset_done(struct pci_dev *pdev)
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 	int ret = gpufpga_dev_restart(dev);
 
-	dev->resets++;
 	trace_gpufpga_lifecycle(dev->id, "reset_done", ret);
 	if (ret)
 		dev_err(&pdev->dev, "does not answer after a reset (%d)\n", ret);
@@ -707,20 +706,26 @@ static void gpufpga_reset_done(struct pci_dev *pdev)
 static pci_ers_result_t gpufpga_error_detected(struct pci_dev *pdev, pci_channel_state_t state)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+	bool frozen = state != pci_channel_io_normal;
 
-	dev->errors++;
 	trace_gpufpga_lifecycle(dev->id, "error_detected", (__force int)state);
-	dev_warn(&pdev->dev, "PCIe error (%s): transfers and streams end\n",
-		 state == pci_channel_io_normal ? "non-fatal" :
-		 state == pci_channel_io_frozen ? "fatal" : "permanent");
+	/* A recovery that failed reports its error again as permanent. */
+	if (!dev->aer_held) {
+		WRITE_ONCE(dev->errors, dev->errors + 1);
+		dev_warn(&pdev->dev, "PCIe error (%s): transfers and streams end\n",
+			 !frozen ? "non-fatal" :
+			 state == pci_channel_io_frozen ? "fatal" : "permanent");
+		gpufpga_dev_quiesce(dev, frozen);
+		dev->aer_held = true;
+	}
 	if (state == pci_channel_io_perm_failure) {
 		WRITE_ONCE(dev->link_down, true);
-		gpufpga_dev_quiesce(dev, true);
+		dev->aer_held = false;
+		gpufpga_dev_abandon(dev);
+		dev_err(&pdev->dev, "gave up on after a PCIe error: a reset or rebind brings it back\n");
 		return PCI_ERS_RESULT_DISCONNECT;
 	}
-	gpufpga_dev_quiesce(dev, state == pci_channel_io_frozen);
-	return state == pci_channel_io_normal ? PCI_ERS_RESULT_CAN_RECOVER :
-						PCI_ERS_RESULT_NEED_RESET;
+	return frozen ? PCI_ERS_RESULT_NEED_RESET : PCI_ERS_RESULT_CAN_RECOVER;
 }
 
 static pci_ers_result_t gpufpga_mmio_enabled(struct pci_dev *pdev)
@@ -735,7 +740,6 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 
 	pci_restore_state(pdev);
 	pci_save_state(pdev);
-	dev->resets++;
 	trace_gpufpga_lifecycle(dev->id, "slot_reset", 0);
 	if (!gpufpga_answers(dev))
 		return PCI_ERS_RESULT_DISCONNECT;
@@ -745,9 +749,14 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 static void gpufpga_error_resume(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
-	int ret = gpufpga_dev_restart(dev);
+	int ret = 0;
 
-	trace_gpufpga_lifecycle(dev->id, "resume", ret);
+	/* Bound during the recovery, it had nothing to undo. */
+	if (dev->aer_held) {
+		dev->aer_held = false;
+		ret = gpufpga_dev_restart(dev);
+	}
+	trace_gpufpga_lifecycle(dev->id, "error_resume", ret);
 	if (ret)
 		dev_err(&pdev->dev, "does not answer after error recovery (%d)\n", ret);
 	else
@@ -774,7 +783,7 @@ static int gpufpga_suspend(struct device *d)
 {
 	struct gpufpga_dev *dev = dev_get_drvdata(d);
 
-	trace_gpufpga_lifecycle(dev->id, "suspend", 0);
+	trace_gpufpga_lifecycle(dev->id, "pm_suspend", 0);
 	gpufpga_dev_quiesce(dev, false);
 	return 0;
 }
@@ -784,8 +793,7 @@ static int gpufpga_resume(struct device *d)
 	struct gpufpga_dev *dev = dev_get_drvdata(d);
 	int ret = gpufpga_dev_restart(dev);
 
-	dev->resets++;
-	trace_gpufpga_lifecycle(dev->id, "resume", ret);
+	trace_gpufpga_lifecycle(dev->id, "pm_resume", ret);
 	if (!ret)
 		pci_save_state(to_pci_dev(d));	/* for a later error recovery */
 	return ret;

@@ -284,10 +284,10 @@ type Info struct {
 	MaxQueued        uint32
 	// State is whether the device takes work now.
 	State DeviceState
-	// Resets counts the times the card lost its engine state since the
-	// driver bound it (a function or bus reset, AER recovery, system
-	// sleep); what ran then failed with ErrReset. Errors counts the
-	// uncorrectable PCIe (AER) errors reported to the driver.
+	// Resets counts the times the driver programmed the engine again since
+	// it bound the card, after a function or bus reset, an AER recovery or
+	// a system sleep; what ran then failed with ErrReset. Errors counts
+	// the uncorrectable PCIe (AER) errors reported to the driver.
 	Resets, Errors uint32
 }
 

@@ -117,8 +117,9 @@ const (
 	EventStreamEnd
 	// EventLifecycle is a reset, PCIe error or sleep of the card, named
 	// by Op (reset_prepare, reset_done, error_detected, slot_reset,
-	// resume, suspend); Status is error_detected's PCI channel state (1
-	// non-fatal, 2 fatal, 3 permanent failure), Err a failed restart's.
+	// error_resume, pm_suspend, pm_resume); Status is error_detected's
+	// PCI channel state (1 non-fatal, 2 fatal, 3 permanent failure), Err
+	// a failed restart's.
 	EventLifecycle
 )
 

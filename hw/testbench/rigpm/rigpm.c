@@ -58,15 +58,15 @@ static rigpm_cb rigpm_phase(const struct dev_pm_ops *pm, size_t phase)
 }
 
 /*
- * Runs the phases of one direction; stops at the first error, as the PM
- * core does, and returns how many ran.
+ * Runs n phases of one direction; stops at the first error, as the PM
+ * core does, and returns how many completed.
  */
 static int rigpm_run(struct device *dev, const struct dev_pm_ops *pm,
-		     const size_t phase[3], int *err)
+		     const size_t *phase, int n, int *err)
 {
 	int i;
 
-	for (i = 0; i < 3; i++) {
+	for (i = 0; i < n; i++) {
 		rigpm_cb cb = rigpm_phase(pm, phase[i]);
 
 		if (!cb)
@@ -85,7 +85,7 @@ static int rigpm_cycle(struct pci_dev *pdev, const struct rigpm_transition *tr,
 {
 	struct device *dev = &pdev->dev;
 	const struct dev_pm_ops *pm = dev->bus->pm;
-	int err_down = 0, err_up = 0;
+	int err_down = 0, err_up = 0, down;
 
 	/* A kernel without hibernation has no freeze or restore. */
 	if (!pm || !rigpm_phase(pm, tr->down[0]) || !rigpm_phase(pm, tr->up[2]))
@@ -96,13 +96,21 @@ static int rigpm_cycle(struct pci_dev *pdev, const struct rigpm_transition *tr,
 		return -ENODEV;
 	}
 	dev_info(dev, "rigpm: %s for %u ms\n", tr->name, asleep_ms);
-	if (rigpm_run(dev, pm, tr->down, &err_down) == 3) {
+	down = rigpm_run(dev, pm, tr->down, 3, &err_down);
+	if (down == 3) {
 		if (tr->power_loss)
 			pci_set_power_state(pdev, PCI_D3hot);
 		msleep(asleep_ms);
 	}
-	/* What went down comes up again, whatever failed. */
-	rigpm_run(dev, pm, tr->up, &err_up);
+	/*
+	 * As the PM core's suspend_late phase marks it: the device must be
+	 * brought back, not left as a suspend that was never entered.
+	 */
+	dev->power.must_resume = true;
+	/* The phases that went down come up again, in reverse order. */
+	rigpm_run(dev, pm, tr->up + 3 - down, down, &err_up);
+	if (!err_up && pdev->current_state != PCI_D0)
+		err_up = -EIO;
 	device_unlock(dev);
 	return err_down ? err_down : err_up;
 }

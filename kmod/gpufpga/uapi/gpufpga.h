@@ -86,9 +86,9 @@
  * @default_timeout_ms:	timeout of a transfer that names none.
  * @max_queued:		asynchronous transfers per file, queued or unread.
  * @state:		GPUFPGA_DEV_*: whether the device takes work now.
- * @resets:		times the engine lost its state since probe (function
- *			or bus reset, AER recovery, system sleep); what ran
- *			then ended with -ECONNRESET.
+ * @resets:		times the driver programmed the engine again after a
+ *			function or bus reset, an AER recovery or a system
+ *			sleep; what ran then ended with -ECONNRESET.
  * @errors:		uncorrectable PCIe (AER) errors reported to the driver.
  */
 struct gpufpga_info {
