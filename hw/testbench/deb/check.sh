@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$root"
-pkgs=(gpufpga-dkms p2pctl)
+pkgs=(gpufpga-dkms p2pctl gpufpga-dev)
 modules=(gpufpga gpufpga_nv)
 modver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' kmod/gpufpga/dkms.conf)
 
@@ -22,7 +22,7 @@ step() { echo "== deb-check: $* (${SECONDS}s)"; }
 # The commands the README gives, which this check runs as written (as root,
 # so without sudo, and with apt answering yes).
 want='make deb
-sudo apt install ./build/deb/gpufpga-dkms_*.deb ./build/deb/p2pctl_*.deb
+sudo apt install ./build/deb/gpufpga-dkms_*.deb ./build/deb/p2pctl_*.deb ./build/deb/gpufpga-dev_*.deb
 p2pctl doctor'
 readme=$(awk '/^## On a real host$/ { s = 1; next }
 	s && /^## / { exit }
@@ -57,7 +57,7 @@ snapshot() {
 		find "$d" -mindepth 1 -maxdepth 2
 	done
 	for d in /lib/modules/*/updates /var/lib/dkms /usr/lib/udev/rules.d /etc/udev/rules.d \
-		/usr/bin /usr/share/bash-completion/completions /usr/share/man/man1; do
+		/usr/bin /usr/share/bash-completion/completions /usr/share/man/man1 /usr/include /usr/share/doc; do
 		if [ -e "$d" ]; then find "$d"; fi
 	done
 	find /var/lib/dpkg/info -name 'gpufpga*' -o -name 'p2pctl*'
@@ -143,6 +143,14 @@ out=$(p2pctl __complete 'do' 2>/dev/null)
 grep -q '^doctor' <<<"$out" || fail "completion does not offer doctor: $out"
 out=$(zcat /usr/share/man/man1/p2pctl-doctor.1.gz)
 grep -q '^\.SH NAME' <<<"$out" || fail "p2pctl-doctor.1.gz is not a man page"
+
+step "gpufpga-dev"
+# The installed example builds against the installed headers alone.
+[ -f /usr/include/gpufpga/gpufpga.h ] && [ -f /usr/include/gpufpga/gpufpga_resident.h ] || fail "no /usr/include/gpufpga headers"
+gcc -std=c11 -Wall -Wextra -Werror -o "$tmp/c-stream" /usr/share/doc/gpufpga-dev/examples/c-stream.c ||
+	fail "the installed C example does not build against the installed headers"
+out=$("$tmp/c-stream" -d /nonexistent 2>&1) && fail "c-stream ran without a device"
+grep -q '^c-stream: /nonexistent: No such file or directory' <<<"$out" || fail "c-stream without a device: $out"
 
 step "${cmds[2]}"
 rc=0
