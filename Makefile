@@ -232,6 +232,7 @@ lint: examples-c
 	done
 	@deps=$$($(GO) list -deps ./cmd/p2pctl ./pkg/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: production code imports the rig:"; echo "$$deps"; exit 1; fi
 	@deps=$$($(GO) list -deps ./pkg/stream | grep -E 'purego|/pkg/cuda$$|/pkg/gpucheck$$'); if [ -n "$$deps" ]; then echo "lint: pkg/stream links CUDA (it belongs in pkg/stream/cudamem):"; echo "$$deps"; exit 1; fi
+	@deps=$$($(GO) list -deps ./pkg/p2p ./pkg/stream | grep prometheus); if [ -n "$$deps" ]; then echo "lint: pkg/p2p or pkg/stream imports Prometheus (it belongs in pkg/metrics):"; echo "$$deps"; exit 1; fi
 
 unit:
 	$(GO) test -count=1 ./...
