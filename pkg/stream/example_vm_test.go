@@ -17,12 +17,12 @@ import (
 // checked on the way (sequence numbers and CRCs), and Stop ends the
 // session after 64 slots.
 func ExampleStart() {
+	gpu := simulatedGPU() // with CUDA: cudamem.Open(0)
 	dev, err := p2p.Open("/dev/gpufpga0")
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer dev.Close()
-	gpu := simulatedGPU() // with CUDA: cudamem.Open(0)
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -4,7 +4,9 @@ package kmodtest
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -23,7 +25,16 @@ func TestCStreamExample(t *testing.T) {
 	if err := ctl.ConfigureSource(slot-frame.HeaderSize, 0, 64); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command("testdata/c-stream", "-d", devPath, "-c", "1", "-n", "16", "-s", fmt.Sprint(slot), "-N", "256").CombinedOutput()
+	// The share that carries testdata/ drops the execute bit: run a copy.
+	b, err := os.ReadFile("testdata/c-stream")
+	if err != nil {
+		t.Fatalf("%v (the vmtest targets build it: make vmtest-6.1)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "c-stream")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "-d", devPath, "-c", "1", "-n", "16", "-s", fmt.Sprint(slot), "-N", "256").CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil {
 		t.Fatalf("c-stream: %v", err)
