@@ -17,7 +17,7 @@ KVER ?= $(KVER_61)
 KDIR ?= /lib/modules/$(KVER)/build
 
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
-	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
+	clang llvm libbpf-dev dwarves bpftool sparse gcc g++ libc6-dev make xz-utils zstd cpio \
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser \
 	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev libfdt-dev zlib1g-dev python3
 # From bookworm-backports, pinned so that nothing else comes from there.
