@@ -57,7 +57,7 @@ func TestStaleReleaseMissesTheNextStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer d.Close()
+	t.Cleanup(func() { d.Close() }) // after hostRing's cleanup
 	ring := hostRing(t, d, 1)
 	old, err := d.StartStream(1, ring)
 	if err != nil {
