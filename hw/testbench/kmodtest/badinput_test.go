@@ -317,6 +317,8 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		{"stop: struct too short", ioc(iocW, 8, 4), stop(1, 0)[:4], unix.EINVAL},
 		{"stop: longer struct with a non-zero tail", ioc(iocW, 8, sizeStopID+8), append(stopID(1, 1), 1, 0, 0, 0, 0, 0, 0, 0), unix.E2BIG},
 		{"stream: read-write number, struct too short", ioc(iocRW, 6, 16), make([]byte, 16), unix.EINVAL},
+		{"stream: read-only number", ioc(iocR, 6, sizeStream), make([]byte, sizeStream), unix.ENOTTY},
+		{"release: read-write number", ioc(iocRW, 7, sizeRelease), make([]byte, sizeRelease), unix.ENOTTY},
 		{"stop: channel out of range", ioc(iocW, 8, sizeStop), stop(99, 0), unix.EINVAL},
 		// Channels the device lacks, or that are not streams, have no
 		// stream state (nor, when absent, a lock) to look at.
