@@ -17,7 +17,7 @@ KVER ?= $(KVER_61)
 KDIR ?= /lib/modules/$(KVER)/build
 
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
-	clang llvm libbpf-dev dwarves bpftool sparse gcc make xz-utils zstd cpio \
+	clang llvm libbpf-dev dwarves bpftool sparse gcc g++ libc6-dev make xz-utils zstd cpio \
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser \
 	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev libfdt-dev zlib1g-dev python3
 # From bookworm-backports, pinned so that nothing else comes from there.
@@ -29,7 +29,7 @@ SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
-.PHONY: all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -85,7 +85,7 @@ kmod:
 # $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old;
 # $(6) the host-side test that boots it (default TestRig, the whole suite).
 VMTEST_PKG := ./hw/testbench/vmtest/
-vmtest_on = GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
+vmtest_on = $(call c_example,-static,hw/testbench/kmodtest/testdata/c-stream) && GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
 	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run '^$(or $(6),TestRig)$$' $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
@@ -207,11 +207,25 @@ bpf:
 	$(GO) generate ./pkg/trace
 
 # The Go mirror of the driver's ABI (needs gcc).
+# The C example, built against the uapi headers laid out as gpufpga-dev
+# installs them (<gpufpga/gpufpga.h>), warnings as errors: $(1) extra
+# flags, $(2) the binary. make lint builds it; the guest suite runs a
+# static build on the rig (kmodtest's TestCStreamExample).
+C_EXAMPLE_FLAGS := -std=c11 -O2 -Wall -Wextra -Werror
+c_example = mkdir -p build/include/gpufpga $(dir $(2)) && \
+	cp kmod/gpufpga/uapi/gpufpga.h kmod/gpufpga/uapi/gpufpga_resident.h build/include/gpufpga/ && \
+	$(CC) $(C_EXAMPLE_FLAGS) $(1) -Ibuild/include -o $(2) examples/c-stream/c-stream.c
+
+examples-c:
+	$(call c_example,,build/examples/c-stream)
+	printf '#include <gpufpga/gpufpga.h>\n#include <gpufpga/gpufpga_resident.h>\n' | \
+		$(CXX) -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Ibuild/include -
+
 godefs:
 	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -godefs types_linux.go) | gofmt > ztypes_linux.go
 
 # amd64 and arm64 (GH200/GB200 hosts), and the guest tests' build tag.
-lint:
+lint: examples-c
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	@sc=$$($(GO) tool -n staticcheck) || exit 1; \
 	for arch in amd64 arm64; do \
@@ -223,6 +237,7 @@ lint:
 	done
 	@deps=$$($(GO) list -deps ./cmd/p2pctl ./pkg/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: production code imports the rig:"; echo "$$deps"; exit 1; fi
 	@deps=$$($(GO) list -deps ./pkg/stream | grep -E 'purego|/pkg/cuda$$|/pkg/gpucheck$$'); if [ -n "$$deps" ]; then echo "lint: pkg/stream links CUDA (it belongs in pkg/stream/cudamem):"; echo "$$deps"; exit 1; fi
+	@deps=$$($(GO) list -deps ./pkg/p2p ./pkg/stream | grep prometheus); if [ -n "$$deps" ]; then echo "lint: pkg/p2p or pkg/stream imports Prometheus (it belongs in pkg/metrics):"; echo "$$deps"; exit 1; fi
 
 unit:
 	$(GO) test -count=1 ./...

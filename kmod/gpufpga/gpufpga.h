@@ -433,7 +433,8 @@ bool gpufpga_mem_active(struct gpufpga_mem *m);
 void gpufpga_start_next(struct gpufpga_chan *ch);
 
 /* stream.c */
-int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size,
+			       bool named);
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size);
 

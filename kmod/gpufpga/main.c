@@ -220,9 +220,13 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 
 	long ret = -ENOTTY;
 
-	/* Dispatch on the number; the size is the struct's version. */
+	/*
+	 * Dispatch on the number; the size is the struct's version. ABI 1's
+	 * first STREAM_START was _IOW: it starts a stream without an id.
+	 */
 	if (_IOC_TYPE(cmd) != GPUFPGA_IOC_MAGIC || _IOC_NR(cmd) >= ARRAY_SIZE(dirs) ||
-	    _IOC_DIR(cmd) != dirs[_IOC_NR(cmd)])
+	    (_IOC_DIR(cmd) != dirs[_IOC_NR(cmd)] &&
+	     (_IOC_NR(cmd) != _IOC_NR(GPUFPGA_IOC_STREAM_START) || _IOC_DIR(cmd) != _IOC_WRITE)))
 		return -ENOTTY;
 	down_read(&f->dev->ioctl_rwsem);
 	if (f->dev->dead) {
@@ -249,7 +253,7 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		ret = gpufpga_ioctl_cancel(f, uarg, size);
 		break;
 	case _IOC_NR(GPUFPGA_IOC_STREAM_START):
-		ret = gpufpga_ioctl_stream_start(f, uarg, size);
+		ret = gpufpga_ioctl_stream_start(f, uarg, size, _IOC_DIR(cmd) & _IOC_READ);
 		break;
 	case _IOC_NR(GPUFPGA_IOC_STREAM_RELEASE):
 		ret = gpufpga_ioctl_stream_release(f, uarg, size);

@@ -20,8 +20,13 @@
 #include "gpufpga.h"
 #include "trace.h"
 
+/* Stream ids: never 0, never reused while the module is loaded. */
+static atomic64_t gpufpga_stream_ids = ATOMIC64_INIT(0);
+
 struct gpufpga_stream_state {
 	struct gpufpga_file *file;
+	u64 id;
+	bool named;			/* started with an id: RELEASE and STOP name it */
 	u32 nslots;
 	u32 ndescs;
 	u64 bytes;			/* of all slots */
@@ -87,11 +92,15 @@ static bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 	return false;
 }
 
-static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_file *f,
-			       struct gpufpga_event *ev, u32 kind, u32 slot, u64 seq, u64 bytes,
+static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_stream_state *st,
+			       struct gpufpga_event *ev, u32 kind, u32 slot, u64 bytes,
 			       u32 flags, int error, u32 status)
 {
+	struct gpufpga_file *f = st->file;
+	u64 seq = st->seq;
+
 	ev->rec.kind = kind;
+	ev->rec.id = st->id;
 	ev->rec.slot = slot;
 	ev->rec.seq = seq;
 	ev->rec.bytes = bytes;
@@ -110,7 +119,7 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_file *f,
  * slots without reading them would queue them without bound, so past
  * max_queued unread records the stream ends with -EOVERFLOW instead.
  */
-static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 bytes, u32 flags)
+static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 bytes, u32 flags)
 {
 	struct gpufpga_event *ev;
 
@@ -120,8 +129,7 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 seq, u64 byt
 	ev = kzalloc(sizeof(*ev), GFP_ATOMIC);
 	if (!ev)
 		return -ENOMEM;
-	gpufpga_fill_event(ch, ch->acq->file, ev, GPUFPGA_EVENT_SLOT, slot, seq, bytes, flags,
-			   0, 0);
+	gpufpga_fill_event(ch, ch->acq, ev, GPUFPGA_EVENT_SLOT, slot, bytes, flags, 0, 0);
 	return 0;
 }
 
@@ -162,7 +170,7 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 			st->completed = (st->completed + 1) & 0xffffff;
 			continue;
 		}
-		ret = gpufpga_post_slot(ch, slot, st->seq, st->fill_bytes + len,
+		ret = gpufpga_post_slot(ch, slot, st->fill_bytes + len,
 					status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
 		if (ret)
 			return ret;	/* the stream ends with it: nothing unreported */
@@ -219,8 +227,7 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
 	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
 	gpufpga_stream_idle_slots(st);
-	gpufpga_fill_event(ch, st->file, st->end, GPUFPGA_EVENT_STREAM_END, 0, st->seq, 0, 0,
-			   error, status);
+	gpufpga_fill_event(ch, st, st->end, GPUFPGA_EVENT_STREAM_END, 0, 0, 0, error, status);
 	st->end = NULL;
 	ch->last_status = status;
 	ch->acq = NULL;
@@ -460,8 +467,29 @@ static int gpufpga_stream_can_run(struct gpufpga_chan *ch, struct gpufpga_stream
 	return 0;
 }
 
-int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size)
+/*
+ * Whether id names f's stream st (ch->acq): -ENOENT when f runs no stream
+ * there or another one, -EINVAL when the stream was started with an id and
+ * id is 0. Called with ch->lock or ch->mutex held.
+ */
+static int gpufpga_stream_named(struct gpufpga_stream_state *st, struct gpufpga_file *f, u64 id)
 {
+	if (!st || st->file != f)
+		return -ENOENT;
+	if (!id)
+		return st->named ? -EINVAL : 0;
+	return id == st->id ? 0 : -ENOENT;
+}
+
+/*
+ * named: the caller's number reads the struct back (ABI 1's first release
+ * wrote nothing back) and its struct holds @id, which is written before the
+ * stream starts, so that a fault leaves nothing running.
+ */
+int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size,
+			       bool named)
+{
+	struct gpufpga_stream __user *ua = arg;
 	struct gpufpga_stream_state *st;
 	struct gpufpga_stream a;
 	struct gpufpga_chan *ch;
@@ -472,12 +500,16 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	if (ret)
 		return ret;
 	ch = gpufpga_stream_chan(f, a.channel);
-	if (!ch || a.flags || a.pad || a.reserved[0] || a.reserved[1] || !a.nslots)
+	if (!ch || a.flags || a.pad || a.reserved || !a.nslots)
 		return -EINVAL;
 	if (a.nslots > gpufpga_stream_max_descs())
 		return -E2BIG;
 	if (f->dev->link_down)
 		return -ENODEV;
+	named = named && size >= offsetofend(struct gpufpga_stream, id);
+	a.id = atomic64_inc_return(&gpufpga_stream_ids);
+	if (named && put_user(a.id, &ua->id))
+		return -EFAULT;
 	us = vmemdup_user(u64_to_user_ptr(a.slots), (size_t)a.nslots * sizeof(*us));
 	if (IS_ERR(us))
 		return PTR_ERR(us);
@@ -487,6 +519,8 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 		return -ENOMEM;
 	}
 	st->file = f;
+	st->id = a.id;
+	st->named = named;
 	st->nslots = a.nslots;
 	st->mems = kvcalloc(a.nslots, sizeof(*st->mems), GFP_KERNEL_ACCOUNT);
 	st->first = kvcalloc(a.nslots + 1, sizeof(*st->first), GFP_KERNEL_ACCOUNT);
@@ -545,15 +579,16 @@ int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsig
 	if (ret)
 		return ret;
 	ch = gpufpga_stream_chan(f, a.channel);
-	if (!ch || a.reserved || !a.nslots || a.nslots > XDMA_MAX_CREDITS)
+	if (!ch || !a.nslots || a.nslots > XDMA_MAX_CREDITS)
 		return -EINVAL;
 	slots = memdup_user(u64_to_user_ptr(a.slots), (size_t)a.nslots * sizeof(*slots));
 	if (IS_ERR(slots))
 		return PTR_ERR(slots);
 	spin_lock_irq(&ch->lock);
 	st = ch->acq;
-	if (!st || st->file != f) {
-		ret = -ENOENT;
+	ret = gpufpga_stream_named(st, f, a.stream);
+	if (ret) {
+		st = NULL;	/* nothing to undo */
 		goto out;
 	}
 	/* All or nothing: check every index before releasing any. */
@@ -589,17 +624,17 @@ int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned
 	struct gpufpga_chan *ch;
 	int ret;
 
-	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size,
+			      offsetofend(struct gpufpga_stream_stop, flags));
 	if (ret)
 		return ret;
 	ch = gpufpga_stream_chan(f, a.channel);
 	if (!ch || a.flags)
 		return -EINVAL;
 	mutex_lock(&ch->mutex);
-	if (ch->acq && ch->acq->file == f)
+	ret = gpufpga_stream_named(ch->acq, f, a.stream);
+	if (!ret)
 		gpufpga_stream_end(ch, 0);
-	else
-		ret = -ENOENT;
 	mutex_unlock(&ch->mutex);
 	return ret;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the Debian packages gpufpga-dkms (module sources for DKMS, the udev
-# rule) and p2pctl (the CLI, its man pages and bash completion) into OUTDIR
-# with dpkg-deb.
+# rule), p2pctl (the CLI, its man pages and bash completion) and gpufpga-dev
+# (the uapi headers and the C example) into OUTDIR with dpkg-deb.
 #   build.sh OUTDIR
 # The version is kmod/gpufpga/dkms.conf's PACKAGE_VERSION, at a tag
 # v<version>; elsewhere a snapshot before it, <version>~git<date>.<rev>, from
@@ -38,7 +38,7 @@ esac
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
 # One package of each name in OUTDIR, so that the README's globs match one.
-rm -f "$out"/gpufpga-dkms_*.deb "$out"/p2pctl_*.deb
+rm -f "$out"/gpufpga-dkms_*.deb "$out"/p2pctl_*.deb "$out"/gpufpga-dev_*.deb
 
 # pack DIR: DEBIAN/md5sums and Installed-Size, then the .deb.
 pack() {
@@ -109,5 +109,32 @@ Description: control tool for gpufpga FPGA-GPU peer DMA devices
  verifies data, runs and measures acquisition streams, traces the driver,
  and checks a host for peer DMA (p2pctl doctor: driver, FPGA link, GPU
  BAR1, PCIe path and ACS, IOMMU, memlock).
+CONTROL
+pack "$pkg"
+
+# gpufpga-dev: the ABI for C, C++ (CUDA) and bindings from other languages,
+# as <gpufpga/gpufpga.h> and <gpufpga/gpufpga_resident.h>, which include
+# only <linux/ioctl.h> and <linux/types.h>; and the C example.
+pkg=$stage/gpufpga-dev
+doc=$pkg/usr/share/doc/gpufpga-dev
+mkdir -p "$pkg/DEBIAN"
+for h in gpufpga.h gpufpga_resident.h; do
+	install -D -m 644 "kmod/gpufpga/uapi/$h" "$pkg/usr/include/gpufpga/$h"
+done
+install -D -m 644 examples/c-stream/c-stream.c "$doc/examples/c-stream.c"
+cat >"$pkg/DEBIAN/control" <<CONTROL
+Package: gpufpga-dev
+Version: $DEB_VERSION
+Architecture: all
+Maintainer: $maintainer
+Depends: linux-libc-dev
+Suggests: gpufpga-dkms
+Section: libdevel
+Priority: optional
+Description: user-space ABI of the gpufpga FPGA-GPU peer DMA driver
+ The headers of /dev/gpufpgaN's ioctls, read() records and GPU-resident
+ stream layout, for programs in C, C++ or CUDA C++ (and bindings from other
+ languages) that pin memory, run transfers and consume streams without the
+ Go library, and a C example that consumes a stream.
 CONTROL
 pack "$pkg"

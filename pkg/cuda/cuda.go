@@ -6,23 +6,27 @@
 //
 // # Contexts
 //
-// A Device holds its GPU's primary context. The driver API finds the
-// context through the calling OS thread, so every call that allocates,
-// copies, launches or records (Device.Alloc, HostAlloc, NewStream, the
-// methods of Buffer, Stream, Event, Module and Function, and the others
-// marked "with the context current") must run between Device.Lock and
-// Device.Unlock on one goroutine:
+// A Device from Driver.Device or OpenDevice holds its GPU's primary
+// context. The driver API finds the context through the calling OS thread;
+// this package never leaves that to the caller: every call that needs the
+// context (Device.Alloc, HostAlloc, NewStream, the methods of Buffer,
+// HostBuffer, Stream, Event, Module, Function, VMMBuffer and MemoryPool)
+// wires its goroutine to its OS thread for the call, pushes the context of
+// the Device the object came from, and pops it again, so whatever context
+// the thread had is current again afterwards. Any goroutine may call any
+// of them, with or without Device.Lock, and objects of several devices mix
+// on one goroutine; the driver serialises what must be.
 //
-//	if err := g.Lock(); err != nil { ... }
-//	defer g.Unlock()
-//	b, err := g.Alloc(n)
+// A Device from Driver.DeviceAt holds no context: Name, Attribute,
+// DmabufSupported, TotalMem, PCIBusID and BAR1 work, and every call that
+// needs a context fails with ErrorInvalidContext without reaching the
+// driver.
 //
-// Lock is not a mutex: it wires the goroutine to its OS thread and makes
-// the context current there. Any number of goroutines may hold the same
-// Device's context at once; the driver serialises what must be. Device.Do
-// runs a function that way. Name, Attribute, DmabufSupported, TotalMem,
-// PCIBusID and BAR1 need no context, and are all a device from
-// Driver.DeviceAt (which holds none) can do.
+// Device.Lock (and Device.Do) is for code that calls the CUDA driver by
+// other means on the same thread (a library that expects a current
+// context): it wires the goroutine to its OS thread and makes the context
+// current there until Unlock. It is not a mutex, and the methods of this
+// package do not need it.
 //
 // # Releases
 //
@@ -107,6 +111,8 @@ type sym int
 // The driver functions the package calls, named as libcuda exports them.
 const (
 	cuCtxSetCurrent sym = iota
+	cuCtxPushCurrent_v2
+	cuCtxPopCurrent_v2
 	cuDeviceGet
 	cuDeviceGetAttribute
 	cuDeviceGetByPCIBusId
@@ -165,6 +171,8 @@ const (
 
 var symNames = [numSyms]string{
 	cuCtxSetCurrent:               "cuCtxSetCurrent",
+	cuCtxPushCurrent_v2:           "cuCtxPushCurrent_v2",
+	cuCtxPopCurrent_v2:            "cuCtxPopCurrent_v2",
 	cuDeviceGet:                   "cuDeviceGet",
 	cuDeviceGetAttribute:          "cuDeviceGetAttribute",
 	cuDeviceGetByPCIBusId:         "cuDeviceGetByPCIBusId",
@@ -349,9 +357,10 @@ func OpenDevice(ordinal int) (*Device, error) {
 }
 
 // Lock wires the calling goroutine to its OS thread and makes the device's
-// context current there; call it before the calls that need the context,
-// and Unlock after (only when Lock succeeded: on an error the thread is
-// not wired). It excludes no other goroutine.
+// context current there, for code that reaches the CUDA driver by other
+// means; Unlock after (only when Lock succeeded: on an error the thread is
+// not wired). It excludes no other goroutine, and this package's own
+// methods do not need it.
 func (g *Device) Lock() error {
 	if g.ctx == 0 {
 		return &Error{Op: "Lock", Code: int(ErrorInvalidContext), Msg: "a device found by DeviceAt has no context"}
@@ -365,6 +374,29 @@ func (g *Device) Lock() error {
 		return err
 	}
 	return nil
+}
+
+// call runs a driver function with g's context current on the calling
+// goroutine's thread, and the thread's previous context current again
+// after it. A device without a context (DeviceAt) fails without reaching
+// the driver.
+//
+//go:uintptrescapes
+func (g *Device) call(f sym, args ...uintptr) error {
+	if g.ctx == 0 {
+		return &Error{Op: symNames[f], Code: int(ErrorInvalidContext), Msg: "a device found by DeviceAt has no context"}
+	}
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if err := g.drv.call(cuCtxPushCurrent_v2, g.ctx); err != nil {
+		return err
+	}
+	err := g.drv.call(f, args...)
+	var prev uintptr
+	if perr := g.drv.call(cuCtxPopCurrent_v2, uintptr(unsafe.Pointer(&prev))); err == nil {
+		err = perr
+	}
+	return err
 }
 
 // Unlock releases the goroutine's OS thread.
@@ -467,7 +499,7 @@ type Buffer struct {
 func (g *Device) Alloc(size uint64) (*Buffer, error) {
 	size = (size + gpuPage - 1) &^ (gpuPage - 1)
 	b := &Buffer{Size: size, dev: g}
-	if err := g.drv.call(cuMemAlloc_v2, uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size)); err != nil {
+	if err := g.call(cuMemAlloc_v2, uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size)); err != nil {
 		return nil, err
 	}
 	if b.Ptr%gpuPage != 0 {
@@ -475,16 +507,16 @@ func (g *Device) Alloc(size uint64) (*Buffer, error) {
 		return nil, fmt.Errorf("cuda: allocation at %#x is not 64 KiB aligned", b.Ptr)
 	}
 	one := uint32(1)
-	if err := g.drv.call(cuPointerSetAttribute, uintptr(unsafe.Pointer(&one)), pointerAttrSyncMemops, uintptr(b.Ptr)); err != nil {
+	if err := g.call(cuPointerSetAttribute, uintptr(unsafe.Pointer(&one)), pointerAttrSyncMemops, uintptr(b.Ptr)); err != nil {
 		b.Free()
 		return nil, err
 	}
 	return b, nil
 }
 
-// Free frees the buffer, with the context current, once.
+// Free frees the buffer, once.
 func (b *Buffer) Free() error {
-	return b.release.do(func() error { return b.dev.drv.call(cuMemFree_v2, uintptr(b.Ptr)) })
+	return b.release.do(func() error { return b.dev.call(cuMemFree_v2, uintptr(b.Ptr)) })
 }
 
 // ExportDmabuf returns a dma-buf file descriptor for [off, off+size) of b.
@@ -510,7 +542,7 @@ func (g *Device) HostAlloc(size uint64) (*HostBuffer, error) {
 		return nil, invalid(cuMemHostAlloc, "zero bytes")
 	}
 	var p unsafe.Pointer
-	if err := g.drv.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable); err != nil {
+	if err := g.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable); err != nil {
 		return nil, err
 	}
 	return &HostBuffer{b: unsafe.Slice((*byte)(p), size), dev: g, release: cuMemFreeHost}, nil
@@ -525,7 +557,7 @@ func (g *Device) HostRegister(b []byte) (*HostBuffer, error) {
 	if len(b) == 0 {
 		return nil, invalid(cuMemHostRegister_v2, "zero bytes")
 	}
-	if err := g.drv.call(cuMemHostRegister_v2, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable); err != nil {
+	if err := g.call(cuMemHostRegister_v2, uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), hostRegisterPortable); err != nil {
 		return nil, err
 	}
 	return &HostBuffer{b: b, dev: g, release: cuMemHostUnregister}, nil
@@ -556,7 +588,7 @@ func (h *HostBuffer) Free() error {
 	if h.b == nil {
 		return nil
 	}
-	if err := h.dev.drv.call(h.release, uintptr(unsafe.Pointer(&h.b[0]))); err != nil {
+	if err := h.dev.call(h.release, uintptr(unsafe.Pointer(&h.b[0]))); err != nil {
 		return err
 	}
 	h.b = nil
@@ -594,17 +626,17 @@ type Stream struct {
 // NewStream creates a stream.
 func (g *Device) NewStream() (*Stream, error) {
 	s := &Stream{dev: g}
-	err := g.drv.call(cuStreamCreate, uintptr(unsafe.Pointer(&s.s)), 0)
+	err := g.call(cuStreamCreate, uintptr(unsafe.Pointer(&s.s)), 0)
 	return s, err
 }
 
 // Close destroys the stream, once.
 func (s *Stream) Close() error {
-	return s.release.do(func() error { return s.dev.drv.call(cuStreamDestroy_v2, s.s) })
+	return s.release.do(func() error { return s.dev.call(cuStreamDestroy_v2, s.s) })
 }
 
 // Sync waits for the stream's work.
-func (s *Stream) Sync() error { return s.dev.drv.call(cuStreamSynchronize, s.s) }
+func (s *Stream) Sync() error { return s.dev.call(cuStreamSynchronize, s.s) }
 
 // CopyHtoD queues a copy of the n bytes at offset off of src to device
 // address dst.
@@ -613,12 +645,12 @@ func (s *Stream) CopyHtoD(dst uint64, src *HostBuffer, off, n uint64) error {
 	if err != nil || p == nil {
 		return err
 	}
-	return s.dev.drv.call(cuMemcpyHtoDAsync_v2, uintptr(dst), uintptr(p), uintptr(n), s.s)
+	return s.dev.call(cuMemcpyHtoDAsync_v2, uintptr(dst), uintptr(p), uintptr(n), s.s)
 }
 
 // CopyDtoD queues a device-to-device copy.
 func (s *Stream) CopyDtoD(dst, src, n uint64) error {
-	return s.dev.drv.call(cuMemcpyDtoDAsync_v2, uintptr(dst), uintptr(src), uintptr(n), s.s)
+	return s.dev.call(cuMemcpyDtoDAsync_v2, uintptr(dst), uintptr(src), uintptr(n), s.s)
 }
 
 // CopyHtoD copies src to device address dst. src may be any memory: the
@@ -627,7 +659,7 @@ func (g *Device) CopyHtoD(dst uint64, src []byte) error {
 	if len(src) == 0 {
 		return nil
 	}
-	return g.drv.call(cuMemcpyHtoD_v2, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)))
+	return g.call(cuMemcpyHtoD_v2, uintptr(dst), uintptr(unsafe.Pointer(&src[0])), uintptr(len(src)))
 }
 
 // CopyDtoH copies device memory to dst, and returns when it is there.
@@ -635,7 +667,7 @@ func (g *Device) CopyDtoH(dst []byte, src uint64) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	return g.drv.call(cuMemcpyDtoH_v2, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)))
+	return g.call(cuMemcpyDtoH_v2, uintptr(unsafe.Pointer(&dst[0])), uintptr(src), uintptr(len(dst)))
 }
 
 // Event is a CUDA event for timing.
@@ -658,32 +690,32 @@ const eventDisableTiming = 0x2 // CU_EVENT_DISABLE_TIMING
 
 func (g *Device) newEvent(flags uintptr) (*Event, error) {
 	e := &Event{dev: g}
-	if err := g.drv.call(cuEventCreate, uintptr(unsafe.Pointer(&e.e)), flags); err != nil {
+	if err := g.call(cuEventCreate, uintptr(unsafe.Pointer(&e.e)), flags); err != nil {
 		return nil, err
 	}
 	return e, nil
 }
 
 // Record records the event on s.
-func (e *Event) Record(s *Stream) error { return e.dev.drv.call(cuEventRecord, e.e, s.s) }
+func (e *Event) Record(s *Stream) error { return e.dev.call(cuEventRecord, e.e, s.s) }
 
 // Since waits for e and returns the milliseconds from start to e.
 func (e *Event) Since(start *Event) (float32, error) {
-	if err := e.dev.drv.call(cuEventSynchronize, e.e); err != nil {
+	if err := e.dev.call(cuEventSynchronize, e.e); err != nil {
 		return 0, err
 	}
 	var ms float32
-	err := e.dev.drv.call(cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.e, e.e)
+	err := e.dev.call(cuEventElapsedTime, uintptr(unsafe.Pointer(&ms)), start.e, e.e)
 	return ms, err
 }
 
 // Close destroys the event, once.
 func (e *Event) Close() error {
-	return e.release.do(func() error { return e.dev.drv.call(cuEventDestroy_v2, e.e) })
+	return e.release.do(func() error { return e.dev.call(cuEventDestroy_v2, e.e) })
 }
 
 // Sync waits until the work before the event's last Record is done.
-func (e *Event) Sync() error { return e.dev.drv.call(cuEventSynchronize, e.e) }
+func (e *Event) Sync() error { return e.dev.call(cuEventSynchronize, e.e) }
 
 // CopyDtoH queues a copy of the n bytes at device address src to offset
 // off of dst.
@@ -692,12 +724,12 @@ func (s *Stream) CopyDtoH(dst *HostBuffer, off, src, n uint64) error {
 	if err != nil || p == nil {
 		return err
 	}
-	return s.dev.drv.call(cuMemcpyDtoHAsync_v2, uintptr(p), uintptr(src), uintptr(n), s.s)
+	return s.dev.call(cuMemcpyDtoHAsync_v2, uintptr(p), uintptr(src), uintptr(n), s.s)
 }
 
 // MemsetD8 queues setting n bytes at dst to v.
 func (s *Stream) MemsetD8(dst uint64, v byte, n uint64) error {
-	return s.dev.drv.call(cuMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), s.s)
+	return s.dev.call(cuMemsetD8Async, uintptr(dst), uintptr(v), uintptr(n), s.s)
 }
 
 // Module is loaded GPU code.
@@ -712,7 +744,7 @@ func (g *Device) LoadPTX(ptx []byte) (*Module, error) {
 	text := make([]byte, len(ptx)+1) // the driver reads up to a NUL
 	copy(text, ptx)
 	m := &Module{dev: g}
-	if err := g.drv.call(cuModuleLoadData, uintptr(unsafe.Pointer(&m.m)), uintptr(unsafe.Pointer(&text[0]))); err != nil {
+	if err := g.call(cuModuleLoadData, uintptr(unsafe.Pointer(&m.m)), uintptr(unsafe.Pointer(&text[0]))); err != nil {
 		return nil, err
 	}
 	return m, nil
@@ -720,7 +752,7 @@ func (g *Device) LoadPTX(ptx []byte) (*Module, error) {
 
 // Close unloads the module, once.
 func (m *Module) Close() error {
-	return m.release.do(func() error { return m.dev.drv.call(cuModuleUnload, m.m) })
+	return m.release.do(func() error { return m.dev.call(cuModuleUnload, m.m) })
 }
 
 // Function is a kernel of a loaded module.
@@ -734,7 +766,7 @@ type Function struct {
 func (m *Module) Function(name string) (*Function, error) {
 	cname := append([]byte(name), 0)
 	f := &Function{name: name, dev: m.dev}
-	if err := m.dev.drv.call(cuModuleGetFunction, uintptr(unsafe.Pointer(&f.f)), m.m, uintptr(unsafe.Pointer(&cname[0]))); err != nil {
+	if err := m.dev.call(cuModuleGetFunction, uintptr(unsafe.Pointer(&f.f)), m.m, uintptr(unsafe.Pointer(&cname[0]))); err != nil {
 		return nil, err
 	}
 	return f, nil
@@ -745,7 +777,7 @@ const funcAttrMaxDynamicShared = 8 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_
 // SetMaxDynamicShared allows launches with up to n bytes of dynamic shared
 // memory, above the default 48 KiB where the device allows it.
 func (f *Function) SetMaxDynamicShared(n int) error {
-	return f.dev.drv.call(cuFuncSetAttribute, f.f, funcAttrMaxDynamicShared, uintptr(n))
+	return f.dev.call(cuFuncSetAttribute, f.f, funcAttrMaxDynamicShared, uintptr(n))
 }
 
 // Launch queues the kernel on s with a one-dimensional grid and block.
@@ -764,7 +796,7 @@ func (f *Function) Launch(s *Stream, grid, block, shared int, args ...uint64) er
 	for i := range args {
 		ptrs[i] = unsafe.Pointer(&vals[i])
 	}
-	err := f.dev.drv.call(cuLaunchKernel, f.f, uintptr(grid), 1, 1, uintptr(block), 1, 1, uintptr(shared), s.s,
+	err := f.dev.call(cuLaunchKernel, f.f, uintptr(grid), 1, 1, uintptr(block), 1, 1, uintptr(shared), s.s,
 		uintptr(unsafe.Pointer(&ptrs[0])), 0)
 	if err != nil {
 		return fmt.Errorf("%s: %w", f.name, err)

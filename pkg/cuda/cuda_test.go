@@ -56,7 +56,7 @@ func TestMissingFunction(t *testing.T) {
 // noDriver is a device whose driver has no functions: a call that reaches
 // it fails with ErrorNotFound, one refused before it with
 // ErrorInvalidValue.
-func noDriver() *Device { return &Device{drv: &Driver{}} }
+func noDriver() *Device { return &Device{drv: &Driver{}, ctx: 1} }
 
 // Asynchronous copies take only the bytes of their page-locked buffer: a
 // range outside it, however its end wraps, never reaches the driver.
@@ -173,7 +173,7 @@ func succeeding(t *testing.T, fns ...sym) *Driver {
 		t.Fatal(err)
 	}
 	d := &Driver{}
-	for _, f := range fns {
+	for _, f := range append(fns, cuCtxPushCurrent_v2, cuCtxPopCurrent_v2) {
 		d.fns[f] = yield
 	}
 	return d
@@ -221,7 +221,7 @@ func TestReleasesOnce(t *testing.T) {
 // A release the driver refuses releases nothing, and may be retried.
 func TestFailedReleaseRetries(t *testing.T) {
 	d := succeeding(t)
-	b := &Buffer{Ptr: 0x10000, dev: &Device{drv: d}}
+	b := &Buffer{Ptr: 0x10000, dev: &Device{drv: d, ctx: 1}}
 	if err := b.Free(); !errors.Is(err, ErrorNotFound) {
 		t.Fatalf("Free without cuMemFree: %v", err)
 	}

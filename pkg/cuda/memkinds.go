@@ -69,13 +69,13 @@ type PeerRange struct {
 // fits in 8 bytes, and the narrower ones are little-endian integers.
 func (g *Device) pointerAttr(attr int, ptr uint64) (uint64, error) {
 	var v uint64
-	err := g.drv.call(cuPointerGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(ptr))
+	err := g.call(cuPointerGetAttribute, uintptr(unsafe.Pointer(&v)), uintptr(attr), uintptr(ptr))
 	return v, err
 }
 
 // CheckPeerRange says whether [ptr, ptr+size) can be pinned for a peer's
 // DMA, through nvidia_p2p or a dma-buf: device memory, in one allocation,
-// GPUDirect RDMA capable. The context must be current.
+// GPUDirect RDMA capable.
 func (g *Device) CheckPeerRange(ptr, size uint64) (PeerRange, error) {
 	var r PeerRange
 	if size == 0 || ptr+size < ptr {
@@ -211,30 +211,30 @@ type VMMBuffer struct {
 
 // AllocVMM allocates size bytes (rounded up to the allocation
 // granularity) with cuMemCreate, GPUDirect RDMA capable if rdma, and maps
-// them. The context must be current.
+// them.
 func (g *Device) AllocVMM(size uint64, rdma bool) (*VMMBuffer, error) {
 	prop := memAllocationProp{typ: memAllocationTypePinned, locType: memLocationTypeDevice, locID: g.dev,
 		gpuDirectRDMACapable: boolByte(rdma)}
 	var gran uint64
-	if err := g.drv.call(cuMemGetAllocationGranularity, uintptr(unsafe.Pointer(&gran)), uintptr(unsafe.Pointer(&prop)), memAllocGranularityMinimm); err != nil {
+	if err := g.call(cuMemGetAllocationGranularity, uintptr(unsafe.Pointer(&gran)), uintptr(unsafe.Pointer(&prop)), memAllocGranularityMinimm); err != nil {
 		return nil, err
 	}
 	size = (size + gran - 1) / gran * gran
 	b := &VMMBuffer{Size: size, dev: g}
-	if err := g.drv.call(cuMemCreate, uintptr(unsafe.Pointer(&b.handle)), uintptr(size), uintptr(unsafe.Pointer(&prop)), 0); err != nil {
+	if err := g.call(cuMemCreate, uintptr(unsafe.Pointer(&b.handle)), uintptr(size), uintptr(unsafe.Pointer(&prop)), 0); err != nil {
 		return nil, err
 	}
-	if err := g.drv.call(cuMemAddressReserve, uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size), uintptr(gran), 0, 0); err != nil {
-		g.drv.call(cuMemRelease, uintptr(b.handle))
+	if err := g.call(cuMemAddressReserve, uintptr(unsafe.Pointer(&b.Ptr)), uintptr(size), uintptr(gran), 0, 0); err != nil {
+		g.call(cuMemRelease, uintptr(b.handle))
 		return nil, err
 	}
-	if err := g.drv.call(cuMemMap, uintptr(b.Ptr), uintptr(size), 0, uintptr(b.handle), 0); err != nil {
-		g.drv.call(cuMemAddressFree, uintptr(b.Ptr), uintptr(size))
-		g.drv.call(cuMemRelease, uintptr(b.handle))
+	if err := g.call(cuMemMap, uintptr(b.Ptr), uintptr(size), 0, uintptr(b.handle), 0); err != nil {
+		g.call(cuMemAddressFree, uintptr(b.Ptr), uintptr(size))
+		g.call(cuMemRelease, uintptr(b.handle))
 		return nil, err
 	}
 	access := memAccessDesc{locType: memLocationTypeDevice, locID: g.dev, flags: memAccessFlagsReadWrite}
-	if err := g.drv.call(cuMemSetAccess, uintptr(b.Ptr), uintptr(size), uintptr(unsafe.Pointer(&access)), 1); err != nil {
+	if err := g.call(cuMemSetAccess, uintptr(b.Ptr), uintptr(size), uintptr(unsafe.Pointer(&access)), 1); err != nil {
 		b.Free()
 		return nil, err
 	}
@@ -255,7 +255,7 @@ func (b *VMMBuffer) Free() error {
 // of device memory of any kind.
 func (g *Device) ExportDmabufRange(ptr, size uint64) (int, error) {
 	var fd int32
-	err := g.drv.call(cuMemGetHandleForAddressRange, uintptr(unsafe.Pointer(&fd)), uintptr(ptr),
+	err := g.call(cuMemGetHandleForAddressRange, uintptr(unsafe.Pointer(&fd)), uintptr(ptr),
 		uintptr(size), memRangeHandleDmaBuf, 0)
 	return int(fd), err
 }
@@ -270,13 +270,12 @@ type MemoryPool struct {
 
 // NewMemoryPool creates a pool of the device's memory whose allocations
 // are GPUDirect RDMA capable if rdma: drivers without that property (R580
-// among them) refuse it with ErrorInvalidValue. The context must be
-// current.
+// among them) refuse it with ErrorInvalidValue.
 func (g *Device) NewMemoryPool(rdma bool) (*MemoryPool, error) {
 	props := memPoolProps{allocType: memAllocationTypePinned, locType: memLocationTypeDevice, locID: g.dev,
 		gpuDirectRDMACapable: boolByte(rdma)}
 	p := &MemoryPool{dev: g}
-	if err := g.drv.call(cuMemPoolCreate, uintptr(unsafe.Pointer(&p.h)), uintptr(unsafe.Pointer(&props))); err != nil {
+	if err := g.call(cuMemPoolCreate, uintptr(unsafe.Pointer(&p.h)), uintptr(unsafe.Pointer(&props))); err != nil {
 		return nil, err
 	}
 	return p, nil
@@ -284,13 +283,13 @@ func (g *Device) NewMemoryPool(rdma bool) (*MemoryPool, error) {
 
 // Destroy destroys the pool, once; its allocations must be freed first.
 func (p *MemoryPool) Destroy() error {
-	return p.release.do(func() error { return p.dev.drv.call(cuMemPoolDestroy, p.h) })
+	return p.release.do(func() error { return p.dev.call(cuMemPoolDestroy, p.h) })
 }
 
 // AllocAsync allocates size bytes from the pool, ordered on s.
 func (p *MemoryPool) AllocAsync(size uint64, s *Stream) (uint64, error) {
 	var ptr uint64
-	err := p.dev.drv.call(cuMemAllocFromPoolAsync, uintptr(unsafe.Pointer(&ptr)), uintptr(size), p.h, s.s)
+	err := p.dev.call(cuMemAllocFromPoolAsync, uintptr(unsafe.Pointer(&ptr)), uintptr(size), p.h, s.s)
 	return ptr, err
 }
 
@@ -298,11 +297,11 @@ func (p *MemoryPool) AllocAsync(size uint64, s *Stream) (uint64, error) {
 // on s, as cudaMallocAsync does.
 func (g *Device) AllocAsync(size uint64, s *Stream) (uint64, error) {
 	var ptr uint64
-	err := g.drv.call(cuMemAllocAsync, uintptr(unsafe.Pointer(&ptr)), uintptr(size), s.s)
+	err := g.call(cuMemAllocAsync, uintptr(unsafe.Pointer(&ptr)), uintptr(size), s.s)
 	return ptr, err
 }
 
 // FreeAsync frees pool memory, ordered on s.
 func (g *Device) FreeAsync(ptr uint64, s *Stream) error {
-	return g.drv.call(cuMemFreeAsync, uintptr(ptr), s.s)
+	return g.call(cuMemFreeAsync, uintptr(ptr), s.s)
 }

@@ -59,15 +59,16 @@ type streamPtrArg struct {
 	Slots    pointer
 	Flags    uint32
 	Pad      uint32
-	Reserved [2]uint64
+	Id       uint64
+	Reserved uint64
 }
 
 // releasePtrArg is releaseArg with Slots as a pointer.
 type releasePtrArg struct {
-	Channel  uint32
-	Nslots   uint32
-	Slots    pointer
-	Reserved uint64
+	Channel uint32
+	Nslots  uint32
+	Slots   pointer
+	Stream  uint64
 }
 
 // queryPtrArg is queryArg with Pages as a pointer.

@@ -76,7 +76,7 @@ func TestArgumentsKeepTheirArrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	ws := argArray[segArg](st.Slots)
-	r := releaseArgs(1, []int{3, 5})
+	r := releaseArgs(1, 7, []int{3, 5})
 	wr := argArray[uint32](r.Slots)
 	if collected(wx) || collected(ws) || collected(wr) {
 		t.Fatal("an ioctl argument's array was collected while the argument lived")

@@ -25,9 +25,15 @@ type Slot struct {
 
 // Stream is a C2H stream channel running continuously into a ring of
 // slots. Read filled slots from Slots, hand them back with Release.
+//
+// The driver gives each stream an id (ID), never reused while the module
+// is loaded, and Release and Stop name the stream by it: once this stream
+// has ended they reach no other, even one started later on the same
+// channel.
 type Stream struct {
 	d       *Device
 	channel int
+	id      uint64
 	nslots  int
 	slots   chan Slot
 	once    sync.Once
@@ -61,6 +67,7 @@ func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
 	if err := d.ioctl(iocStreamStart, unsafe.Pointer(&a)); err != nil {
 		return nil, newError("stream", err, fmt.Sprintf("c2h%d, %d slots", channel, len(slots)))
 	}
+	st.id = a.Id
 	d.streams[channel] = st
 	return st, nil
 }
@@ -79,19 +86,23 @@ func streamArgs(channel int, slots []Segment) (streamPtrArg, error) {
 }
 
 // releaseArgs builds the STREAM_RELEASE ioctl's argument.
-func releaseArgs(channel int, idx []int) releasePtrArg {
+func releaseArgs(channel int, stream uint64, idx []int) releasePtrArg {
 	v := make([]uint32, len(idx))
 	for i, x := range idx {
 		v[i] = uint32(x)
 	}
-	return releasePtrArg{Channel: uint32(channel), Nslots: uint32(len(v)), Slots: slicePointer(v)}
+	return releasePtrArg{Channel: uint32(channel), Nslots: uint32(len(v)), Slots: slicePointer(v), Stream: stream}
 }
 
-// streamEvent hands a slot or end-of-stream record to its stream.
+// streamEvent hands a slot or end-of-stream record to its stream: the one
+// on the record's channel whose id the record carries.
 func (d *Device) streamEvent(r record) {
 	d.mu.Lock()
 	st := d.streams[r.c.Channel]
-	if r.kind == eventStreamEnd {
+	if st != nil && st.id != r.c.ID {
+		st = nil // no stream of ours
+	}
+	if st != nil && r.kind == eventStreamEnd {
 		delete(d.streams, r.c.Channel)
 	}
 	d.mu.Unlock()
@@ -115,6 +126,12 @@ func (s *Stream) end(err error) {
 	})
 }
 
+// ID returns the stream's id, which its driver records carry.
+func (s *Stream) ID() uint64 { return s.id }
+
+// Channel returns the C2H channel the stream runs on.
+func (s *Stream) Channel() int { return s.channel }
+
 // Slots delivers filled slots in fill order. It is closed when the stream
 // ends; Err then says why.
 func (s *Stream) Slots() <-chan Slot { return s.slots }
@@ -131,18 +148,13 @@ func (s *Stream) Err() error {
 }
 
 // Release hands slots back to the engine. After the stream ended (after
-// Stop, or Close of its Device) it does nothing.
-//
-// The driver knows streams by channel only (its ABI carries no stream id):
-// a Release racing with the end of this stream and the start of another
-// on the same channel by the same Device can reach the new stream. Do not
-// start a stream on a channel before the previous one's Slots is closed
-// and its releases have returned.
+// Stop, or Close of its Device) it does nothing, even when another stream
+// runs on the channel by then: the driver knows the stream by its id.
 func (s *Stream) Release(idx ...int) error {
 	if len(idx) == 0 {
 		return nil
 	}
-	a := releaseArgs(s.channel, idx)
+	a := releaseArgs(s.channel, s.id, idx)
 	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {
 		e := newError("release", err, fmt.Sprintf("c2h%d slots %v", s.channel, idx))
 		if errors.Is(e, ErrNotFound) || (errors.Is(e, os.ErrClosed) && s.Err() != nil) {
@@ -169,7 +181,7 @@ func (s *Stream) Stop() error {
 }
 
 func (s *Stream) stop() error {
-	a := streamStopArg{Channel: uint32(s.channel)}
+	a := streamStopArg{Channel: uint32(s.channel), Stream: s.id}
 	err := s.d.ioctl(iocStreamStop, unsafe.Pointer(&a))
 	if err == nil {
 		return nil

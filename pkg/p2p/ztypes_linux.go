@@ -42,9 +42,9 @@ const (
 	iocXfer   = 0xc068d604
 	iocCancel = 0x4010d605
 
-	iocStreamStart   = 0x4028d606
+	iocStreamStart   = 0xc028d606
 	iocStreamRelease = 0x4018d607
-	iocStreamStop    = 0x4008d608
+	iocStreamStop    = 0x4010d608
 )
 
 type (
@@ -159,16 +159,18 @@ type (
 		Slots    uint64
 		Flags    uint32
 		Pad      uint32
-		Reserved [2]uint64
+		Id       uint64
+		Reserved uint64
 	}
 	releaseArg struct {
-		Channel  uint32
-		Nslots   uint32
-		Slots    uint64
-		Reserved uint64
+		Channel uint32
+		Nslots  uint32
+		Slots   uint64
+		Stream  uint64
 	}
 	streamStopArg struct {
 		Channel uint32
 		Flags   uint32
+		Stream  uint64
 	}
 )

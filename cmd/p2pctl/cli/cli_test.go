@@ -107,6 +107,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "--check", "cpu", "-d", none}, ExitUsage, "--check cpu cannot read CUDA memory in direct mode"},
 		{[]string{"stream", "--mem", "cuda", "--mode", "direct", "-d", none}, ExitUsage, "checking frames in CUDA memory needs --frame-size"},
 		{[]string{"stream", "--mem", "host", "-d", none}, ExitUsage, "p2pctl: --mem host: a stream's slots end up in GPU memory: want cuda\n"},
+		{[]string{"stream", "--mem", "cuda", "--check", "none", "--metrics", "9464", "-d", none}, ExitUsage, `--metrics "9464": want HOST:PORT (e.g. :9464)`},
 		{[]string{"trace", "--duration", "-1s", "-d", none}, ExitUsage, `invalid argument "-1s" for "--duration" flag: "-1s" is negative`},
 		{[]string{"stream", "--duration", "-1s", "-d", none}, ExitUsage, `invalid argument "-1s" for "--duration" flag: "-1s" is negative`},
 		{[]string{"transfer", "--timeout", "-5ms", "-d", none}, ExitUsage, `invalid argument "-5ms" for "--timeout" flag: "-5ms" is negative`},

@@ -5,15 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/signal"
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/internal/units"
 	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/metrics"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
@@ -101,7 +104,7 @@ func streamCheck(check, mem string, mode stream.Mode, slotSize, frameSize uint64
 }
 
 func newStreamCmd(g *globals) *cobra.Command {
-	var mode, mem, channel, out, check string
+	var mode, mem, channel, out, check, metricsAddr string
 	var slots int
 	var frameSize sizeValue
 	var slotSize sizeValue = 64 << 10
@@ -121,7 +124,10 @@ slot's frames are checked (sequence numbers and CRC32C: --check cpu, or gpu
 with the CUDA frame checker, which needs --frame-size) and released; live
 statistics print every --interval and a summary at the end. --out records
 the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
-(--mem cuda).
+(--mem cuda). --metrics ADDR serves the stream's and the device's counters
+in Prometheus' text format at http://ADDR/metrics while the stream runs
+(gpufpga_stream_* and gpufpga_device_*, labelled with the device and
+channel; pkg/metrics).
 
 ` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
@@ -145,6 +151,11 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 			ck, err := streamCheck(check, mem, sm, uint64(slotSize), uint64(frameSize))
 			if err != nil {
 				return err
+			}
+			if metricsAddr != "" {
+				if _, _, err := net.SplitHostPort(metricsAddr); err != nil {
+					return usageErr("--metrics %q: want HOST:PORT (e.g. :9464): %v", metricsAddr, err)
+				}
 			}
 			if slots < 1 || interval <= 0 {
 				return usageErr("--slots and --interval must be positive")
@@ -209,11 +220,32 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 				ctx, cancel = context.WithTimeout(ctx, duration)
 				defer cancel()
 			}
+			var ml net.Listener
+			if metricsAddr != "" {
+				if ml, err = net.Listen("tcp", metricsAddr); err != nil {
+					return fmt.Errorf("--metrics: %w", err)
+				}
+				defer ml.Close()
+			}
 			s, err := stream.Start(ctx, cfg)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
+			if ml != nil {
+				reg := prometheus.NewRegistry()
+				reg.MustRegister(metrics.New(metrics.Config{Device: d, Stream: s,
+					Labels: prometheus.Labels{"device": d.Path(), "channel": channel}}))
+				mctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+				served := make(chan error, 1)
+				go func() { served <- metrics.Serve(mctx, ml, reg) }()
+				defer func() {
+					cancel()
+					if err := <-served; err != nil {
+						fmt.Fprintf(cmd.ErrOrStderr(), "p2pctl: %v\n", err)
+					}
+				}()
+			}
 			emit := func(l streamJSON) error {
 				if g.json {
 					return g.emitLine(l)
@@ -272,5 +304,6 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 	durationFlag(cmd, &interval, "interval", time.Second, "statistics interval")
 	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
 	cmd.Flags().Var(&via, "pin", pinHelp+" (direct mode)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while streaming (e.g. :9464)")
 	return cmd
 }

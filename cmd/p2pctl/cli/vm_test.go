@@ -6,11 +6,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
@@ -372,5 +377,69 @@ func TestCLIDoctor(t *testing.T) {
 	}
 	if r.code != ExitOK {
 		t.Errorf("doctor exited %d\n%s", r.code, r.stderr)
+	}
+}
+
+// TestCLIStreamMetrics: stream --metrics serves the stream's and the
+// device's counters while the stream runs, and they move.
+func TestCLIStreamMetrics(t *testing.T) {
+	guestrig.Load(t)
+	ctl, err := rigctl.OpenControl()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ctl.ConfigureSource(64<<10-32, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	const addr = "127.0.0.1:19464"
+	done := make(chan run, 1)
+	go func() {
+		done <- p2pctl(t, nil, "stream", "--mem", "sim", "--duration", "5s", "--slots", "16", "--slot-size", "64KiB", "--json", "--metrics", addr)
+	}()
+	var first, last float64
+	scrapes := 0
+	deadline := time.Now().Add(4 * time.Second)
+	for time.Now().Before(deadline) && (scrapes < 2 || last <= first) {
+		time.Sleep(200 * time.Millisecond)
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			continue // not listening yet
+		}
+		p := expfmt.NewTextParser(model.UTF8Validation)
+		fams, err := p.TextToMetricFamilies(resp.Body)
+		resp.Body.Close()
+		if err != nil {
+			t.Fatalf("scrape: %v", err)
+		}
+		f := fams["gpufpga_stream_slots_total"]
+		if f == nil || len(f.Metric) != 1 {
+			t.Fatalf("scrape without gpufpga_stream_slots_total: %v", fams)
+		}
+		labels := map[string]string{}
+		for _, l := range f.Metric[0].Label {
+			labels[l.GetName()] = l.GetValue()
+		}
+		if labels["channel"] != "c2h1" || !strings.HasPrefix(labels["device"], "/dev/gpufpga") {
+			t.Fatalf("labels %v", labels)
+		}
+		if st := fams["gpufpga_device_state"]; st == nil || st.Metric[0].GetGauge().GetValue() != 0 {
+			t.Fatalf("device state %v", st)
+		}
+		v := f.Metric[0].GetCounter().GetValue()
+		if scrapes == 0 {
+			first = v
+		}
+		last = v
+		scrapes++
+	}
+	if scrapes < 2 || last <= first {
+		t.Fatalf("%d scrapes, slots %v then %v", scrapes, first, last)
+	}
+	r := <-done
+	if r.code != 0 {
+		t.Fatalf("stream: exit %d: %s", r.code, r.stderr)
+	}
+	if _, err := http.Get("http://" + addr + "/metrics"); err == nil {
+		t.Error("metrics still served after the stream ended")
 	}
 }

@@ -38,7 +38,7 @@ const (
 	nrStreamStart, nrRelease, nrStop          = 6, 7, 8
 	sizePin, sizeUnpin, sizeQuery, sizeXfer   = 80, 16, 96, 104
 	sizeCancel, sizeStream, sizeRelease       = 16, 40, 24
-	sizeStop, sizeCompletion                  = 8, 112
+	sizeStop, sizeStopID, sizeCompletion      = 8, 16, 112
 	iocW, iocRW                               = 1, 3
 )
 
@@ -157,6 +157,7 @@ type worker struct {
 	unpriv  bool       // without CAP_SYS_RAWIO: revocable GPU pins get EPERM
 	pages   [16]uint64 // QUERY's table
 	release [2]uint32  // STREAM_RELEASE's slots
+	lastID  uint64     // the id the last STREAM_START wrote back
 }
 
 func (w *worker) fd() int {
@@ -446,7 +447,17 @@ func (w *worker) stream() {
 		le.PutUint32(b[0:], 1)
 		le.PutUint32(b[4:], uint32(n))
 		le.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&slots[0]))))
-		w.z.count("stream-start", ioctl(fd, ioc(iocW, nrStreamStart, sizeStream), b))
+		// The read-write number writes the stream's id back; ABI 1's
+		// first, write-only one starts a stream without.
+		if w.rng.IntN(2) == 0 {
+			err := ioctl(fd, ioc(iocRW, nrStreamStart, sizeStream), b)
+			w.z.count("stream-start-id", err)
+			if err == nil {
+				w.lastID = le.Uint64(b[24:])
+			}
+		} else {
+			w.z.count("stream-start", ioctl(fd, ioc(iocW, nrStreamStart, sizeStream), b))
+		}
 		runtime.KeepAlive(slots)
 	case 1:
 		// On the heap (a worker's field): the ioctl argument holds its
@@ -457,13 +468,34 @@ func (w *worker) stream() {
 		le.PutUint32(b[0:], uint32(w.rng.IntN(2)))
 		le.PutUint32(b[4:], uint32(1+w.rng.IntN(2)))
 		le.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&slots[0]))))
+		le.PutUint64(b[16:], w.streamID())
 		w.z.count("stream-release", ioctl(fd, ioc(iocW, nrRelease, sizeRelease), b))
 		runtime.KeepAlive(slots)
 	default:
-		b := make([]byte, sizeStop)
+		size := sizeStop
+		if w.rng.IntN(2) == 0 {
+			size = sizeStopID
+		}
+		b := make([]byte, size)
 		le.PutUint32(b[0:], uint32(w.rng.IntN(maxChannels)))
-		w.z.count("stream-stop", ioctl(fd, ioc(iocW, nrStop, sizeStop), b))
+		if size == sizeStopID {
+			le.PutUint64(b[8:], w.streamID())
+		}
+		w.z.count("stream-stop", ioctl(fd, ioc(iocW, nrStop, uintptr(size)), b))
 	}
+}
+
+// streamID names a stream for a release or stop: none (ABI 1), the last
+// one this worker started (which may have ended, or be another file's),
+// or one guessed.
+func (w *worker) streamID() uint64 {
+	switch w.rng.IntN(3) {
+	case 0:
+		return 0
+	case 1:
+		return w.lastID
+	}
+	return w.rng.Uint64N(w.lastID + 3)
 }
 
 // hostPinBytes is the memory behind one host pin.

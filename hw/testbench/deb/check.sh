@@ -8,7 +8,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../../.." && pwd)
 cd "$root"
-pkgs=(gpufpga-dkms p2pctl)
+pkgs=(gpufpga-dkms p2pctl gpufpga-dev)
 modules=(gpufpga gpufpga_nv)
 modver=$(sed -n 's/^PACKAGE_VERSION="\(.*\)"/\1/p' kmod/gpufpga/dkms.conf)
 
@@ -22,7 +22,7 @@ step() { echo "== deb-check: $* (${SECONDS}s)"; }
 # The commands the README gives, which this check runs as written (as root,
 # so without sudo, and with apt answering yes).
 want='make deb
-sudo apt install ./build/deb/gpufpga-dkms_*.deb ./build/deb/p2pctl_*.deb
+sudo apt install ./build/deb/gpufpga-dkms_*.deb ./build/deb/p2pctl_*.deb ./build/deb/gpufpga-dev_*.deb
 p2pctl doctor'
 readme=$(awk '/^## On a real host$/ { s = 1; next }
 	s && /^## / { exit }
@@ -57,12 +57,15 @@ snapshot() {
 		find "$d" -mindepth 1 -maxdepth 2
 	done
 	for d in /lib/modules/*/updates /var/lib/dkms /usr/lib/udev/rules.d /etc/udev/rules.d \
-		/usr/bin /usr/share/bash-completion/completions /usr/share/man/man1; do
+		/usr/bin /usr/share/bash-completion/completions /usr/share/man/man1 /usr/include /usr/share/doc; do
 		if [ -e "$d" ]; then find "$d"; fi
 	done
 	find /var/lib/dpkg/info -name 'gpufpga*' -o -name 'p2pctl*'
 	grep -l gpufpga /lib/modules/*/modules.dep || true
 }
+# DKMS makes its module signing key on its first build on a machine and
+# keeps it: its state, not the packages'.
+snapshot_ours() { snapshot | grep -Ev '^/var/lib/dkms/mok\.(key|pub)$'; }
 
 tmp=$(mktemp -d)
 group_created=
@@ -86,7 +89,7 @@ if [ -n "$(installed)" ]; then
 	purge
 fi
 getent group gpufpga >/dev/null || group_created=1
-snapshot | sort >"$tmp/before"
+snapshot_ours | sort >"$tmp/before"
 
 # The kernels with headers: DKMS must have built for each.
 kernels=()
@@ -144,6 +147,14 @@ grep -q '^doctor' <<<"$out" || fail "completion does not offer doctor: $out"
 out=$(zcat /usr/share/man/man1/p2pctl-doctor.1.gz)
 grep -q '^\.SH NAME' <<<"$out" || fail "p2pctl-doctor.1.gz is not a man page"
 
+step "gpufpga-dev"
+# The installed example builds against the installed headers alone.
+[ -f /usr/include/gpufpga/gpufpga.h ] && [ -f /usr/include/gpufpga/gpufpga_resident.h ] || fail "no /usr/include/gpufpga headers"
+gcc -std=c11 -Wall -Wextra -Werror -o "$tmp/c-stream" /usr/share/doc/gpufpga-dev/examples/c-stream.c ||
+	fail "the installed C example does not build against the installed headers"
+out=$("$tmp/c-stream" -d /nonexistent 2>&1) && fail "c-stream ran without a device"
+grep -q '^c-stream: /nonexistent: No such file or directory' <<<"$out" || fail "c-stream without a device: $out"
+
 step "${cmds[2]}"
 rc=0
 out=$(eval "${cmds[2]}" 2>&1) || rc=$?
@@ -163,7 +174,7 @@ dpkg --purge "${pkgs[@]}"
 [ ! -e /var/lib/dkms/gpufpga ] || fail "/var/lib/dkms/gpufpga left behind"
 left=$(find /usr/src -maxdepth 1 -name 'gpufpga-*'; find /lib/modules -name 'gpufpga*.ko*')
 [ -z "$left" ] || fail "left behind: $left"
-snapshot | sort >"$tmp/after"
+snapshot_ours | sort >"$tmp/after"
 if ! diff -u "$tmp/before" "$tmp/after" >"$tmp/diff"; then
 	cat "$tmp/diff" >&2
 	fail "the purge did not restore the files above"

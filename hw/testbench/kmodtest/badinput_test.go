@@ -145,7 +145,7 @@ func (s rawStream) bytes() []byte {
 type rawRelease struct {
 	channel, nslots uint32
 	slots           []uint32
-	reserved        uint64
+	stream          uint64
 }
 
 func (r rawRelease) bytes() []byte {
@@ -156,7 +156,7 @@ func (r rawRelease) bytes() []byte {
 	if len(r.slots) > 0 {
 		le.PutUint64(b[8:], uint64(uintptr(unsafe.Pointer(&r.slots[0]))))
 	}
-	le.PutUint64(b[16:], r.reserved)
+	le.PutUint64(b[16:], r.stream)
 	return b
 }
 
@@ -309,10 +309,16 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 	}{
 		{"release: no stream", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, nslots: 1, slots: one}.bytes(), unix.ENOENT},
 		{"release: no slots", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, slots: one}.bytes(), unix.EINVAL},
-		{"release: reserved set", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, nslots: 1, slots: one, reserved: 1}.bytes(), unix.EINVAL},
+		{"release: a stream id, no stream", ioc(iocW, 7, sizeRelease), rawRelease{channel: 1, nslots: 1, slots: one, stream: 1}.bytes(), unix.ENOENT},
 		{"release: channel out of range", ioc(iocW, 7, sizeRelease), rawRelease{channel: 99, nslots: 1, slots: one}.bytes(), unix.EINVAL},
 		{"stop: no stream", ioc(iocW, 8, sizeStop), stop(1, 0), unix.ENOENT},
 		{"stop: flags set", ioc(iocW, 8, sizeStop), stop(1, 1), unix.EINVAL},
+		{"stop: a stream id, no stream", ioc(iocW, 8, sizeStopID), stopID(1, 1), unix.ENOENT},
+		{"stop: struct too short", ioc(iocW, 8, 4), stop(1, 0)[:4], unix.EINVAL},
+		{"stop: longer struct with a non-zero tail", ioc(iocW, 8, sizeStopID+8), append(stopID(1, 1), 1, 0, 0, 0, 0, 0, 0, 0), unix.E2BIG},
+		{"stream: read-write number, struct too short", ioc(iocRW, 6, 16), make([]byte, 16), unix.EINVAL},
+		{"stream: read-only number", ioc(iocR, 6, sizeStream), make([]byte, sizeStream), unix.ENOTTY},
+		{"release: read-write number", ioc(iocRW, 7, sizeRelease), make([]byte, sizeRelease), unix.ENOTTY},
 		{"stop: channel out of range", ioc(iocW, 8, sizeStop), stop(99, 0), unix.EINVAL},
 		// Channels the device lacks, or that are not streams, have no
 		// stream state (nor, when absent, a lock) to look at.

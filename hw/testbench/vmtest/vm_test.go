@@ -30,6 +30,7 @@ var rigPackages = []string{
 	"github.com/gpufpga/gpufpga/hw/testbench/rigtest",
 	"github.com/gpufpga/gpufpga/hw/testbench/kmodtest",
 	"github.com/gpufpga/gpufpga/cmd/p2pctl/cli",
+	"github.com/gpufpga/gpufpga/pkg/p2p",
 	"github.com/gpufpga/gpufpga/pkg/trace",
 	"github.com/gpufpga/gpufpga/pkg/stream",
 	"github.com/gpufpga/gpufpga/hw/testbench/demo",

@@ -12,8 +12,8 @@
  *    tail reads as zero, and output past the caller's size is not written):
  *    INFO 44 bytes (through @pin_kinds), PIN 32 (through @pad), QUERY 24
  *    (through @flags), XFER 48 (through @user_data), STREAM_START 24
- *    (through @pad); UNPIN, CANCEL, STREAM_RELEASE and STREAM_STOP only
- *    whole. Shorter than that is -EINVAL. A longer struct's extra tail must
+ *    (through @pad), STREAM_STOP 8 (through @flags); UNPIN, CANCEL and
+ *    STREAM_RELEASE only whole. Shorter than that is -EINVAL. A longer struct's extra tail must
  *    be zero, else -E2BIG; INFO fills a longer one's tail with zeros.
  *  - Unknown flags, and reserved or padding fields that are not zero, are
  *    rejected with -EINVAL.
@@ -346,7 +346,8 @@ struct gpufpga_cancel {
  * @flags:	SLOT: GPUFPGA_SLOT_*.
  * @dir:	the channel's direction.
  * @channel:	the channel.
- * @id:		XFER: the transfer's id.
+ * @id:		XFER: the transfer's id. SLOT and STREAM_END: the stream's id
+ *		(gpufpga_stream.id), which RELEASE and STOP name it by.
  * @user_data:	XFER: as submitted.
  * @seq:	SLOT and STREAM_END: the stream's fills reported before this
  *		record, so a slot's fill sequence number, from 0.
@@ -394,12 +395,24 @@ struct gpufpga_completion {
  * meanwhile is lost upstream, where the FPGA counts it. The stream ends
  * (a STREAM_END record) on STOP, on close, when a pin is revoked, or on an
  * engine error.
+ *
+ * Each stream has an id, never 0 and never reused while the module is
+ * loaded, which its SLOT and STREAM_END records carry and which
+ * STREAM_RELEASE and STREAM_STOP must name: a release or stop meant for a
+ * stream that has ended fails with -ENOENT, even when another stream
+ * (of the same file, on the same channel) runs by then. ABI 1's first
+ * release numbered this call _IOW(GPUFPGA_IOC_MAGIC, 0x06, ...), and wrote
+ * nothing back; that number is still taken, and only a stream it starts
+ * may be released and stopped with an id of 0, meaning the file's stream
+ * on the channel.
  * @channel:	a C2H stream channel with nothing queued or running.
  * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter), which
  *		also bounds the descriptors of all slots together.
  * @slots:	user pointer to struct gpufpga_seg[@nslots].
  * @flags:	must be 0.
  * @pad:	must be 0.
+ * @id:		out: the stream's id. Its value on input is ignored.
+ * @reserved:	must be 0.
  *
  * Errors: -EINVAL (not a C2H stream channel, @flags, @pad or reserved not
  * 0, @nslots 0, a slot outside its pin or zero-length, or one the
@@ -418,7 +431,8 @@ struct gpufpga_stream {
 	__u64 slots;
 	__u32 flags;
 	__u32 pad;
-	__u64 reserved[2];
+	__u64 id;
+	__u64 reserved;
 };
 
 /**
@@ -428,27 +442,35 @@ struct gpufpga_stream {
  * @nslots:	entries at @slots.
  * @slots:	user pointer to __u32 slot indices, each filled and not yet
  *		released (-EINVAL otherwise; nothing is released then).
+ * @stream:	the stream's id (gpufpga_stream.id, or a SLOT record's @id).
  *
- * Errors: -EINVAL (not a C2H stream channel, reserved not 0, @nslots 0 or
- * over 1023, a bad or repeated index), -ENOENT (no stream of this file on
- * the channel, as after its STREAM_END), -ENOMEM.
+ * Errors: -EINVAL (not a C2H stream channel, @nslots 0 or over 1023, a bad
+ * or repeated index, @stream 0 for a stream started with an id), -ENOENT
+ * (no stream of this file with that id on the channel: it ended, as after
+ * its STREAM_END, or another runs there now), -ENOMEM.
  */
 struct gpufpga_release {
 	__u32 channel;
 	__u32 nslots;
 	__u64 slots;
-	__u64 reserved;
+	__u64 stream;
 };
 
 /**
  * struct gpufpga_stream_stop - GPUFPGA_IOC_STREAM_STOP: halt the stream;
  * fills the engine finished first are reported, then STREAM_END.
- * Errors: -EINVAL (not a C2H stream channel, @flags not 0), -ENOENT (no
- * stream of this file on the channel).
+ * @channel:	the stream's channel.
+ * @flags:	must be 0.
+ * @stream:	the stream's id, as for STREAM_RELEASE.
+ *
+ * Errors: -EINVAL (not a C2H stream channel, @flags not 0, @stream 0 for a
+ * stream started with an id), -ENOENT (no stream of this file with that id
+ * on the channel).
  */
 struct gpufpga_stream_stop {
 	__u32 channel;
 	__u32 flags;
+	__u64 stream;
 };
 
 /* Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst. */
@@ -459,7 +481,7 @@ struct gpufpga_stream_stop {
 #define GPUFPGA_IOC_QUERY	_IOWR(GPUFPGA_IOC_MAGIC, 0x03, struct gpufpga_query)
 #define GPUFPGA_IOC_XFER	_IOWR(GPUFPGA_IOC_MAGIC, 0x04, struct gpufpga_xfer)
 #define GPUFPGA_IOC_CANCEL	_IOW(GPUFPGA_IOC_MAGIC, 0x05, struct gpufpga_cancel)
-#define GPUFPGA_IOC_STREAM_START _IOW(GPUFPGA_IOC_MAGIC, 0x06, struct gpufpga_stream)
+#define GPUFPGA_IOC_STREAM_START _IOWR(GPUFPGA_IOC_MAGIC, 0x06, struct gpufpga_stream)
 #define GPUFPGA_IOC_STREAM_RELEASE _IOW(GPUFPGA_IOC_MAGIC, 0x07, struct gpufpga_release)
 #define GPUFPGA_IOC_STREAM_STOP	_IOW(GPUFPGA_IOC_MAGIC, 0x08, struct gpufpga_stream_stop)
 
