@@ -244,7 +244,7 @@ func (s *summary) String() string {
 	out := fmt.Sprintf("%d frames processed on the GPU, %s; %d samples: mean %.3f, min %d, max %d, RMS %.2f",
 		s.frames, t, s.samples, s.sum/n, s.min, s.max, math.Sqrt(s.sumSq/n))
 	if s.empty > 0 {
-		out += fmt.Sprintf("; %d slots' frames were not frames", s.empty)
+		out += fmt.Sprintf("; %d not a frame", s.empty)
 	}
 	return out
 }
