@@ -269,3 +269,59 @@ func TestKernelFromFile(t *testing.T) {
 		}
 	}
 }
+
+// Cancelling the session's context, as Ctrl-C does, ends Consume with
+// every delivered slot processed in order and handed back: the session
+// ends with the context's error, and no slot stays held after Close.
+func TestCancelEndsCleanly(t *testing.T) {
+	gpu := openGPU(t)
+	const slots, slotSize, frameSize, threshold = 8, 256 << 10, 64 << 10, 32000
+	ring, err := unix.Mmap(-1, 0, slots*slotSize, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(ring)
+	src := newTestSource(ring, slots, slotSize, frameSize, 1<<30)
+	defer src.Stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s, err := stream.Attach(ctx, stream.Config{SlotSize: slotSize, Slots: slots, GPU: gpu,
+		Check: stream.CheckGPU, FrameSize: frameSize}, ring, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p, err := NewPipeline(gpu, slotSize, KernelConfig{FrameSize: frameSize, Threshold: threshold, Depth: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	var got []Record
+	err = Consume(s, p, 0, func(r Record) {
+		got = append(got, r)
+		if len(got) == 1000 {
+			cancel()
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("session ended with %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	st := s.Stats()
+	if len(got) < 1000 || uint64(len(got)) != st.Slots*slotSize/frameSize || st.Held != 0 || uint64(src.releases()) != st.Slots {
+		t.Fatalf("%d records; session %+v; %d slots released", len(got), st, src.releases())
+	}
+	f := make([]byte, frameSize)
+	for i, r := range got {
+		frame.Encode(f, uint64(i), 0, frameSize-frame.HeaderSize)
+		if want := cpuRecord(f, frameSize, threshold); r != want {
+			t.Fatalf("frame %d: the GPU's %+v, the CPU's %+v", i, r, want)
+		}
+	}
+	t.Logf("cancelled after %d slots, %d frames, all handed back", st.Slots, len(got))
+}

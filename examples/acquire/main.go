@@ -60,7 +60,7 @@ func main() {
 	flag.IntVar(&o.gpu, "gpu", 0, "CUDA device ordinal")
 	flag.IntVar(&o.channel, "channel", 1, "C2H stream channel")
 	flag.IntVar(&o.slots, "slots", 32, "ring slots")
-	flag.Uint64Var(&o.slotSize, "slot-size", 1<<20, "bytes per slot: whole frames")
+	flag.Uint64Var(&o.slotSize, "slot-size", 64<<10, "bytes per slot: whole frames (a slot of several GPU pages needs the FPGA's packets as long as the slot)")
 	flag.IntVar(&o.frameSize, "frame-size", 64<<10, "bytes per frame, header included")
 	flag.Uint64Var(&o.total, "bytes", 0, "bytes to acquire (0: until Ctrl-C)")
 	flag.StringVar(&o.ptx, "ptx", "", "PTX file of the kernel to run on each slot (default: the built-in framestats.cu)")
