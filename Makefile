@@ -136,6 +136,7 @@ FUZZ_OPS ?= 100000
 # GPU work runs on a machine with an NVIDIA GPU, which needs neither Go nor
 # the CUDA toolkit: `make gpubin` here, copy bin/gpu/ there, and run
 # bin/gpu/run there (the GPU tests, then the benchmark into results/).
+# examples/acquire's processing path is tested there too (acquire.test).
 GPU_TEST_PKGS := cuda gpucheck stream/cudamem resident
 
 # gpubench records the revision it was built from (and whether tracked
@@ -149,7 +150,8 @@ gpubin:
 	@for p in $(GPU_TEST_PKGS); do \
 		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$(basename $$p).test ./pkg/$$p/ || exit 1; \
 	done
-	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx $(BIN)/gpu/
+	CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/acquire.test ./examples/acquire/
+	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx examples/acquire/framestats.ptx $(BIN)/gpu/
 
 # The same on a GPU machine that has Go.
 gputest: gpubin
@@ -167,13 +169,15 @@ gpubench: gpubin
 # ISA asked for; nvcc writes its own toolkit's (9.0 for CUDA 13, needing
 # R580). clang_cuda.h stands in for CUDA's headers.
 # pkg/resident's consumer needs ISA 6.0 and sm_70 as well: ld.acquire and
-# st.release at system scope.
+# st.release at system scope. examples/acquire's framestats.cu is made the
+# same way (nvcc -ptx -arch=sm_70 makes it as well).
 PTXCC ?= clang
 PTXFLAGS := -x cuda --cuda-device-only -nocudainc -nocudalib --cuda-gpu-arch=sm_70 \
 	-Xclang -target-feature -Xclang +ptx60 -fcuda-short-ptr -mllvm --nvptx-short-ptr -O3 -S
 ptx:
 	$(PTXCC) $(PTXFLAGS) -include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/resident.cu -o pkg/resident/resident.ptx
+	$(PTXCC) $(PTXFLAGS) -include examples/acquire/clang_cuda.h examples/acquire/framestats.cu -o examples/acquire/framestats.ptx
 
 # NVIDIA's assembler takes the PTX for each architecture from Volta to
 # Hopper, with its registers and spills: ptxas 11.8 from Debian's non-free
@@ -183,7 +187,7 @@ PTXAS_DEB_DIR := build/cuda
 PTXAS ?= $(PTXAS_DEB_DIR)/usr/bin/ptxas
 ptxcheck: $(PTXAS)
 	@for a in sm_70 sm_75 sm_80 sm_86 sm_89 sm_90; do \
-		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx; do \
+		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx examples/acquire/framestats.ptx; do \
 			echo "== ptxas -arch=$$a $$p"; \
 			$(PTXAS) -arch=$$a -v $$p -o /dev/null || exit 1; \
 		done; \
@@ -235,7 +239,8 @@ lint: examples-c
 		GOARCH=$$arch $$sc ./... || exit 1; \
 		GOARCH=$$arch CGO_ENABLED=0 $(GO) build -o /dev/null ./cmd/p2pctl || exit 1; \
 	done
-	@deps=$$($(GO) list -deps ./cmd/p2pctl ./pkg/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: production code imports the rig:"; echo "$$deps"; exit 1; fi
+	@deps=$$($(GO) list -deps ./cmd/p2pctl ./cmd/gpubench ./pkg/... ./internal/... ./examples/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: production code or an example imports the rig:"; echo "$$deps"; exit 1; fi
+	@deps=$$($(GO) list -deps -test -tags gpu ./cmd/gpubench ./examples/... | grep '/hw/'); if [ -n "$$deps" ]; then echo "lint: gpubench's or an example's tests import the rig (they run where it is not):"; echo "$$deps"; exit 1; fi
 	@deps=$$($(GO) list -deps ./pkg/stream | grep -E 'purego|/pkg/cuda$$|/pkg/gpucheck$$'); if [ -n "$$deps" ]; then echo "lint: pkg/stream links CUDA (it belongs in pkg/stream/cudamem):"; echo "$$deps"; exit 1; fi
 	@deps=$$($(GO) list -deps ./pkg/p2p ./pkg/stream | grep prometheus); if [ -n "$$deps" ]; then echo "lint: pkg/p2p or pkg/stream imports Prometheus (it belongs in pkg/metrics):"; echo "$$deps"; exit 1; fi
 

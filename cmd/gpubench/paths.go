@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/acq"
+	"github.com/gpufpga/gpufpga/internal/hostring"
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
@@ -208,8 +208,8 @@ const compatFrameSize = 64 << 10
 
 // compatSource is the in-process stand-in for the FPGA: workers encoding
 // frames into the pinned host ring.
-func compatSource(host []byte, cc compatConfig, workers int) (*acq.HostRing, error) {
-	return acq.NewHostRing(acq.HostRingConfig{Ring: host, Slots: cc.slots, SlotSize: cc.slotSize,
+func compatSource(host []byte, cc compatConfig, workers int) (*hostring.Ring, error) {
+	return hostring.New(hostring.Config{Ring: host, Slots: cc.slots, SlotSize: cc.slotSize,
 		FrameSize: compatFrameSize, Workers: workers})
 }
 

@@ -1,11 +1,19 @@
 // Command acquire is a complete acquisition program to copy from: it
-// allocates GPU buffers for a ring of slots, streams an FPGA's C2H channel
-// into them, checks every frame, and prints a summary.
+// streams an FPGA's C2H channel into a ring of slots in GPU memory
+// (package stream, CUDA memory from package stream/cudamem), runs a GPU
+// kernel of your own on every slot as it fills, copies the kernel's
+// results back and prints them, and hands each slot back to the FPGA once
+// the kernel no longer reads it.
 //
-// GPU memory comes from CUDA where there is a CUDA driver, the frames then
-// checked on the GPU by package gpucheck's kernel; on the test rig it is
-// the simulated GPU's, checked on the CPU. The acquisition code is the
-// same for both.
+// The kernel comes from a PTX file (-ptx, -kernel); by default it is
+// framestats.cu, built in: per-frame statistics of the payload's 16-bit
+// samples (mean, minimum, maximum, RMS) and a trigger on the samples whose
+// magnitude reaches -threshold. framestats.cu says what a kernel of your
+// own receives and writes.
+//
+// Ctrl-C stops the stream, waits for the kernels in flight, prints the
+// summary and frees the ring; a second Ctrl-C kills the program. On a
+// terminal, progress is shown on standard error.
 package main
 
 import (
@@ -13,186 +21,296 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
+	"math"
 	"os"
 	"os/signal"
+	"sync"
 	"time"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
-	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"golang.org/x/sys/unix"
+
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
+// options are the command line's.
+type options struct {
+	device    string
+	gpu       int
+	channel   int
+	slots     int
+	slotSize  uint64
+	frameSize int
+	total     uint64
+	ptx       string
+	kernel    string
+	threshold int
+	depth     int
+	check     bool
+	show      int
+	every     bool
+}
+
 func main() {
-	device := flag.String("device", "/dev/gpufpga0", "gpufpga device")
-	channel := flag.Int("channel", 1, "C2H stream channel")
-	slots := flag.Int("slots", 32, "ring slots")
-	slotSize := flag.Uint64("slot-size", 64<<10, "bytes per slot")
-	frameSize := flag.Int("frame-size", 64<<10, "bytes per frame (checking on the GPU)")
-	total := flag.Uint64("bytes", 256<<20, "bytes to acquire")
+	var o options
+	flag.StringVar(&o.device, "device", "/dev/gpufpga0", "gpufpga device")
+	flag.IntVar(&o.gpu, "gpu", 0, "CUDA device ordinal")
+	flag.IntVar(&o.channel, "channel", 1, "C2H stream channel")
+	flag.IntVar(&o.slots, "slots", 32, "ring slots")
+	flag.Uint64Var(&o.slotSize, "slot-size", 64<<10, "bytes per slot: whole frames (a slot of several GPU pages needs the FPGA's packets as long as the slot)")
+	flag.IntVar(&o.frameSize, "frame-size", 64<<10, "bytes per frame, header included")
+	flag.Uint64Var(&o.total, "bytes", 0, "bytes to acquire (0: until Ctrl-C)")
+	flag.StringVar(&o.ptx, "ptx", "", "PTX file of the kernel to run on each slot (default: the built-in framestats.cu)")
+	flag.StringVar(&o.kernel, "kernel", defaultKernel, "the kernel's entry in the PTX")
+	flag.IntVar(&o.threshold, "threshold", 32000, "trigger on samples of at least this magnitude (0: off)")
+	flag.IntVar(&o.depth, "depth", 4, "slots whose kernels may be in flight before the oldest's results are read")
+	flag.BoolVar(&o.check, "check", true, "check every frame's header, CRC and sequence on the GPU too")
+	flag.IntVar(&o.show, "show", 10, "triggered frames to print")
+	flag.BoolVar(&o.every, "v", false, "print every frame's statistics")
 	flag.Parse()
-	if err := run(*device, *channel, *slots, *slotSize, *frameSize, *total); err != nil {
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, unix.SIGTERM)
+	defer stop()
+	// After the first signal, the next one kills the program as usual.
+	context.AfterFunc(ctx, stop)
+	if err := run(ctx, o, os.Stdout, os.Stderr); err != nil {
 		log.Fatal(err)
 	}
 }
 
-// openGPU picks CUDA when there is a driver, else the rig's simulated GPU.
-func openGPU() (stream.GPU, stream.Check, func(), error) {
-	c, err := cudamem.Open(0)
-	if err == nil {
-		return c, stream.CheckGPU, func() { c.Close() }, nil
+func run(ctx context.Context, o options, stdout, stderr *os.File) error {
+	kc := KernelConfig{Name: o.kernel, FrameSize: o.frameSize, Threshold: o.threshold, Depth: o.depth}
+	if o.ptx != "" {
+		var err error
+		if kc.PTX, err = LoadPTXFile(o.ptx); err != nil {
+			return err
+		}
 	}
-	if !errors.Is(err, cuda.ErrNoDriver) {
-		return nil, 0, nil, err
-	}
-	sim, err := simgpu.Open()
-	if err != nil {
-		return nil, 0, nil, fmt.Errorf("no CUDA driver and no simulated GPU: %w", err)
-	}
-	return simgpu.StreamGPU{GPU: sim, Pattern: simgpu.Fragmented}, stream.CheckCPU, func() { sim.Close() }, nil
-}
-
-// consumer is the application's work on each slot.
-type consumer interface {
-	// consume starts the work on f and releases the slot when the work
-	// no longer reads it.
-	consume(s *stream.Session, f stream.Filled) error
-	close() error
-}
-
-// gpuConsumer works on slots in CUDA memory on its own CUDA stream. The
-// work is asynchronous: the slot goes back to the FPGA only after an event
-// recorded behind it has completed, never right after the launch.
-type gpuConsumer struct {
-	c    *cudamem.GPU
-	s    *cuda.Stream
-	work *cuda.Buffer // stands in for the application's output
-}
-
-func newGPUConsumer(c *cudamem.GPU, slotSize uint64) (*gpuConsumer, error) {
-	g := c.Device()
-	if err := g.Lock(); err != nil {
-		return nil, err
-	}
-	defer g.Unlock()
-	s, err := g.NewStream()
-	if err != nil {
-		return nil, err
-	}
-	work, err := g.Alloc(slotSize)
-	if err != nil {
-		s.Close()
-		return nil, err
-	}
-	return &gpuConsumer{c: c, s: s, work: work}, nil
-}
-
-func (k *gpuConsumer) consume(s *stream.Session, f stream.Filled) error {
-	g := k.c.Device()
-	if err := g.Lock(); err != nil {
-		return err
-	}
-	// The application's kernels go here, reading f.Len bytes at f.Addr;
-	// a copy out of the slot stands in for them.
-	err := k.s.CopyDtoD(k.work.Ptr, f.Addr, f.Len)
-	g.Unlock()
-	if err != nil {
-		return err
-	}
-	done, err := k.c.Done(k.s)
-	if err != nil {
-		return err
-	}
-	s.ReleaseAfter(f.Slot, done)
-	return nil
-}
-
-func (k *gpuConsumer) close() error {
-	g := k.c.Device()
-	if err := g.Lock(); err != nil {
-		return err
-	}
-	defer g.Unlock()
-	return errors.Join(k.s.Sync(), k.work.Free(), k.s.Close())
-}
-
-// cpuConsumer works on slots the CPU can read (the simulated GPU's), to
-// completion before releasing them.
-type cpuConsumer struct{ sum uint64 }
-
-func (k *cpuConsumer) consume(s *stream.Session, f stream.Filled) error {
-	for _, b := range f.Data {
-		k.sum += uint64(b)
-	}
-	return s.Release(f.Slot)
-}
-
-func (k *cpuConsumer) close() error { return nil }
-
-func run(device string, channel, slots int, slotSize uint64, frameSize int, total uint64) error {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	d, err := p2p.Open(device)
+	d, err := p2p.Open(o.device)
 	if err != nil {
 		return err
 	}
 	defer d.Close()
-	gpu, check, closeGPU, err := openGPU()
+	gpu, err := cudamem.Open(o.gpu)
 	if err != nil {
 		return err
 	}
-	defer closeGPU()
-
+	defer gpu.Close()
+	check := stream.CheckNone
+	if o.check {
+		check = stream.CheckGPU
+	}
 	s, err := stream.Start(ctx, stream.Config{
 		Device:    d,
-		Channel:   channel,
-		SlotSize:  slotSize,
-		Slots:     slots,
+		Channel:   o.channel,
+		SlotSize:  o.slotSize,
+		Slots:     o.slots,
 		Mode:      stream.Auto,
 		GPU:       gpu,
 		Check:     check,
-		FrameSize: frameSize,
+		FrameSize: o.frameSize,
 	})
 	if err != nil {
 		return err
 	}
+	// Last: the releases handed to the session finish, the pins go, the
+	// ring is freed.
 	defer s.Close()
-	var work consumer = &cpuConsumer{}
-	if c, ok := gpu.(*cudamem.GPU); ok {
-		k, err := newGPUConsumer(c, slotSize)
-		if err != nil {
-			return err
-		}
-		work = k
+	p, err := NewPipeline(gpu, o.slotSize, kc)
+	if err != nil {
+		return err
 	}
-	// Before Close frees the ring: the work on the last slots ends first.
-	defer work.close()
-	for f := range s.Filled() {
-		if err := work.consume(s, f); err != nil {
-			return err
-		}
-		if s.Stats().Bytes >= total {
-			if err := s.Stop(); err != nil {
-				return err
+	// Before the session's Close: the kernels in flight end first.
+	defer p.Close()
+
+	con := newConsole(stdout, stderr)
+	sum := newSummary(o.threshold)
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	progressDone := con.progress(progressCtx, func() string { return progressLine(s.Stats(), sum) })
+	shown := 0
+	err = Consume(s, p, o.total, func(r Record) {
+		sum.add(r)
+		switch {
+		case o.every:
+			con.printf("%s\n", r)
+		case r.Triggered() && shown < o.show:
+			shown++
+			con.printf("trigger: %s\n", r)
+			if shown == o.show {
+				con.printf("(further triggers are counted, not printed)\n")
 			}
 		}
+	})
+	stopProgress()
+	<-progressDone
+	if err != nil {
+		return err
 	}
+	interrupted := false
 	if err := s.Err(); err != nil {
-		return fmt.Errorf("acquisition ended: %w", err)
+		if !errors.Is(err, context.Canceled) {
+			return fmt.Errorf("acquisition ended: %w", err)
+		}
+		interrupted = true
 	}
 	st := s.Stats()
 	mode := st.Mode.String() + " mode"
 	if st.Mode == stream.Direct {
 		mode += ", pinned through " + st.Pinning.String()
 	}
-	fmt.Printf("acquired %.1f MiB in %d slots (%s, checked on the %s) in %v: %.3f GB/s, mean slot latency %v\n",
-		float64(st.Bytes)/(1<<20), st.Slots, mode, st.Check, st.Elapsed.Round(time.Millisecond), st.GBps, st.SlotLatency.Round(time.Microsecond))
-	fmt.Printf("frames: %d checked, %d gaps, %d duplicates, %d CRC failures; at most %d slots held\n",
-		st.Frames.Frames, st.Frames.Gaps, st.Frames.Duplicates, st.Frames.CRCFailures, st.MaxHeld)
-	if st.Frames.Gaps+st.Frames.Duplicates+st.Frames.CRCFailures != 0 {
-		return fmt.Errorf("frames lost or damaged")
+	if interrupted {
+		fmt.Fprintln(stdout, "interrupted")
+	}
+	fmt.Fprintf(stdout, "acquired %.1f MiB in %d slots (%s) in %v: %.3f GB/s, mean slot latency %v, at most %d slots held\n",
+		float64(st.Bytes)/(1<<20), st.Slots, mode, st.Elapsed.Round(time.Millisecond), st.GBps,
+		st.SlotLatency.Round(time.Microsecond), st.MaxHeld)
+	fmt.Fprintln(stdout, sum)
+	if st.Check == stream.CheckGPU {
+		fmt.Fprintf(stdout, "frames checked on the GPU: %d, %d gaps, %d duplicates, %d CRC failures\n",
+			st.Frames.Frames, st.Frames.Gaps, st.Frames.Duplicates, st.Frames.CRCFailures)
+		if st.Frames.Gaps+st.Frames.Duplicates+st.Frames.CRCFailures != 0 {
+			return errors.New("acquire: frames lost or damaged")
+		}
 	}
 	return nil
+}
+
+func (r Record) String() string {
+	if r.Samples == 0 {
+		return fmt.Sprintf("frame %d: no samples (not a frame)", r.Seq)
+	}
+	s := fmt.Sprintf("frame %d: %d samples, mean %.2f, min %d, max %d, RMS %.2f", r.Seq, r.Samples, r.Mean(), r.Min, r.Max, r.RMS())
+	if r.Triggered() {
+		s += fmt.Sprintf(", %d over the threshold from sample %d", r.Over, r.FirstOver)
+	}
+	return s
+}
+
+// summary accumulates the records of a run.
+type summary struct {
+	mu        sync.Mutex
+	threshold int
+	frames    uint64
+	empty     uint64 // records of no frame
+	triggered uint64
+	samples   uint64
+	sum       float64
+	sumSq     float64
+	min, max  int64
+}
+
+func newSummary(threshold int) *summary {
+	return &summary{threshold: threshold, min: math.MaxInt64, max: math.MinInt64}
+}
+
+func (s *summary) add(r Record) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.frames++
+	if r.Samples == 0 {
+		s.empty++
+		return
+	}
+	if r.Triggered() {
+		s.triggered++
+	}
+	s.samples += r.Samples
+	s.sum += float64(r.Sum)
+	s.sumSq += float64(r.SumSq)
+	s.min = min(s.min, r.Min)
+	s.max = max(s.max, r.Max)
+}
+
+func (s *summary) counts() (frames, triggered uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.frames, s.triggered
+}
+
+func (s *summary) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.samples == 0 {
+		return fmt.Sprintf("%d frames processed on the GPU, no samples", s.frames)
+	}
+	n := float64(s.samples)
+	t := "trigger off"
+	if s.threshold > 0 {
+		t = fmt.Sprintf("%d triggered (|sample| >= %d)", s.triggered, s.threshold)
+	}
+	out := fmt.Sprintf("%d frames processed on the GPU, %s; %d samples: mean %.3f, min %d, max %d, RMS %.2f",
+		s.frames, t, s.samples, s.sum/n, s.min, s.max, math.Sqrt(s.sumSq/n))
+	if s.empty > 0 {
+		out += fmt.Sprintf("; %d not a frame", s.empty)
+	}
+	return out
+}
+
+func progressLine(st stream.Stats, s *summary) string {
+	frames, triggered := s.counts()
+	return fmt.Sprintf("%.1f MiB, %.3f GB/s, %d slots (%d held), %d frames processed, %d triggered",
+		float64(st.Bytes)/(1<<20), st.GBps, st.Slots, st.Held, frames, triggered)
+}
+
+// console prints results on stdout and, when stderr is a terminal, a
+// progress line there that the results' lines do not garble.
+type console struct {
+	mu      sync.Mutex
+	out     io.Writer
+	err     io.Writer
+	tty     bool
+	showing bool // a progress line is on the terminal
+}
+
+func newConsole(stdout, stderr *os.File) *console {
+	_, err := unix.IoctlGetTermios(int(stderr.Fd()), unix.TCGETS)
+	return &console{out: stdout, err: stderr, tty: err == nil}
+}
+
+func (c *console) clear() {
+	if c.showing {
+		fmt.Fprint(c.err, "\r\033[K")
+		c.showing = false
+	}
+}
+
+func (c *console) printf(format string, a ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.clear()
+	fmt.Fprintf(c.out, format, a...)
+}
+
+// progress redraws line() every half second until ctx ends, then clears
+// it; the channel is closed once it has.
+func (c *console) progress(ctx context.Context, line func() string) <-chan struct{} {
+	done := make(chan struct{})
+	if !c.tty {
+		close(done)
+		return done
+	}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(500 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				c.mu.Lock()
+				c.clear()
+				c.mu.Unlock()
+				return
+			case <-t.C:
+			}
+			l := line()
+			c.mu.Lock()
+			fmt.Fprintf(c.err, "\r\033[K%s", l)
+			c.showing = true
+			c.mu.Unlock()
+		}
+	}()
+	return done
 }

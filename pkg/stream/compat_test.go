@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/internal/hostring"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/stream"
@@ -27,10 +27,10 @@ const (
 
 // attach runs compat mode on the in-process device model and a simulated
 // GPU, as the benchmark does on a real one.
-func attach(t *testing.T, ctx context.Context, gpu stream.GPU, check stream.Check) (*stream.Session, *acq.HostRing) {
+func attach(t *testing.T, ctx context.Context, gpu stream.GPU, check stream.Check) (*stream.Session, *hostring.Ring) {
 	t.Helper()
 	host := make([]byte, slots*slotSize)
-	src, err := acq.NewHostRing(acq.HostRingConfig{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize, Workers: 2})
+	src, err := hostring.New(hostring.Config{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize, Workers: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +122,7 @@ func TestCompatSlowConsumer(t *testing.T) {
 	if st := s.Stats(); s.Err() != nil || st.MaxHeld != slots || st.Frames.Gaps != 0 || st.Frames.Duplicates != 0 {
 		t.Fatalf("ended %v with %+v", s.Err(), st)
 	}
-	if err := s.Release(0); !errors.Is(err, acq.ErrNotHeld) {
+	if err := s.Release(0); !errors.Is(err, hostring.ErrNotHeld) {
 		t.Fatalf("releasing a slot not held: %v, want ErrNotHeld", err)
 	}
 }

@@ -80,13 +80,14 @@ func TestDemo(t *testing.T) {
 			t.Fatalf("p2pctl %v: exit %d", args, code)
 		}
 	}
-	// The example acquisition program, as a user would copy it.
+	// The rig's acquisition program (examples/acquire, the one to copy,
+	// needs a CUDA GPU).
 	say("")
-	say("$ acquire -bytes 128MiB    # examples/acquire")
-	out, err := exec.Command("/bin/acquire", "-bytes", "134217728").CombinedOutput()
+	say("$ acquire-sim -bytes 128MiB    # hw/testbench/cmd/acquire-sim")
+	out, err := exec.Command("/bin/acquire-sim", "-bytes", "134217728").CombinedOutput()
 	say("%s", out)
 	if err != nil {
-		t.Fatalf("acquire: %v", err)
+		t.Fatalf("acquire-sim: %v", err)
 	}
 	stopTrace()
 	var traced []string

@@ -247,8 +247,8 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 		govmtest.WithGoTestTimeout(opts.TestTimeout),
 		govmtest.WithUimage(
 			uimage.WithFiles(files...),
-			// The example acquisition program, which the demo runs.
-			uimage.WithBinaryCommands("github.com/gpufpga/gpufpga/examples/acquire"),
+			// The rig's acquisition program, which the demo runs.
+			uimage.WithBinaryCommands("github.com/gpufpga/gpufpga/hw/testbench/cmd/acquire-sim"),
 			// Binaries that can load the CUDA driver (pkg/cuda, through
 			// purego) link libc for dlopen, as on any GPU host: the guest
 			// gets the libraries (and u-root the loader at its ABI path).

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gpufpga/gpufpga/hw/testbench/acq"
+	"github.com/gpufpga/gpufpga/internal/hostring"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
@@ -32,7 +32,7 @@ func TestCompatOnCUDA(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Munmap(host)
-	src, err := acq.NewHostRing(acq.HostRingConfig{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize, Workers: 4})
+	src, err := hostring.New(hostring.Config{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize, Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}

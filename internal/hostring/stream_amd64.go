@@ -1,4 +1,4 @@
-package acq
+package hostring
 
 import "golang.org/x/sys/cpu"
 

@@ -1,6 +1,6 @@
 //go:build linux
 
-package acq
+package hostring
 
 import (
 	"bytes"
@@ -34,7 +34,7 @@ func TestHostRingFrames(t *testing.T) {
 		t.Run(fmt.Sprintf("frame=%d/fifo=%v", tc.frameSize, tc.fifo), func(t *testing.T) {
 			const slots = 4
 			slotSize := 16 * tc.frameSize
-			r, err := NewHostRing(HostRingConfig{Ring: ring(t, slots*slotSize), Slots: slots, SlotSize: slotSize,
+			r, err := New(Config{Ring: ring(t, slots*slotSize), Slots: slots, SlotSize: slotSize,
 				FrameSize: tc.frameSize, Workers: 3, FIFO: tc.fifo})
 			if err != nil {
 				t.Fatal(err)
@@ -87,7 +87,7 @@ func BenchmarkHostRing(b *testing.B) {
 	for _, fifo := range []bool{false, true} {
 		for _, workers := range []int{1, 2} {
 			b.Run(fmt.Sprintf("fifo=%v/workers=%d", fifo, workers), func(b *testing.B) {
-				r, err := NewHostRing(HostRingConfig{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize,
+				r, err := New(Config{Ring: host, Slots: slots, SlotSize: slotSize, FrameSize: frameSize,
 					Workers: workers, FIFO: fifo})
 				if err != nil {
 					b.Fatal(err)

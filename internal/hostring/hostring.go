@@ -1,6 +1,10 @@
 //go:build linux
 
-package acq
+// Package hostring is an FPGA's frame source and C2H stream engine run in
+// process over a ring of host memory: the stand-in for the card that
+// cmd/gpubench measures the compat path with, and that tests of package
+// stream consume, where there is no FPGA. Frames follow package frame.
+package hostring
 
 import (
 	"errors"
@@ -13,8 +17,8 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 )
 
-// HostRingConfig configures a HostRing.
-type HostRingConfig struct {
+// Config configures a Ring.
+type Config struct {
 	Ring      []byte // Slots * SlotSize bytes
 	Slots     int
 	SlotSize  int
@@ -26,10 +30,10 @@ type HostRingConfig struct {
 }
 
 // ErrNotHeld reports a release of a slot the consumer does not hold.
-var ErrNotHeld = errors.New("acq: slot not held")
+var ErrNotHeld = errors.New("hostring: slot not held")
 
-// HostRing is the device model's frame source and C2H stream engine run in
-// process, for measuring what consumes a ring without QEMU: it writes
+// Ring is the frame source and C2H stream engine run in process, for
+// measuring what consumes a ring without QEMU: it writes
 // frames into a host ring's slots in ring order and reports each filled
 // slot as the driver does (a p2p.Slot), under the driver's credit rule: a
 // slot is written again only once it and every slot before it were
@@ -45,8 +49,8 @@ var ErrNotHeld = errors.New("acq: slot not held")
 // builds frames in a FIFO of its own (a staging buffer that stays in
 // cache) and writes them to the ring in bursts of at least 1 MiB, which
 // Go's copy makes with streaming stores.
-type HostRing struct {
-	cfg     HostRingConfig
+type Ring struct {
+	cfg     Config
 	enc     *frame.Encoder
 	stream  bool      // frames go straight into the ring (streamFrame)
 	vec     [8]uint64 // streamFrame's pattern: (i+1)*Phi, then 4*Phi
@@ -71,15 +75,15 @@ type ringJob struct {
 	done chan struct{}
 }
 
-// NewHostRing starts the model.
-func NewHostRing(cfg HostRingConfig) (*HostRing, error) {
+// New starts the model.
+func New(cfg Config) (*Ring, error) {
 	if cfg.Slots < 1 || cfg.FrameSize < frame.HeaderSize || cfg.SlotSize < cfg.FrameSize ||
 		cfg.SlotSize%cfg.FrameSize != 0 || len(cfg.Ring) < cfg.Slots*cfg.SlotSize {
-		return nil, fmt.Errorf("acq: host ring of %d bytes for %d slots of %d bytes of %d-byte frames",
+		return nil, fmt.Errorf("hostring: host ring of %d bytes for %d slots of %d bytes of %d-byte frames",
 			len(cfg.Ring), cfg.Slots, cfg.SlotSize, cfg.FrameSize)
 	}
 	cfg.Workers = max(cfg.Workers, 1)
-	r := &HostRing{
+	r := &Ring{
 		cfg:      cfg,
 		enc:      frame.NewEncoder(cfg.FrameSize - frame.HeaderSize),
 		credits:  make(chan struct{}, cfg.Slots),
@@ -128,7 +132,7 @@ func NewHostRing(cfg HostRingConfig) (*HostRing, error) {
 }
 
 // dispatch hands out a slot for each credit, in ring order.
-func (r *HostRing) dispatch() {
+func (r *Ring) dispatch() {
 	defer close(r.order)
 	for k := uint64(0); ; k++ {
 		select {
@@ -143,7 +147,7 @@ func (r *HostRing) dispatch() {
 }
 
 // emit reports slots in fill order as their workers finish.
-func (r *HostRing) emit() {
+func (r *Ring) emit() {
 	defer close(r.slots)
 	for j := range r.order {
 		<-j.done
@@ -158,13 +162,13 @@ func (r *HostRing) emit() {
 
 // burst is the bytes a worker writes at once: whole frames, at least the
 // 1 MiB from which Go's memmove streams, at most a slot.
-func (r *HostRing) burst() int {
+func (r *Ring) burst() int {
 	const streaming = 1 << 20
 	frames := (streaming + r.cfg.FrameSize - 1) / r.cfg.FrameSize
 	return min(frames*r.cfg.FrameSize, r.cfg.SlotSize)
 }
 
-func (r *HostRing) fill(k uint64, fifo []byte) {
+func (r *Ring) fill(k uint64, fifo []byte) {
 	per := r.cfg.SlotSize / r.cfg.FrameSize
 	slot := r.cfg.Ring[int(k%uint64(r.cfg.Slots))*r.cfg.SlotSize:][:r.cfg.SlotSize]
 	ts := uint64(time.Since(r.start))
@@ -191,13 +195,13 @@ func (r *HostRing) fill(k uint64, fifo []byte) {
 
 // Streaming reports whether frames go straight into the ring with
 // streaming stores, rather than through a FIFO.
-func (r *HostRing) Streaming() bool { return r.stream }
+func (r *Ring) Streaming() bool { return r.stream }
 
 // Slots delivers filled slots in fill order; closed after Stop.
-func (r *HostRing) Slots() <-chan p2p.Slot { return r.slots }
+func (r *Ring) Slots() <-chan p2p.Slot { return r.slots }
 
 // Release returns slots; credits go back in ring order, as the driver's.
-func (r *HostRing) Release(slots ...int) error {
+func (r *Ring) Release(slots ...int) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, s := range slots {
@@ -218,17 +222,17 @@ func (r *HostRing) Release(slots ...int) error {
 }
 
 // Stop ends the model: slots being filled are still delivered.
-func (r *HostRing) Stop() error {
+func (r *Ring) Stop() error {
 	r.stopped.Do(func() { close(r.stop) })
 	<-r.done // never long: the slots channel has room for every slot
 	return nil
 }
 
 // Err is always nil: the model does not fail.
-func (r *HostRing) Err() error { return nil }
+func (r *Ring) Err() error { return nil }
 
 // Generated returns the frames written into slots so far.
-func (r *HostRing) Generated() uint64 {
+func (r *Ring) Generated() uint64 {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.generated
