@@ -85,7 +85,7 @@ kmod:
 # $(5) the NVIDIA driver the simulated GPU plays: proprietary, open or old;
 # $(6) the host-side test that boots it (default TestRig, the whole suite).
 VMTEST_PKG := ./hw/testbench/vmtest/
-vmtest_on = $(call c_example,-static,hw/testbench/kmodtest/testdata/c-stream) && GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
+vmtest_on = GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3) KVER=$(1) GPUFPGA_KERNEL=$(2) GPUFPGA_GUEST_KMODS=$(4) GPUFPGA_NVIDIA=$(5) \
 	$(GO) test -tags vmtest -count=1 -timeout 75m -v -run '^$(or $(6),TestRig)$$' $(VMTEST_PKG)
 
 # Boots QEMU with the simulated rig and runs the guest test packages, on
@@ -97,12 +97,17 @@ vmtest_on = $(call c_example,-static,hw/testbench/kmodtest/testdata/c-stream) &&
 CARD_QUIRKS ?= all
 vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu
 
-vmtest-6.1: qemu
+# The C example that kmodtest runs in the guest (TestCStreamExample),
+# linked statically: the guest has no C library of its own.
+guest-c-example:
+	$(call c_example,-static,hw/testbench/kmodtest/testdata/c-stream)
+
+vmtest-6.1: qemu guest-c-example
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
 	$(call debian_kmod,$(KVER_61))
 	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),proprietary)
 
-vmtest-6.12: qemu
+vmtest-6.12: qemu guest-c-example
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call debian_kmod,$(KVER_612))
 	GPUFPGA_QUIRKS='$(CARD_QUIRKS)' $(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open)
@@ -126,7 +131,7 @@ vmtest-iommu: qemu
 # kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
 # tree by hw/testbench/kernel/build-debug.sh. Any report in the guest fails.
 # Next to the open NVIDIA driver: a proprietary module turns lockdep off.
-vmtest-debug: qemu
+vmtest-debug: qemu guest-c-example
 	@set -e; kd=$$(hw/testbench/kernel/build-debug.sh); kver=$$(cat $$kd/include/config/kernel.release); \
 	$(call kmod_for,debug,$$kd,$$kd/vmlinux); \
 	GPUFPGA_QUIRKS='$(CARD_QUIRKS)' GPUFPGA_DEBUG_KERNEL=1 GPUFPGA_FUZZ_OPS=$(FUZZ_OPS) GPUFPGA_FUZZ_SEED=$(FUZZ_SEED) $(call vmtest_on,$$kver,$$kd/arch/x86/boot/bzImage,$(CURDIR)/build/kmod-debug,,open)
