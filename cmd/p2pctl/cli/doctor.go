@@ -119,6 +119,11 @@ func (c cudaGPUs) GPU(ctx context.Context, bdf string) (doctor.GPU, error) {
 		return gi, err
 	}
 	gi.RDMASupported = rdma != 0
+	order, flush, err := g.RDMAOrdering()
+	if err != nil {
+		return gi, err
+	}
+	gi.WritesOrdering, gi.FlushOptions = int(order), int(flush)
 	// BAR1's free space comes from NVML, which may be missing: then
 	// doctor checks the size alone.
 	if b, err := g.BAR1(); err == nil {

@@ -18,7 +18,7 @@ func (f fakeDevice) ABI(context.Context, string) (uint32, error) { return uint32
 type fakeCUDA struct{}
 
 func (fakeCUDA) GPU(context.Context, string) (doctor.GPU, error) {
-	return doctor.GPU{Name: "NVIDIA A100-PCIE-40GB", RDMASupported: true, DmaBuf: true}, nil
+	return doctor.GPU{Name: "NVIDIA A100-PCIE-40GB", RDMASupported: true, DmaBuf: true, WritesOrdering: 100, FlushOptions: 1}, nil
 }
 
 // runDoctor runs p2pctl doctor on a fixture host, the driver answering
@@ -98,13 +98,13 @@ func TestDoctorOutput(t *testing.T) {
 	if err := dec.Decode(&v); err != nil {
 		t.Fatal(err)
 	}
-	if v.Schema != SchemaVersion || v.RingSize != 1<<30 || len(v.Checks) != 17 || v.Counts.OK != 17 || v.Checks[0].Key != "driver.module" || v.Checks[0].Status != "OK" {
+	if v.Schema != SchemaVersion || v.RingSize != 1<<30 || len(v.Checks) != 18 || v.Counts.OK != 18 || v.Checks[0].Key != "driver.module" || v.Checks[0].Status != "OK" {
 		t.Errorf("JSON %+v", v)
 	}
 
 	_, human, _ := runDoctor(t, "downtrained", 1)
 	lines := strings.Split(strings.TrimSuffix(human, "\n"), "\n")
-	if len(lines) != 18 || lines[17] != "16 OK, 1 WARN, 0 FAIL" {
+	if len(lines) != 19 || lines[18] != "17 OK, 1 WARN, 0 FAIL" {
 		t.Fatalf("human output:\n%s", human)
 	}
 	var link string

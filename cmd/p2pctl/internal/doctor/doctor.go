@@ -94,6 +94,13 @@ type GPU struct {
 	Name          string
 	RDMASupported bool // CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_SUPPORTED
 	DmaBuf        bool // CU_DEVICE_ATTRIBUTE_DMA_BUF_SUPPORTED
+	// WritesOrdering is CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WRITES_ORDERING
+	// (0 none, 100 the GPU's own kernels see a peer's writes in order, 200
+	// every device does); FlushOptions is
+	// CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS (bit 0 the
+	// host's flush, bit 1 a stream memory operation's).
+	WritesOrdering int
+	FlushOptions   int
 	// BAR1Free is the BAR1 space not yet mapped, from NVML; 0 when
 	// unknown.
 	BAR1Free uint64

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -28,7 +29,7 @@ type gpus doctor.GPU
 
 func (g gpus) GPU(context.Context, string) (doctor.GPU, error) { return doctor.GPU(g), nil }
 
-var a100 = gpus{Name: "NVIDIA A100-PCIE-40GB", RDMASupported: true, DmaBuf: true, BAR1Free: 63 << 30}
+var a100 = gpus{Name: "NVIDIA A100-PCIE-40GB", RDMASupported: true, DmaBuf: true, BAR1Free: 63 << 30, WritesOrdering: 100, FlushOptions: 1}
 
 func diagnose(t *testing.T, h doctortest.Host, cfg doctor.Config) doctor.Report {
 	t.Helper()
@@ -84,21 +85,26 @@ var allOK = []string{
 	"OK gpu.device " + doctortest.GPU,
 	"OK gpu.bar1 " + doctortest.GPU,
 	"OK gpu.rdma " + doctortest.GPU,
+	"OK gpu.ordering " + doctortest.GPU,
 	"OK path.route " + pair,
 	"OK path.acs " + pair,
 	"OK iommu.mode " + doctortest.FPGA,
 	"OK memlock",
 }
 
-// with returns allOK with the checks of the same key and subject replaced.
+// with returns allOK with the checks of the same key and subject replaced,
+// or, for a change whose status is "-", left out.
 func with(changes ...string) []string {
 	out := append([]string(nil), allOK...)
 	for _, c := range changes {
-		_, id, _ := strings.Cut(c, " ")
+		st, id, _ := strings.Cut(c, " ")
 		for i, o := range out {
 			if _, oid, _ := strings.Cut(o, " "); oid == id {
 				out[i] = c
 			}
+		}
+		if st == "-" {
+			out = slices.DeleteFunc(out, func(o string) bool { return o == c })
 		}
 	}
 	return out
@@ -151,6 +157,7 @@ func TestFixtures(t *testing.T) {
 			"OK gpu.device " + doctortest.GPU,
 			"OK gpu.bar1 " + doctortest.GPU,
 			"OK gpu.rdma " + doctortest.GPU,
+			"OK gpu.ordering " + doctortest.GPU,
 			"WARN path.route",
 			"OK iommu.mode",
 			"OK memlock",
@@ -171,6 +178,7 @@ func TestFixtures(t *testing.T) {
 			"OK gpu.device " + doctortest.GPU,
 			"OK gpu.bar1 " + doctortest.GPU,
 			"OK gpu.rdma " + doctortest.GPU,
+			"OK gpu.ordering " + doctortest.GPU,
 			"OK path.route " + pair,
 			"OK path.acs " + pair,
 			"OK iommu.mode " + doctortest.FPGA,
@@ -242,14 +250,16 @@ func TestDeviceAndCUDA(t *testing.T) {
 		{"no-permission", doctor.Config{Device: device{err: fmt.Errorf("open: %w", fs.ErrPermission)}, CUDA: a100},
 			with("WARN driver.abi /dev/gpufpga0")},
 		{"no-cuda", doctor.Config{Device: device{abi: 1}, CUDAErr: errors.New("cuda: no CUDA driver")},
-			with("WARN gpu.rdma " + doctortest.GPU)},
+			with("WARN gpu.rdma "+doctortest.GPU, "- gpu.ordering "+doctortest.GPU)},
 		{"geforce", doctor.Config{Device: device{abi: 1}, CUDA: gpus{Name: "NVIDIA GeForce RTX 4090"}},
-			with("FAIL gpu.rdma " + doctortest.GPU)},
-		{"no-dmabuf", doctor.Config{Device: device{abi: 1}, CUDA: gpus{RDMASupported: true}},
+			with("FAIL gpu.rdma "+doctortest.GPU, "- gpu.ordering "+doctortest.GPU)},
+		{"no-dmabuf", doctor.Config{Device: device{abi: 1}, CUDA: gpus{RDMASupported: true, WritesOrdering: 100}},
 			with("WARN gpu.rdma " + doctortest.GPU)},
+		{"unordered", doctor.Config{Device: device{abi: 1}, CUDA: gpus{RDMASupported: true, DmaBuf: true, BAR1Free: 63 << 30}},
+			with("WARN gpu.ordering " + doctortest.GPU)},
 		{"ring-over-bar1", doctor.Config{Device: device{abi: 1}, CUDA: a100, RingSize: 128 << 30},
 			with("WARN gpu.bar1 "+doctortest.GPU, "WARN memlock")},
-		{"ring-over-free", doctor.Config{Device: device{abi: 1}, CUDA: gpus{RDMASupported: true, DmaBuf: true, BAR1Free: 1 << 20}},
+		{"ring-over-free", doctor.Config{Device: device{abi: 1}, CUDA: gpus{RDMASupported: true, DmaBuf: true, BAR1Free: 1 << 20, WritesOrdering: 200}},
 			with("WARN gpu.bar1 " + doctortest.GPU)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -324,7 +334,7 @@ func TestCapIPCLock(t *testing.T) {
 
 func TestReportOutput(t *testing.T) {
 	r := diagnose(t, fixture(t, "acs-on"), doctor.Config{Device: device{abi: 1}, CUDA: a100})
-	if r.Counts != (doctor.Counts{OK: 16, Warn: 1}) {
+	if r.Counts != (doctor.Counts{OK: 17, Warn: 1}) {
 		t.Errorf("counts %+v", r.Counts)
 	}
 
@@ -333,7 +343,7 @@ func TestReportOutput(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
-	if len(text) != len(r.Checks)+1 || text[len(text)-1] != "16 OK, 1 WARN, 0 FAIL" {
+	if len(text) != len(r.Checks)+1 || text[len(text)-1] != "17 OK, 1 WARN, 0 FAIL" {
 		t.Fatalf("text:\n%s", b.String())
 	}
 	// Aligned: every check's key starts in the same column.
@@ -356,10 +366,10 @@ func TestReportOutput(t *testing.T) {
 	if err := json.Unmarshal(js, &shape); err != nil {
 		t.Fatal(err)
 	}
-	if shape.RingSize != 256<<20 || len(shape.Checks) != 17 || shape.Counts["ok"] != 16 || shape.Counts["warn"] != 1 || shape.Counts["fail"] != 0 {
+	if shape.RingSize != 256<<20 || len(shape.Checks) != 18 || shape.Counts["ok"] != 17 || shape.Counts["warn"] != 1 || shape.Counts["fail"] != 0 {
 		t.Errorf("JSON: %s", js)
 	}
-	acs := shape.Checks[14]
+	acs := shape.Checks[15]
 	if acs["key"] != "path.acs" || acs["status"] != "WARN" || acs["subject"] != pair || acs["summary"] == "" || acs["hint"] == "" {
 		t.Errorf("path.acs in JSON: %v", acs)
 	}
@@ -367,8 +377,8 @@ func TestReportOutput(t *testing.T) {
 		t.Errorf("memlock has a subject: %v", shape.Checks[len(shape.Checks)-1])
 	}
 	var back doctor.Report
-	if err := json.Unmarshal(js, &back); err != nil || back.Checks[14].Status != doctor.Warn {
-		t.Errorf("round trip: %v, %+v", err, back.Checks[14])
+	if err := json.Unmarshal(js, &back); err != nil || back.Checks[15].Status != doctor.Warn {
+		t.Errorf("round trip: %v, %+v", err, back.Checks[15])
 	}
 }
 

@@ -45,6 +45,7 @@ func (d *diagnosis) gpu(ctx context.Context, gpus []pciDev) error {
 		d.gpuDevice(g, info)
 		d.gpuBAR1(g, info)
 		d.gpuAttrs(g, info, cudaErr)
+		d.gpuOrdering(g, info)
 	}
 	return nil
 }
@@ -124,6 +125,41 @@ func (d *diagnosis) gpuBAR1(g pciDev, info *GPU) {
 	default:
 		d.add("gpu.bar1", g.BDF, OK, summary, "")
 	}
+}
+
+// The WritesOrdering a GPU-resident consumer needs: its own kernels see a
+// peer's writes into its memory in the order they were made, the slot's
+// data before its result (kmod/gpufpga/uapi/gpufpga_resident.h).
+const orderingOwner = 100
+
+// gpuOrdering reports whether the GPU can consume a stream itself
+// (GPU-resident streams): the order in which its kernels see a peer's
+// writes, and the flushes it offers.
+func (d *diagnosis) gpuOrdering(g pciDev, info *GPU) {
+	if info == nil || (!info.RDMASupported && !info.DmaBuf) {
+		return // gpu.rdma says why already
+	}
+	var flush []string
+	if info.FlushOptions&1 != 0 {
+		flush = append(flush, "host")
+	}
+	if info.FlushOptions&2 != 0 {
+		flush = append(flush, "stream memory operations")
+	}
+	if len(flush) == 0 {
+		flush = []string{"none"}
+	}
+	order := map[int]string{0: "none", 100: "owner", 200: "all devices"}[info.WritesOrdering]
+	if order == "" {
+		order = fmt.Sprint(info.WritesOrdering)
+	}
+	summary := fmt.Sprintf("peer writes ordering %s (%d), flushes: %s", order, info.WritesOrdering, strings.Join(flush, ", "))
+	if info.WritesOrdering < orderingOwner {
+		d.add("gpu.ordering", g.BDF, Warn, summary+": GPU-resident streams are refused on this GPU",
+			"its kernels may see a slot's result before its data; consume streams from the CPU (the default)")
+		return
+	}
+	d.add("gpu.ordering", g.BDF, OK, summary+": GPU-resident streams can run here", "")
 }
 
 func (d *diagnosis) gpuAttrs(g pciDev, info *GPU, cudaErr error) {
