@@ -65,8 +65,11 @@ func (q *Conn) deadline(ctx context.Context) error {
 }
 
 // Execute runs one command and returns its result. Events QEMU sends
-// meanwhile are skipped.
+// meanwhile are skipped. Cancelling ctx ends the wait, and the session
+// with it.
 func (q *Conn) Execute(ctx context.Context, command string, args any) (json.RawMessage, error) {
+	stop := context.AfterFunc(ctx, func() { q.c.SetDeadline(time.Now()) })
+	defer stop()
 	req := struct {
 		Execute   string `json:"execute"`
 		Arguments any    `json:"arguments,omitempty"`
@@ -84,6 +87,9 @@ func (q *Conn) Execute(ctx context.Context, command string, args any) (json.RawM
 	for {
 		line, err := q.r.ReadBytes('\n')
 		if err != nil {
+			if ctx.Err() != nil {
+				err = ctx.Err()
+			}
 			return nil, fmt.Errorf("qmp: %s: %w", command, err)
 		}
 		var rsp struct {

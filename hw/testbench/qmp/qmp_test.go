@@ -33,7 +33,11 @@ func fakeQEMU(t *testing.T, reply func(cmd string) string) string {
 			if err != nil {
 				return
 			}
-			c.Write([]byte(`{"event": "RESET", "data": {}}` + "\n" + reply(strings.TrimSpace(line)) + "\n"))
+			rsp := reply(strings.TrimSpace(line))
+			if rsp == "" {
+				continue // a command that hangs
+			}
+			c.Write([]byte(`{"event": "RESET", "data": {}}` + "\n" + rsp + "\n"))
 		}
 	}()
 	return path
@@ -87,5 +91,24 @@ func TestErrorReply(t *testing.T) {
 	var qe *Error
 	if !errors.As(err, &qe) || qe.Class != "CommandNotFound" || qe.Command != "bogus" {
 		t.Fatalf("error %v, want CommandNotFound from bogus", err)
+	}
+}
+
+func TestCancel(t *testing.T) {
+	path := fakeQEMU(t, func(cmd string) string {
+		if strings.Contains(cmd, "capabilities") {
+			return `{"return": {}}`
+		}
+		return "" // never answers
+	})
+	q, err := Dial(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer q.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	go cancel()
+	if _, err := q.Execute(ctx, "query-status", nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("a cancelled command: %v, want context.Canceled", err)
 	}
 }
