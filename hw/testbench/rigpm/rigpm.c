@@ -8,6 +8,10 @@
  * the power came back (here, a trip through D3hot, which resets the
  * function).
  *
+ * What it leaves out of the PM core: tasks are not frozen, and the device's
+ * interrupts stay enabled through the noirq phases, which is harsher on
+ * the driver, not kinder.
+ *
  * A whole-system sleep (/sys/power/pm_test) cannot be tested in the rig's
  * guest: its virtio 9p transport, which carries the tests' results, has no
  * freeze or restore and is reset under its mount by virtio-pci's restore.
