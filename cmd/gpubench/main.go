@@ -38,43 +38,66 @@ type copyResult struct {
 	GBps  float64 `json:"gb_per_s"`
 }
 
+// machine is what every gpubench document says first: the run, the host
+// and the GPU.
+type machine struct {
+	Date        string            `json:"date"`
+	Command     []string          `json:"command"`
+	Flags       map[string]string `json:"flags"`
+	Build       build             `json:"build"`
+	Host        string            `json:"host"`
+	Kernel      string            `json:"kernel"`
+	Device      string            `json:"device"`
+	ComputeCap  string            `json:"compute_capability"`
+	SMs         int               `json:"multiprocessors"`
+	CUDAVersion int               `json:"cuda_driver_version"`
+	CPU         string            `json:"cpu"`
+	CPUs        int               `json:"cpus"`
+}
+
+// describe reads the machine a run started at t0 measures on g.
+func describe(g *cuda.Device, t0 time.Time) (machine, error) {
+	host, _ := os.Hostname()
+	m := machine{Date: t0.UTC().Format(time.RFC3339), Command: os.Args, Flags: flags(flag.CommandLine),
+		Build: buildInfo(), Host: host, Kernel: kernelRelease(), CPU: cpuModel(), CPUs: runtime.NumCPU()}
+	var err error
+	if m.Device, err = g.Name(); err != nil {
+		return m, err
+	}
+	major, _ := g.Attribute(attrCCMajor)
+	minor, _ := g.Attribute(attrCCMinor)
+	m.ComputeCap = fmt.Sprintf("%d.%d", major, minor)
+	m.SMs, _ = g.Attribute(cuda.AttrMultiprocessorCount)
+	m.CUDAVersion, _ = g.Driver().Version()
+	return m, nil
+}
+
 type report struct {
-	Date           string            `json:"date"`
-	Command        []string          `json:"command"`
-	Flags          map[string]string `json:"flags"`
-	Build          build             `json:"build"`
-	Host           string            `json:"host"`
-	Kernel         string            `json:"kernel"`
-	Device         string            `json:"device"`
-	ComputeCap     string            `json:"compute_capability"`
-	SMs            int               `json:"multiprocessors"`
-	ClockKHz       int               `json:"max_sm_clock_khz"`
-	MemClockKHz    int               `json:"max_mem_clock_khz"`
-	SharedOptin    int               `json:"max_shared_per_block_optin"`
-	CUDAVersion    int               `json:"cuda_driver_version"`
-	GPUStart       gpuState          `json:"gpu_at_start"`
-	GPUEnd         gpuState          `json:"gpu_at_end"`
-	CPU            string            `json:"cpu"`
-	CPUs           int               `json:"cpus"`
-	TotalMem       uint64            `json:"total_mem"`
-	RDMASupported  int               `json:"gpudirect_rdma_supported"`
-	RDMAFlush      int               `json:"gpudirect_rdma_flush_writes_options"`
-	RDMAOrdering   int               `json:"gpudirect_rdma_writes_ordering"`
-	DmaBufSupport  int               `json:"dma_buf_supported"`
-	BAR1Total      uint64            `json:"bar1_total"`
-	BAR1Free       uint64            `json:"bar1_free"`
-	DmaBufSize     int64             `json:"dma_buf_export_size"`
-	DmaBufWant     uint64            `json:"dma_buf_export_want"`
-	HtoD           []copyResult      `json:"pinned_htod"`
-	DtoD           []copyResult      `json:"dtod"`
-	AllocAligned64 bool              `json:"alloc_64k_aligned"`
-	HtoDPeak       float64           `json:"pinned_htod_peak_gb_per_s"`
-	Checker        []checkRun        `json:"frame_checker"`
-	Compat         []*compatRun      `json:"compat"`
-	Calibration    []calibration     `json:"compat_source_calibration,omitempty"`
-	CompatMedian   float64           `json:"compat_median_ratio_to_peak"`
-	SourceMin      float64           `json:"compat_source_alone_min_ratio_to_peak"`
-	Seconds        float64           `json:"seconds"`
+	machine
+	ClockKHz       int           `json:"max_sm_clock_khz"`
+	MemClockKHz    int           `json:"max_mem_clock_khz"`
+	SharedOptin    int           `json:"max_shared_per_block_optin"`
+	GPUStart       gpuState      `json:"gpu_at_start"`
+	GPUEnd         gpuState      `json:"gpu_at_end"`
+	TotalMem       uint64        `json:"total_mem"`
+	RDMASupported  int           `json:"gpudirect_rdma_supported"`
+	RDMAFlush      int           `json:"gpudirect_rdma_flush_writes_options"`
+	RDMAOrdering   int           `json:"gpudirect_rdma_writes_ordering"`
+	DmaBufSupport  int           `json:"dma_buf_supported"`
+	BAR1Total      uint64        `json:"bar1_total"`
+	BAR1Free       uint64        `json:"bar1_free"`
+	DmaBufSize     int64         `json:"dma_buf_export_size"`
+	DmaBufWant     uint64        `json:"dma_buf_export_want"`
+	HtoD           []copyResult  `json:"pinned_htod"`
+	DtoD           []copyResult  `json:"dtod"`
+	AllocAligned64 bool          `json:"alloc_64k_aligned"`
+	HtoDPeak       float64       `json:"pinned_htod_peak_gb_per_s"`
+	Checker        []checkRun    `json:"frame_checker"`
+	Compat         []*compatRun  `json:"compat"`
+	Calibration    []calibration `json:"compat_source_calibration,omitempty"`
+	CompatMedian   float64       `json:"compat_median_ratio_to_peak"`
+	SourceMin      float64       `json:"compat_source_alone_min_ratio_to_peak"`
+	Seconds        float64       `json:"seconds"`
 }
 
 // CUDA device attributes read here alone.
@@ -127,22 +150,14 @@ func run(cc compatConfig, compatOnly bool, reps int, out string) error {
 	if err := g.Lock(); err != nil {
 		return err
 	}
-	host, _ := os.Hostname()
-	r := report{Date: t0.UTC().Format(time.RFC3339), Command: os.Args, Flags: flags(flag.CommandLine), Build: buildInfo(),
-		Host: host, Kernel: kernelRelease(), GPUStart: nvidiaSMI()}
-	if r.Device, err = g.Name(); err != nil {
+	r := report{GPUStart: nvidiaSMI()}
+	if r.machine, err = describe(g, t0); err != nil {
 		return err
 	}
-	major, _ := g.Attribute(attrCCMajor)
-	minor, _ := g.Attribute(attrCCMinor)
-	r.ComputeCap = fmt.Sprintf("%d.%d", major, minor)
-	r.SMs, _ = g.Attribute(cuda.AttrMultiprocessorCount)
 	r.ClockKHz, _ = g.Attribute(attrClockRate)
 	r.MemClockKHz, _ = g.Attribute(attrMemClockRate)
 	r.SharedOptin, _ = g.Attribute(cuda.AttrMaxSharedPerBlockOptin)
 	r.TotalMem, _ = g.TotalMem()
-	r.CUDAVersion, _ = g.Driver().Version()
-	r.CPU, r.CPUs = cpuModel(), runtime.NumCPU()
 	r.RDMASupported, _ = g.Attribute(cuda.AttrGPUDirectRDMASupported)
 	r.RDMAFlush, _ = g.Attribute(cuda.AttrGPUDirectRDMAFlushWrites)
 	r.RDMAOrdering, _ = g.Attribute(cuda.AttrGPUDirectRDMAWritesOrdering)

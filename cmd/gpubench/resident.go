@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"os"
 	"runtime"
@@ -16,22 +15,11 @@ import (
 // residentReport is gpubench -resident's document: the machine, then
 // pkg/resident's pass.
 type residentReport struct {
-	Date        string            `json:"date"`
-	Command     []string          `json:"command"`
-	Flags       map[string]string `json:"flags"`
-	Build       build             `json:"build"`
-	Host        string            `json:"host"`
-	Kernel      string            `json:"kernel"`
-	Device      string            `json:"device"`
-	ComputeCap  string            `json:"compute_capability"`
-	SMs         int               `json:"multiprocessors"`
-	CUDAVersion int               `json:"cuda_driver_version"`
-	CPU         string            `json:"cpu"`
-	CPUs        int               `json:"cpus"`
-	GPUStart    gpuState          `json:"gpu_at_start"`
-	GPUEnd      gpuState          `json:"gpu_at_end"`
-	Resident    *resident.Report  `json:"resident"`
-	Seconds     float64           `json:"seconds"`
+	machine
+	GPUStart gpuState         `json:"gpu_at_start"`
+	GPUEnd   gpuState         `json:"gpu_at_end"`
+	Resident *resident.Report `json:"resident"`
+	Seconds  float64          `json:"seconds"`
 }
 
 // runResident measures GPU-resident streams against the CPU-driven path
@@ -49,17 +37,10 @@ func runResident(cfg resident.Config, out string) error {
 		return err
 	}
 	defer g.Unlock()
-	host, _ := os.Hostname()
-	r := residentReport{Date: t0.UTC().Format(time.RFC3339), Command: os.Args, Flags: flags(flag.CommandLine), Build: buildInfo(),
-		Host: host, Kernel: kernelRelease(), GPUStart: nvidiaSMI(), CPU: cpuModel(), CPUs: runtime.NumCPU()}
-	if r.Device, err = g.Name(); err != nil {
+	r := residentReport{GPUStart: nvidiaSMI()}
+	if r.machine, err = describe(g, t0); err != nil {
 		return err
 	}
-	major, _ := g.Attribute(attrCCMajor)
-	minor, _ := g.Attribute(attrCCMinor)
-	r.ComputeCap = fmt.Sprintf("%d.%d", major, minor)
-	r.SMs, _ = g.Attribute(cuda.AttrMultiprocessorCount)
-	r.CUDAVersion, _ = g.Driver().Version()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	r.Resident, err = resident.Measure(ctx, g, cfg)
