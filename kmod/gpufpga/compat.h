@@ -7,6 +7,7 @@
 #define GPUFPGA_COMPAT_H
 
 #include <linux/eventfd.h>
+#include <linux/hrtimer.h>
 #include <linux/mm.h>
 #include <linux/pci.h>
 #include <linux/version.h>
@@ -59,6 +60,22 @@ static inline void vm_flags_set(struct vm_area_struct *vma, vm_flags_t flags)
 /* 6.8: the legacy interrupt's flag is PCI_IRQ_INTX. */
 #ifndef PCI_IRQ_INTX
 #define PCI_IRQ_INTX	PCI_IRQ_LEGACY
+#endif
+
+/* 6.13: hrtimer_setup() sets up a timer with its function. */
+#if LINUX_VERSION_CODE >= KERNEL_VERSION(6, 13, 0)
+static inline void gpufpga_hrtimer_setup(struct hrtimer *timer,
+					 enum hrtimer_restart (*fn)(struct hrtimer *))
+{
+	hrtimer_setup(timer, fn, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+}
+#else
+static inline void gpufpga_hrtimer_setup(struct hrtimer *timer,
+					 enum hrtimer_restart (*fn)(struct hrtimer *))
+{
+	hrtimer_init(timer, CLOCK_MONOTONIC, HRTIMER_MODE_REL);
+	timer->function = fn;
+}
 #endif
 
 #endif /* GPUFPGA_COMPAT_H */

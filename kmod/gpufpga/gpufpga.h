@@ -58,6 +58,7 @@ extern unsigned long gpufpga_max_pinned_total;
 extern unsigned int gpufpga_timeout_ms;
 extern unsigned int gpufpga_revoke_wait_ms;
 extern unsigned int gpufpga_max_queued;
+extern unsigned int gpufpga_resident_poll_us;
 extern unsigned long gpufpga_card_mem_size;
 extern bool gpufpga_nv_revocable_pins;
 extern struct workqueue_struct *gpufpga_wq;

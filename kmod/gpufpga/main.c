@@ -116,6 +116,21 @@ unsigned int gpufpga_revoke_wait_ms = 20;
 module_param_cb(revoke_wait_ms, &gpufpga_revoke_wait_ms_ops, &gpufpga_revoke_wait_ms, 0444);
 MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted (at most 100)");
 
+static int gpufpga_set_resident_poll_us(const char *val, const struct kernel_param *kp)
+{
+	return param_set_uint_minmax(val, kp, 10, 1000000);
+}
+
+static const struct kernel_param_ops gpufpga_resident_poll_us_ops = {
+	.set = gpufpga_set_resident_poll_us,
+	.get = param_get_uint,
+};
+
+/* Read at a stream's start. */
+unsigned int gpufpga_resident_poll_us = 100;
+module_param_cb(resident_poll_us, &gpufpga_resident_poll_us_ops, &gpufpga_resident_poll_us, 0644);
+MODULE_PARM_DESC(resident_poll_us, "how often a GPU-resident stream whose engine is short of credits reads its consumer's count (10 to 1000000)");
+
 unsigned long gpufpga_card_mem_size;
 module_param_named(card_mem_size, gpufpga_card_mem_size, ulong, 0444);
 MODULE_PARM_DESC(card_mem_size, "end of the card (AXI) address window of memory-mapped channels, which starts at 0: reported by INFO, and transfers past it are refused (0: memory-mapped transfers refused)");

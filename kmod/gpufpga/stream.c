@@ -12,25 +12,38 @@
  * Filled slots are reported from the hard IRQ handler, under ch->lock;
  * starting and ending a stream hold ch->mutex. Called with ch->lock held
  * unless noted; the lock order is gpufpga.h's.
+ *
+ * A GPU-resident stream reports no slot: the engine writes each slot's
+ * result where a consumer on the GPU polls it, and the consumer publishes
+ * how far it got in a word of host memory. Its credits follow that word,
+ * read on the engine's interrupts, one every coalesce fills, and on a
+ * timer while the engine has too few credits left to reach the next one.
  */
 #include <linux/bitmap.h>
+#include <linux/highmem.h>
+#include <linux/hrtimer.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
+#include "compat.h"
 #include "gpufpga.h"
 #include "trace.h"
+#include "uapi/gpufpga_resident.h"
 
 /* Stream ids: never 0, never reused while the module is loaded. */
 static atomic64_t gpufpga_stream_ids = ATOMIC64_INIT(0);
 
 struct gpufpga_stream_state {
 	struct gpufpga_file *file;
+	struct gpufpga_chan *ch;
 	u64 id;
 	bool named;			/* started with an id: RELEASE and STOP name it */
 	u32 nslots;
 	u32 ndescs;
 	u64 bytes;			/* of all slots */
-	struct gpufpga_mem **mems;	/* one reference per slot */
+	/* One reference per slot, then a resident stream's results and consumer. */
+	struct gpufpga_mem **mems;
+	u32 nmems;
 	struct gpufpga_busseg *descs;	/* the ring's descriptors, slot by slot */
 	u32 *first;			/* slot -> its first descriptor; [nslots] = ndescs */
 	unsigned long *held;		/* filled, not yet released */
@@ -43,6 +56,18 @@ struct gpufpga_stream_state {
 	u64 seq;
 	struct gpufpga_event *end;	/* STREAM_END, made in advance */
 	bool idle;			/* the slots' inflight counts dropped */
+
+	/* GPU-resident: seq counts fills, and this is ch->lock's too. */
+	bool resident;
+	u32 coalesce;			/* fills per interrupt */
+	dma_addr_t *result_bus;		/* slot -> its result */
+	struct page *consumer_page;	/* of a host pin: struct gpufpga_consumer */
+	unsigned int consumer_off;
+	u64 consumed;			/* the consumer's count, last accepted */
+	u64 granted;			/* credits given since the start */
+	bool polling;			/* poll armed or running */
+	ktime_t poll_period;
+	struct hrtimer poll;
 };
 
 static u32 gpufpga_slot_descs(struct gpufpga_stream_state *st, u32 slot)
@@ -58,19 +83,23 @@ static void gpufpga_stream_idle_slots(struct gpufpga_stream_state *st)
 {
 	u32 i;
 
-	for (i = 0; i < st->nslots && st->mems[i]; i++)
+	for (i = 0; i < st->nmems; i++)
 		atomic_dec(&st->mems[i]->inflight);
 	st->idle = true;
 }
 
+/* Not under ch->lock: the poll takes it, and this waits for the poll. */
 static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 {
 	u32 i;
 
+	if (st->resident)
+		hrtimer_cancel(&st->poll);
 	if (!st->idle)
 		gpufpga_stream_idle_slots(st);
-	for (i = 0; i < st->nslots && st->mems[i]; i++)
+	for (i = 0; i < st->nmems; i++)
 		gpufpga_mem_put(st->mems[i]);
+	kvfree(st->result_bus);
 	kfree(st->end);
 	bitmap_free(st->held);
 	bitmap_free(st->released);
@@ -80,13 +109,27 @@ static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 	kfree(st);
 }
 
+/* Takes a reference to m, and keeps UNPIN off it while the stream runs. */
+static void gpufpga_stream_hold(struct gpufpga_stream_state *st, struct gpufpga_mem *m)
+{
+	kref_get(&m->ref);
+	atomic_inc(&m->inflight);
+	st->mems[st->nmems++] = m;
+}
+
+/* Whether m is host memory, which the CPU and a GPU reach by other paths. */
+static bool gpufpga_in_host(const struct gpufpga_mem *m)
+{
+	return m->kind == GPUFPGA_PIN_HOST;
+}
+
 static bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 {
 	u32 i;
 
 	if (!ch->acq)
 		return false;
-	for (i = 0; i < ch->acq->nslots; i++)
+	for (i = 0; i < ch->acq->nmems; i++)
 		if (ch->acq->mems[i] == m)
 			return true;
 	return false;
@@ -191,6 +234,92 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 }
 
 /*
+ * Counts the fills the engine completed since the last look, in seq: a
+ * GPU-resident stream reads no result, and reports none. Returns how many.
+ */
+static int gpufpga_resident_collect(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	u32 count, n;
+
+	if (READ_ONCE(ch->dev->offline))
+		return 0;
+	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	if (ch->dev->link_down)
+		return 0;
+	n = (count - st->completed) & 0xffffff;
+	st->completed = count & 0xffffff;
+	st->seq += n;
+	ch->xfers += n;
+	return n;
+}
+
+/* The consumer's count: its word in a host pin, which only it writes. */
+static u64 gpufpga_resident_consumed(struct gpufpga_stream_state *st)
+{
+	struct gpufpga_consumer *c;
+	void *page = kmap_local_page(st->consumer_page);
+	u64 consumed;
+
+	c = page + st->consumer_off;
+	consumed = READ_ONCE(c->consumed);
+	kunmap_local(page);
+	return consumed;
+}
+
+/*
+ * Counts the fills, takes the consumer's count and grants the engine the
+ * credits it freed. Returns the fills found, or -ERANGE for a count the
+ * engine has not reached or one that went back. Sets *starved when the
+ * engine has too few credits to reach its next interrupt: then only the
+ * poll sees the consumer move on.
+ */
+static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_state *st,
+				 bool *starved)
+{
+	u64 consumed = gpufpga_resident_consumed(st);
+	u32 credits;
+	int n;
+
+	*starved = false;
+	/* consumed counts no fill the engine's count, read next, lacks. */
+	rmb();
+	n = gpufpga_resident_collect(ch, st);
+	if (READ_ONCE(ch->dev->offline) || ch->dev->link_down)
+		return n;
+	if (consumed - st->consumed > st->seq - st->consumed)
+		return -ERANGE;
+	st->consumed = consumed;
+	credits = consumed + st->nslots - st->granted;
+	if (credits) {
+		gpufpga_chan_add_credits(ch, credits);
+		st->granted += credits;
+	}
+	*starved = st->granted - st->seq < st->coalesce;
+	return n;
+}
+
+/* Runs a pass from an interrupt or the watchdog; starts the poll if needed. */
+static int gpufpga_resident_look(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	bool starved;
+	int ret = gpufpga_resident_pass(ch, st, &starved);
+
+	if (ret >= 0 && starved && !st->polling) {
+		st->polling = true;
+		hrtimer_start(&st->poll, st->poll_period, HRTIMER_MODE_REL);
+	}
+	return ret;
+}
+
+/* Takes the fills since the last look: slots reported, or credits granted. */
+static int gpufpga_stream_look(struct gpufpga_chan *ch)
+{
+	struct gpufpga_stream_state *st = ch->acq;
+
+	return st->resident ? gpufpga_resident_look(ch, st) : gpufpga_stream_collect(ch);
+}
+
+/*
  * Ends the stream: halt, report what was filled, mark the slots' pins idle,
  * then STREAM_END, all under ch->lock: a client that unpins once it has
  * read STREAM_END finds them idle, and one whose release fails with
@@ -211,7 +340,8 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	spin_lock_irq(&ch->lock);
 	st = ch->acq;
 	if (!dev->link_down) {
-		collected = gpufpga_stream_collect(ch);
+		collected = st->resident ? gpufpga_resident_collect(ch, st) :
+					   gpufpga_stream_collect(ch);
 		if (collected < 0 && !error)
 			error = collected;
 	}
@@ -265,6 +395,34 @@ static void gpufpga_stream_fail(struct gpufpga_chan *ch, int error)
 }
 
 /*
+ * The poll: while the engine is short of credits, passes until the
+ * consumer has freed enough for the engine to reach its next interrupt.
+ * Hard IRQ (soft on PREEMPT_RT). Ends when the stream does: it stops
+ * rearming once ch->acq is another, and the stream's end waits for it.
+ */
+static enum hrtimer_restart gpufpga_resident_poll(struct hrtimer *timer)
+{
+	struct gpufpga_stream_state *st = container_of(timer, struct gpufpga_stream_state, poll);
+	struct gpufpga_chan *ch = st->ch;
+	bool starved = false;
+	unsigned long flags;
+	int ret;
+
+	spin_lock_irqsave(&ch->lock, flags);
+	if (ch->acq == st && !ch->acq_error && !ch->halting && !READ_ONCE(ch->dev->offline)) {
+		ret = gpufpga_resident_pass(ch, st, &starved);
+		if (ret < 0)
+			gpufpga_stream_fail(ch, ret);
+	}
+	st->polling = starved;
+	spin_unlock_irqrestore(&ch->lock, flags);
+	if (!starved)
+		return HRTIMER_NORESTART;
+	hrtimer_forward_now(timer, st->poll_period);
+	return HRTIMER_RESTART;
+}
+
+/*
  * Whether the status bits seen tell that the engine left the ring: an
  * error, a stop (no descriptor of the ring asks for one) or RUN cleared
  * under it. BUSY tells nothing here: an engine that has used every credit
@@ -290,7 +448,7 @@ static void gpufpga_stream_irq(struct gpufpga_chan *ch, u32 status)
 		gpufpga_stream_fail(ch, -ENODEV);
 		return;
 	}
-	ret = gpufpga_stream_collect(ch);
+	ret = gpufpga_stream_look(ch);
 	if (ret < 0)
 		gpufpga_stream_fail(ch, ret);
 	else if (gpufpga_stream_stopped(status))
@@ -313,8 +471,8 @@ static void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 	if (!error && !ch->halting) {
 		/* As the IRQ handler would have: its stop may be what was lost. */
 		status = gpufpga_chan_status(ch);
-		found = gpufpga_stream_collect(ch);
-		if (found > 0)
+		found = gpufpga_stream_look(ch);
+		if (found > 0 && !ch->acq->resident)
 			dev_warn_ratelimited(&dev->pdev->dev, "C2H channel %u: %d stream slots filled without an interrupt\n",
 					     ch->index, found);
 		if (dev->link_down)
@@ -336,8 +494,10 @@ static void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 
 /*
  * Lays out the cyclic ring in ring: none stops, and the last descriptor of
- * each slot asks for the completion interrupt. Called with ch->build_mutex
- * held: the ring is the spare one.
+ * each slot asks for the completion interrupt; a GPU-resident stream's
+ * slot is one descriptor, whose result goes to the consumer, and only
+ * every coalesce'th asks. Called with ch->build_mutex held: the ring is
+ * the spare one.
  */
 static void gpufpga_stream_load(struct gpufpga_ring *ring, struct gpufpga_stream_state *st)
 {
@@ -349,14 +509,19 @@ static void gpufpga_stream_load(struct gpufpga_ring *ring, struct gpufpga_stream
 		u32 next = (i + 1) % n;
 		dma_addr_t next_addr = ring->bus + (u64)next * XDMA_DESC_SIZE;
 		u32 control = XDMA_DESC_MAGIC << 16 | gpufpga_adjacent_after(next_addr, n - next - 1) << 8;
+		dma_addr_t result = results + (u64)i * XDMA_RESULT_SIZE;
 
-		if (i + 1 == st->first[slot + 1]) {
+		if (st->resident) {
+			result = st->result_bus[i];
+			if ((i + 1) % st->coalesce == 0 || i + 1 == n)
+				control |= XDMA_DESC_COMPLETED;
+		} else if (i + 1 == st->first[slot + 1]) {
 			control |= XDMA_DESC_COMPLETED;
 			slot++;
 		}
 		d->control = cpu_to_le32(control);
 		d->len = cpu_to_le32(st->descs[i].len);
-		d->src = cpu_to_le64(results + (u64)i * XDMA_RESULT_SIZE);
+		d->src = cpu_to_le64(result);
 		d->dst = cpu_to_le64(st->descs[i].addr);
 		d->next = cpu_to_le64(next_addr);
 	}
@@ -382,6 +547,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	struct gpufpga_dev *dev = ch->dev;
 
 	st->completed = 0;	/* RUN's rising edge clears the count */
+	st->granted = st->ndescs;
 	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 	ch->credit_mode = true;
 	ch->int_enable = XDMA_STAT_DESC_COMPLETED | XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS;
@@ -429,14 +595,76 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_chan *ch,
 			ret = gpufpga_check_alignment(ch, probe.segs, probe.nsegs, 0);
 		if (ret)
 			return ret;
+		/* A resident slot has one result: one descriptor, in one kind of memory. */
+		if (st->resident && (probe.nsegs != 1 ||
+				     gpufpga_in_host(m) != gpufpga_in_host(st->mems[0] ?: m)))
+			return -EINVAL;
 		st->first[i] = st->ndescs;
 		st->ndescs += probe.nsegs;
 		st->bytes += us[i].len;
-		kref_get(&m->ref);
-		atomic_inc(&m->inflight);
-		st->mems[i] = m;
+		gpufpga_stream_hold(st, m);
 	}
 	st->first[st->nslots] = st->ndescs;
+	return 0;
+}
+
+/*
+ * Looks up a resident stream's results or consumer: at least need bytes,
+ * aligned to align on the bus, in host memory or not as host says.
+ */
+static struct gpufpga_mem *gpufpga_resident_mem(struct gpufpga_file *f,
+						const struct gpufpga_seg *us, u64 need,
+						u32 align, bool host)
+{
+	struct gpufpga_mem *m = xa_load(&f->pins, us->handle);
+
+	if (!m)
+		return ERR_PTR(-ENOENT);
+	if (!gpufpga_mem_active(m))
+		return ERR_PTR(-EKEYREVOKED);
+	if (us->len < need || us->offset >= m->len || us->len > m->len - us->offset ||
+	    (m->offset + us->offset) % align || gpufpga_in_host(m) != host)
+		return ERR_PTR(-EINVAL);
+	return m;
+}
+
+/*
+ * Takes a resident stream's results (where the slots are) and consumer (a
+ * host pin), and finds each slot's result on the bus. Called with f->lock
+ * held, after gpufpga_stream_slots.
+ */
+static int gpufpga_resident_pins(struct gpufpga_file *f, struct gpufpga_stream_state *st,
+				 const struct gpufpga_stream *a)
+{
+	const u64 size = sizeof(struct gpufpga_slot_result);
+	struct gpufpga_busseg seg;
+	struct gpufpga_req probe = { .segs = &seg };
+	struct gpufpga_mem *m;
+	u64 off;
+	u32 i;
+	int ret;
+
+	m = gpufpga_resident_mem(f, &a->results, st->nslots * size, size,
+				 gpufpga_in_host(st->mems[0]));
+	if (IS_ERR(m))
+		return PTR_ERR(m);
+	gpufpga_stream_hold(st, m);
+	for (i = 0; i < st->nslots; i++) {
+		probe.nsegs = 0;
+		ret = gpufpga_append_window_limited(&probe, m, m->offset + a->results.offset +
+						    i * size, size, 1);
+		if (ret)
+			return ret;
+		st->result_bus[i] = seg.addr;
+	}
+	m = gpufpga_resident_mem(f, &a->consumer, sizeof(struct gpufpga_consumer),
+				 sizeof(struct gpufpga_consumer), true);
+	if (IS_ERR(m))
+		return PTR_ERR(m);
+	gpufpga_stream_hold(st, m);
+	off = m->offset + a->consumer.offset;
+	st->consumer_page = m->host.pages[off >> PAGE_SHIFT];
+	st->consumer_off = offset_in_page(off);
 	return 0;
 }
 
@@ -482,6 +710,24 @@ static int gpufpga_stream_named(struct gpufpga_stream_state *st, struct gpufpga_
 }
 
 /*
+ * Checks a start's GPU-resident fields, and picks the default coalescing:
+ * a quarter of the ring, so that credits come back before the engine
+ * runs dry, and at most 64 fills per interrupt.
+ */
+static int gpufpga_resident_args(struct gpufpga_stream *a)
+{
+	if (!(a->flags & GPUFPGA_STREAM_RESIDENT))
+		return a->results.handle || a->results.offset || a->results.len ||
+		       a->consumer.handle || a->consumer.offset || a->consumer.len ||
+		       a->coalesce ? -EINVAL : 0;
+	if (!a->results.len || !a->consumer.len || a->coalesce > a->nslots)
+		return -EINVAL;
+	if (!a->coalesce)
+		a->coalesce = clamp(a->nslots / 4, 1U, 64U);
+	return 0;
+}
+
+/*
  * named: the caller's number reads the struct back (ABI 1's first release
  * wrote nothing back) and its struct holds @id, which is written before the
  * stream starts, so that a fault leaves nothing running.
@@ -500,10 +746,13 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	if (ret)
 		return ret;
 	ch = gpufpga_stream_chan(f, a.channel);
-	if (!ch || a.flags || a.pad || a.reserved || !a.nslots)
+	if (!ch || (a.flags & ~GPUFPGA_STREAM_FLAGS) || a.pad || a.reserved || a.pad2 || !a.nslots)
 		return -EINVAL;
 	if (a.nslots > gpufpga_stream_max_descs())
 		return -E2BIG;
+	ret = gpufpga_resident_args(&a);
+	if (ret)
+		return ret;
 	if (f->dev->link_down)
 		return -ENODEV;
 	named = named && size >= offsetofend(struct gpufpga_stream, id);
@@ -519,21 +768,31 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 		return -ENOMEM;
 	}
 	st->file = f;
+	st->ch = ch;
 	st->id = a.id;
 	st->named = named;
 	st->nslots = a.nslots;
-	st->mems = kvcalloc(a.nslots, sizeof(*st->mems), GFP_KERNEL_ACCOUNT);
+	st->resident = a.flags & GPUFPGA_STREAM_RESIDENT;
+	st->coalesce = a.coalesce;
+	st->poll_period = ns_to_ktime((u64)READ_ONCE(gpufpga_resident_poll_us) * NSEC_PER_USEC);
+	gpufpga_hrtimer_setup(&st->poll, gpufpga_resident_poll);
+	st->mems = kvcalloc(a.nslots + 2, sizeof(*st->mems), GFP_KERNEL_ACCOUNT);
+	if (st->resident)
+		st->result_bus = kvcalloc(a.nslots, sizeof(*st->result_bus), GFP_KERNEL_ACCOUNT);
 	st->first = kvcalloc(a.nslots + 1, sizeof(*st->first), GFP_KERNEL_ACCOUNT);
 	st->descs = kvcalloc(gpufpga_stream_max_descs(), sizeof(*st->descs), GFP_KERNEL_ACCOUNT);
 	st->end = kzalloc(sizeof(*st->end), GFP_KERNEL_ACCOUNT);
 	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
 	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
-	if (!st->mems || !st->first || !st->descs || !st->end || !st->held || !st->released) {
+	if (!st->mems || !st->first || !st->descs || !st->end || !st->held || !st->released ||
+	    (st->resident && !st->result_bus)) {
 		ret = -ENOMEM;
 		goto err;
 	}
 	mutex_lock(&f->lock);
 	ret = gpufpga_stream_slots(f, ch, st, us);
+	if (!ret && st->resident)
+		ret = gpufpga_resident_pins(f, st, &a);
 	mutex_unlock(&f->lock);
 	if (ret)
 		goto err;

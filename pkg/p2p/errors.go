@@ -38,6 +38,9 @@ var (
 	// recovery) or went to sleep, and what ran on it ended; pins stay
 	// valid, and the work can be submitted again once it is back.
 	ErrReset = errors.New("card reset: its engine state was lost")
+	// ErrConsumer: a GPU-resident stream's consumer published a count
+	// the engine had not reached, or one that went back.
+	ErrConsumer = errors.New("the resident consumer's count is out of range")
 )
 
 var errnoKinds = map[unix.Errno]error{
@@ -59,6 +62,7 @@ var errnoKinds = map[unix.Errno]error{
 	unix.EPROTO:      ErrSlotLayout,
 	unix.ENXIO:       ErrNoCardMemory,
 	unix.ECONNRESET:  ErrReset,
+	unix.ERANGE:      ErrConsumer,
 }
 
 var hints = map[error]string{
@@ -75,6 +79,7 @@ var hints = map[error]string{
 	ErrIOMMUBypass:    "the exporter handed over raw PCIe addresses (CUDA's PCIe mapping type, or NVreg_DmaRemapPeerMmio=0): export with the default mapping type, or put the FPGA's IOMMU group in passthrough (iommu=pt)",
 	ErrABI:            "install p2pctl and the gpufpga module from one release, or check that the node is a gpufpga device (/dev/gpufpga*)",
 	ErrReset:          "submit the work again, or start the stream again: the card is programmed anew once it is back (p2pctl info counts resets)",
+	ErrConsumer:       "the consumer publishes in consumer->consumed how many fills it consumed, counting from 0 at the start, never more than it saw filled (gpufpga_resident.h)",
 	ErrSlotLayout:     "make the FPGA's packets (TLAST) as long as a slot, or use slots that are bus-contiguous (GPU memory, or host slots of one page)",
 }
 

@@ -61,6 +61,10 @@ type streamPtrArg struct {
 	Pad      uint32
 	Id       uint64
 	Reserved uint64
+	Results  segArg
+	Consumer segArg
+	Coalesce uint32
+	Pad2     uint32
 }
 
 // releasePtrArg is releaseArg with Slots as a pointer.

@@ -31,14 +31,16 @@ type Slot struct {
 // has ended they reach no other, even one started later on the same
 // channel.
 type Stream struct {
-	d       *Device
-	channel int
-	id      uint64
-	nslots  int
-	slots   chan Slot
-	once    sync.Once
-	err     error
-	ended   chan struct{}
+	d        *Device
+	channel  int
+	id       uint64
+	nslots   int
+	resident bool
+	slots    chan Slot
+	once     sync.Once
+	err      error
+	fills    uint64 // set before ended closes
+	ended    chan struct{}
 
 	stopOnce sync.Once
 	stopErr  error
@@ -48,6 +50,43 @@ type Stream struct {
 // be bus-contiguous (one run of pages) and is filled with one packet or up
 // to its length.
 func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
+	return d.startStream(channel, slots, nil)
+}
+
+// Resident places a GPU-resident stream's results and its consumer's
+// word (kmod/gpufpga/uapi/gpufpga_resident.h).
+type Resident struct {
+	// Results holds one 32-byte result per slot, 32-byte aligned, in
+	// the same kind of memory as the slots (GPU memory for slots in GPU
+	// memory). The consumer zeroes it before the stream starts: a status
+	// left from an earlier stream would read as a fill.
+	Results Segment
+	// Consumer is the consumer's 64-byte word, 64-byte aligned, in a
+	// host pin; the GPU sees the same memory mapped.
+	Consumer Segment
+	// Coalesce is the fills per engine interrupt, 1 to the slot count;
+	// 0 lets the driver pick (a quarter of the ring, at most 64).
+	Coalesce int
+}
+
+// StartResidentStream starts a GPU-resident stream: the engine writes each
+// slot's result into r.Results, a consumer on the GPU (or anything that
+// follows gpufpga_resident.h) consumes the slots and publishes its count
+// in r.Consumer, and the driver gives the engine credits from that count,
+// with no system call per slot. Each slot must be one bus-contiguous run.
+// Slots delivers nothing and is closed when the stream ends; Release is
+// refused; Fills says, once it ended, how many fills the engine made.
+func (d *Device) StartResidentStream(channel int, slots []Segment, r Resident) (*Stream, error) {
+	if r.Results.Pin == nil || r.Consumer.Pin == nil {
+		return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "a resident stream needs results and a consumer word"}
+	}
+	if r.Coalesce < 0 || r.Coalesce > len(slots) {
+		return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("coalescing %d fills of %d slots", r.Coalesce, len(slots))}
+	}
+	return d.startStream(channel, slots, &r)
+}
+
+func (d *Device) startStream(channel int, slots []Segment, r *Resident) (*Stream, error) {
 	if len(slots) == 0 {
 		return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no slots"}
 	}
@@ -55,7 +94,13 @@ func (d *Device) StartStream(channel int, slots []Segment) (*Stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	st := &Stream{d: d, channel: channel, nslots: len(slots), slots: make(chan Slot, len(slots)+1), ended: make(chan struct{})}
+	if r != nil {
+		a.Flags = streamFlagResident
+		a.Results = segArg{Handle: r.Results.Pin.Handle, Offset: r.Results.Offset, Len: r.Results.Len}
+		a.Consumer = segArg{Handle: r.Consumer.Pin.Handle, Offset: r.Consumer.Offset, Len: r.Consumer.Len}
+		a.Coalesce = uint32(r.Coalesce)
+	}
+	st := &Stream{d: d, channel: channel, nslots: len(slots), resident: r != nil, slots: make(chan Slot, len(slots)+1), ended: make(chan struct{})}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if err := d.startReader(); err != nil {
@@ -110,6 +155,7 @@ func (d *Device) streamEvent(r record) {
 		return
 	}
 	if r.kind == eventStreamEnd {
+		st.fills = r.seq
 		st.end(r.c.Err)
 		return
 	}
@@ -124,6 +170,21 @@ func (s *Stream) end(err error) {
 		close(s.ended)
 		close(s.slots)
 	})
+}
+
+// Resident reports whether the stream is GPU-resident.
+func (s *Stream) Resident() bool { return s.resident }
+
+// Fills returns, once the stream has ended (Slots closed), how many fills
+// the engine completed: for a resident stream, what its consumer had to
+// consume. 0 before the end.
+func (s *Stream) Fills() uint64 {
+	select {
+	case <-s.ended:
+		return s.fills
+	default:
+		return 0
+	}
 }
 
 // ID returns the stream's id, which its driver records carry.
@@ -153,6 +214,9 @@ func (s *Stream) Err() error {
 func (s *Stream) Release(idx ...int) error {
 	if len(idx) == 0 {
 		return nil
+	}
+	if s.resident {
+		return &Error{Op: "release", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "a resident stream's consumer releases its slots"}
 	}
 	a := releaseArgs(s.channel, s.id, idx)
 	if err := s.d.ioctl(iocStreamRelease, unsafe.Pointer(&a)); err != nil {

@@ -41,6 +41,8 @@ const (
 	eventStreamEnd = C.GPUFPGA_EVENT_STREAM_END
 	slotEOP        = C.GPUFPGA_SLOT_EOP
 
+	streamFlagResident = C.GPUFPGA_STREAM_RESIDENT
+
 	iocInfo   = C.GPUFPGA_IOC_INFO
 	iocPin    = C.GPUFPGA_IOC_PIN
 	iocUnpin  = C.GPUFPGA_IOC_UNPIN

@@ -35,6 +35,8 @@ const (
 	eventStreamEnd = 0x3
 	slotEOP        = 0x1
 
+	streamFlagResident = 0x1
+
 	iocInfo   = 0x8080d600
 	iocPin    = 0xc050d601
 	iocUnpin  = 0x4010d602
@@ -42,7 +44,7 @@ const (
 	iocXfer   = 0xc068d604
 	iocCancel = 0x4010d605
 
-	iocStreamStart   = 0xc028d606
+	iocStreamStart   = 0xc060d606
 	iocStreamRelease = 0x4018d607
 	iocStreamStop    = 0x4010d608
 )
@@ -161,6 +163,10 @@ type (
 		Pad      uint32
 		Id       uint64
 		Reserved uint64
+		Results  segArg
+		Consumer segArg
+		Coalesce uint32
+		Pad2     uint32
 	}
 	releaseArg struct {
 		Channel uint32

@@ -30,18 +30,25 @@ type Cost struct {
 
 // Costs are gpufpga-cost's figures and the ratios the driver is held to.
 type Costs struct {
-	NullIoctl   Cost  `json:"null_ioctl"`
-	Sleep       Cost  `json:"sleep_100us"` // the method's floor: waiting costs nothing
-	Xfer4K      Cost  `json:"xfer_4k"`
-	Xfer4KPoll  *Cost `json:"xfer_4k_poll,omitempty"`
-	StreamSlot  Cost  `json:"stream_slot"`
-	Xfer4KTrace Cost  `json:"xfer_4k_traced"`
+	NullIoctl  Cost  `json:"null_ioctl"`
+	Sleep      Cost  `json:"sleep_100us"` // the method's floor: waiting costs nothing
+	Xfer4K     Cost  `json:"xfer_4k"`
+	Xfer4KPoll *Cost `json:"xfer_4k_poll,omitempty"`
+	StreamSlot Cost  `json:"stream_slot"`
+	// ResidentSlot is a GPU-resident stream's slot, consumed by the CPU
+	// as the GPU would: the driver's share is Busy less Thread.
+	ResidentSlot Cost `json:"resident_slot"`
+	Xfer4KTrace  Cost `json:"xfer_4k_traced"`
 
-	XferRatio        Cost      `json:"xfer_4k_per_null_ioctl"`
-	PollRatio        *Cost     `json:"xfer_4k_poll_per_null_ioctl,omitempty"`
-	SlotRatio        Cost      `json:"stream_slot_per_null_ioctl"`
-	TracingOverhead  float64   `json:"tracing_overhead_busy"` // the median of the pairs
-	TracingOverheads []float64 `json:"tracing_overheads_busy"`
+	XferRatio     Cost  `json:"xfer_4k_per_null_ioctl"`
+	PollRatio     *Cost `json:"xfer_4k_poll_per_null_ioctl,omitempty"`
+	SlotRatio     Cost  `json:"stream_slot_per_null_ioctl"`
+	ResidentRatio Cost  `json:"resident_slot_per_null_ioctl"`
+	// ResidentDriverRatio is the resident slot's time outside the
+	// consumer's thread (interrupts, the poll) per null ioctl.
+	ResidentDriverRatio float64   `json:"resident_slot_driver_per_null_ioctl"`
+	TracingOverhead     float64   `json:"tracing_overhead_busy"` // the median of the pairs
+	TracingOverheads    []float64 `json:"tracing_overheads_busy"`
 }
 
 func ratio(a, b Cost) Cost { return Cost{a.Busy / b.Busy, a.Thread / b.Thread} }
@@ -97,6 +104,8 @@ func TestGuestCosts(t *testing.T) {
 
 	c.XferRatio = ratio(c.Xfer4K, c.NullIoctl)
 	c.SlotRatio = ratio(c.StreamSlot, c.NullIoctl)
+	c.ResidentRatio = ratio(c.ResidentSlot, c.NullIoctl)
+	c.ResidentDriverRatio = (c.ResidentSlot.Busy - c.ResidentSlot.Thread) / c.NullIoctl.Busy
 	if c.Xfer4KPoll != nil {
 		p := ratio(*c.Xfer4KPoll, c.NullIoctl)
 		c.PollRatio = &p

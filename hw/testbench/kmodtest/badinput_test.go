@@ -275,7 +275,8 @@ func TestBadInputGetsExactErrors(t *testing.T) {
 		s    rawStream
 		want unix.Errno
 	}{
-		{"stream: unknown flag", rawStream{channel: 1, nslots: 1, slots: slot, flags: 1}, unix.EINVAL},
+		{"stream: unknown flag", rawStream{channel: 1, nslots: 1, slots: slot, flags: 2}, unix.EINVAL},
+		{"stream: resident without results", rawStream{channel: 1, nslots: 1, slots: slot, flags: 1}, unix.EINVAL},
 		{"stream: padding set", rawStream{channel: 1, nslots: 1, slots: slot, pad: 1}, unix.EINVAL},
 		{"stream: reserved set", rawStream{channel: 1, nslots: 1, slots: slot, reserved: 1}, unix.EINVAL},
 		{"stream: no slots", rawStream{channel: 1, slots: slot}, unix.EINVAL},

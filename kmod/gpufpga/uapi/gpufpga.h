@@ -405,26 +405,56 @@ struct gpufpga_completion {
  * nothing back; that number is still taken, and only a stream it starts
  * may be released and stopped with an id of 0, meaning the file's stream
  * on the channel.
+ * GPU-resident streams (GPUFPGA_STREAM_RESIDENT): no SLOT records. The
+ * engine writes each fill's result (PG195's C2H writeback) into
+ * @results, one struct gpufpga_slot_result per slot, where a consumer on
+ * the GPU polls it, and the consumer publishes how many fills it has
+ * consumed in a struct gpufpga_consumer at @consumer, which the driver
+ * reads on the engine's interrupts, one every @coalesce fills, and on a
+ * timer (module parameter resident_poll_us) while the engine is short of
+ * credits: it grants credits up to consumed + @nslots. gpufpga_resident.h
+ * holds the layout and the consumer's rules. Each slot must be a single
+ * descriptor: one bus-contiguous run. The results live where the slots
+ * do: in GPU memory (a GPU or dma-buf pin) for slots in GPU memory, in
+ * host memory for slots in host memory. A consumer that publishes more
+ * than the engine filled, or goes back, ends the stream with -ERANGE.
+ * STREAM_END's @seq is then the fills the engine completed.
+ *
  * @channel:	a C2H stream channel with nothing queued or running.
  * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter), which
  *		also bounds the descriptors of all slots together.
  * @slots:	user pointer to struct gpufpga_seg[@nslots].
- * @flags:	must be 0.
+ * @flags:	0 or GPUFPGA_STREAM_RESIDENT.
  * @pad:	must be 0.
  * @id:		out: the stream's id. Its value on input is ignored.
  * @reserved:	must be 0.
+ * @results:	RESIDENT: @nslots results, 32-byte aligned, in one pin
+ *		(@results.len at least @nslots * 32). Else all 0.
+ * @consumer:	RESIDENT: a struct gpufpga_consumer, 64-byte aligned, in a
+ *		host pin (@consumer.len at least 64). Else all 0.
+ * @coalesce:	RESIDENT: fills per interrupt, 1 to @nslots; 0 picks
+ *		@nslots / 4, between 1 and 64. Else 0.
+ * @pad2:	must be 0.
  *
- * Errors: -EINVAL (not a C2H stream channel, @flags, @pad or reserved not
- * 0, @nslots 0, a slot outside its pin or zero-length, or one the
- * channel's ALIGNMENTS refuse), -EBUSY (a stream
+ * Errors: -EINVAL (not a C2H stream channel, unknown @flags, @pad, @pad2
+ * or reserved not 0, @nslots 0, a slot outside its pin or zero-length, or
+ * one the channel's ALIGNMENTS refuse; RESIDENT: a slot of several
+ * descriptors, @results or @consumer misaligned, too short or in the
+ * wrong kind of memory, @coalesce over @nslots; without RESIDENT, any of
+ * @results, @consumer or @coalesce set), -EBUSY (a stream
  * of any file, or transfers queued or running, on the channel), -ENOENT
  * (unknown slot handle), -EKEYREVOKED (a slot's pin was revoked), -E2BIG
  * (too many slots or descriptors), -ENOMEM, -ENODEV (link down),
- * -ECONNRESET (the card is being reset). A running stream that a reset,
+ * -ECONNRESET (the card is being reset). -ENOENT also names an unknown
+ * @results or @consumer handle, -EKEYREVOKED a revoked one. A running
+ * stream that a reset,
  * PCIe error recovery or system sleep interrupts ends with a STREAM_END
  * record whose error is -ECONNRESET: the slots filled before it were
  * reported, and user space starts the stream again.
  */
+#define GPUFPGA_STREAM_RESIDENT	(1U << 0)	/* consumed on the GPU: see above */
+#define GPUFPGA_STREAM_FLAGS	GPUFPGA_STREAM_RESIDENT
+
 struct gpufpga_stream {
 	__u32 channel;
 	__u32 nslots;
@@ -433,6 +463,10 @@ struct gpufpga_stream {
 	__u32 pad;
 	__u64 id;
 	__u64 reserved;
+	struct gpufpga_seg results;
+	struct gpufpga_seg consumer;
+	__u32 coalesce;
+	__u32 pad2;
 };
 
 /**

@@ -27,7 +27,13 @@
  * released: it grants the engine credits up to consumed + nslots, on the
  * engine's coalesced interrupts and on a timer, with no system call per
  * slot. What the FPGA cannot send for want of a free slot it drops and
- * counts, as in every stream.
+ * counts, as in every stream. A consumed that goes back, or passes the
+ * fills the engine completed, ends the stream with -ERANGE.
+ *
+ * GPUFPGA_IOC_STREAM_START with GPUFPGA_STREAM_RESIDENT starts such a
+ * stream (gpufpga.h): each slot one descriptor, results and consumer in
+ * pinned memory. The stream ends as every stream does, with a STREAM_END
+ * record on read(); the consumer stops once user space tells it to.
  *
  * Ordering: the engine writes a slot's data before its result. A GPU sees
  * a peer's writes into its own memory in that order only where

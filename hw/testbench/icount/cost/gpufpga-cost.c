@@ -11,6 +11,11 @@
  * caller, the interrupt handler, kernel threads) and "thread" (the caller's
  * CPU time), in ns, the least of three rounds.
  *
+ * A GPU-resident stream's slot is consumed here by the CPU, as the GPU's
+ * consumer would (gpufpga_resident.h), sleeping while no fill is ready:
+ * its busy time is the driver's (interrupts every COALESCE fills, the
+ * poll) plus this consumer's loads and stores, which a GPU does instead.
+ *
  *   gpufpga-cost chains DESCS
  * queues IRQ_XFERS asynchronous transfers of DESCS descriptors each, back
  * to back, and waits for them: each completion's interrupt starts the next
@@ -29,6 +34,7 @@
 #include <unistd.h>
 
 #include "../../../../kmod/gpufpga/uapi/gpufpga.h"
+#include "../../../../kmod/gpufpga/uapi/gpufpga_resident.h"
 
 #define SLOT		4096
 #define NSLOTS		64
@@ -109,6 +115,9 @@ static struct gpufpga_xfer xfer;
 static struct gpufpga_seg seg;
 static __u32 xfer_flags;
 static __u32 released;
+static struct gpufpga_slot_result *results;
+static struct gpufpga_consumer *consumer;
+static __u64 consumed;
 
 static void op_null(void)
 {
@@ -151,6 +160,24 @@ static void op_slot(void)
 		die("release");
 }
 
+/* One GPU-resident slot: wait for its result, take it, publish. */
+static void op_resident_slot(void)
+{
+	struct gpufpga_slot_result *r = &results[consumed % NSLOTS];
+	struct timespec ts = { 0, 20000 };
+
+	while (__atomic_load_n(&r->status, __ATOMIC_ACQUIRE) >> GPUFPGA_RESULT_MAGIC_SHIFT !=
+	       GPUFPGA_RESULT_MAGIC)
+		nanosleep(&ts, NULL);
+	if (r->length != SLOT) {
+		fprintf(stderr, "gpufpga-cost: fill %llu of %u bytes\n",
+			(unsigned long long)consumed, r->length);
+		exit(1);
+	}
+	__atomic_store_n(&r->status, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&consumer->consumed, ++consumed, __ATOMIC_RELEASE);
+}
+
 static __u64 pin_host(void *p, size_t n)
 {
 	struct gpufpga_pin pin = {
@@ -190,6 +217,49 @@ static struct cost stream_slot(void)
 	c = measure(4000, op_slot);
 	if (ioctl(fd, GPUFPGA_IOC_STREAM_STOP, &stop))
 		die("stream stop");
+	return c;
+}
+
+static void *map(size_t n)
+{
+	void *p = mmap(NULL, n, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+
+	if (p == MAP_FAILED)
+		die("mmap");
+	return p;
+}
+
+#define COALESCE	16
+
+static struct cost resident_slot(void)
+{
+	static struct gpufpga_seg slots[NSLOTS];
+	struct gpufpga_stream st = {
+		.channel = 1, .nslots = NSLOTS, .flags = GPUFPGA_STREAM_RESIDENT,
+		.coalesce = COALESCE,
+	};
+	struct gpufpga_stream_stop stop = { .channel = 1 };
+	void *ring = map(SLOT * NSLOTS), *page = map(2 * 4096);
+	struct cost c;
+	__u64 h;
+	int i;
+
+	h = pin_host(ring, SLOT * NSLOTS);
+	for (i = 0; i < NSLOTS; i++)
+		slots[i] = (struct gpufpga_seg){ h, (__u64)i * SLOT, SLOT };
+	results = page;
+	consumer = (struct gpufpga_consumer *)((char *)page + 4096);
+	h = pin_host(page, 2 * 4096);
+	st.slots = (uintptr_t)slots;
+	st.results = (struct gpufpga_seg){ h, 0, NSLOTS * sizeof(*results) };
+	st.consumer = (struct gpufpga_seg){ h, 4096, sizeof(*consumer) };
+	if (ioctl(fd, GPUFPGA_IOC_STREAM_START, &st))
+		die("resident stream start");
+	c = measure(4000, op_resident_slot);
+	stop.stream = st.id;
+	if (ioctl(fd, GPUFPGA_IOC_STREAM_STOP, &stop))
+		die("resident stream stop");
 	return c;
 }
 
@@ -274,7 +344,8 @@ int main(int argc, char **argv)
 		xfer_flags = GPUFPGA_XFER_POLL;
 		print("xfer_4k_poll", measure(2000, op_xfer), ",");
 #endif
-		print("stream_slot", stream_slot(), "");
+		print("stream_slot", stream_slot(), ",");
+		print("resident_slot", resident_slot(), "");
 	}
 	printf("}\n");
 	return 0;
