@@ -57,7 +57,11 @@ func runCost(t *testing.T, into *Costs, args ...string) {
 	t.Helper()
 	out, err := exec.Command(CostBinary, args...).Output()
 	if err != nil {
-		t.Fatalf("%s %s: %v (%s)", CostBinary, args, err, out)
+		var stderr []byte
+		if e, ok := err.(*exec.ExitError); ok {
+			stderr = e.Stderr
+		}
+		t.Fatalf("%s %s: %v (%s) %s", CostBinary, args, err, out, stderr)
 	}
 	if err := json.Unmarshal(out, into); err != nil {
 		t.Fatalf("%s %s: %v: %s", CostBinary, args, err, out)

@@ -118,6 +118,7 @@ static __u32 released;
 static struct gpufpga_slot_result *results;
 static struct gpufpga_consumer *consumer;
 static __u64 consumed;
+static __u64 stream_id;
 
 static void op_null(void)
 {
@@ -148,7 +149,7 @@ static void op_xfer(void)
 static void op_slot(void)
 {
 	struct gpufpga_completion c;
-	struct gpufpga_release rel = { .channel = 1, .nslots = 1 };
+	struct gpufpga_release rel = { .channel = 1, .nslots = 1, .stream = stream_id };
 
 	do {
 		if (read(fd, &c, sizeof(c)) != sizeof(c))
@@ -214,7 +215,9 @@ static struct cost stream_slot(void)
 	st.slots = (uintptr_t)slots;
 	if (ioctl(fd, GPUFPGA_IOC_STREAM_START, &st))
 		die("stream start");
+	stream_id = st.id;
 	c = measure(4000, op_slot);
+	stop.stream = st.id;
 	if (ioctl(fd, GPUFPGA_IOC_STREAM_STOP, &stop))
 		die("stream stop");
 	return c;
