@@ -99,6 +99,29 @@ func (g *Device) HostAllocMapped(size uint64) (*MappedBuffer, error) {
 	return m, nil
 }
 
+const hostRegisterDeviceMap = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
+
+// HostRegisterMapped page-locks existing host memory and maps it into the
+// device (cuMemHostRegister with DEVICEMAP): memory another driver reads
+// too, such as a GPU-resident stream's consumer word, which gpufpga pins.
+// Free unregisters it; b must stay mapped until then. The context must be
+// current.
+func (g *Device) HostRegisterMapped(b []byte) (*MappedBuffer, error) {
+	if len(b) == 0 {
+		return nil, invalid(cuMemHostRegister_v2, "zero bytes")
+	}
+	p := unsafe.Pointer(&b[0])
+	if err := g.drv.call(cuMemHostRegister_v2, uintptr(p), uintptr(len(b)), hostRegisterPortable|hostRegisterDeviceMap); err != nil {
+		return nil, err
+	}
+	m := &MappedBuffer{HostBuffer: &HostBuffer{b: b, dev: g, release: cuMemHostUnregister}}
+	if err := g.drv.callNamed("cuMemHostGetDevicePointer_v2", uintptr(unsafe.Pointer(&m.DevPtr)), uintptr(p), 0); err != nil {
+		m.Free()
+		return nil, err
+	}
+	return m, nil
+}
+
 // Ptr returns the host address of byte off of the buffer, for atomic
 // loads and stores the kernels see; nil once freed or out of range.
 func (m *MappedBuffer) Ptr(off uint64) unsafe.Pointer {

@@ -262,6 +262,12 @@ type Counters struct {
 	FirstError uint64 `json:"first_error"`
 	// Published is how far the consumer published (resident only).
 	Published uint64 `json:"published,omitempty"`
+	// Frames, Gaps and Duplicates count FRM1 frames (StartFrames):
+	// frames checked, frames missing between fills, frames at or behind
+	// the last one seen.
+	Frames     uint64 `json:"frames,omitempty"`
+	Gaps       uint64 `json:"gaps,omitempty"`
+	Duplicates uint64 `json:"duplicates,omitempty"`
 	// CPU is the consumer's host thread's CPU time (user + system) from
 	// its start to its stop.
 	CPU time.Duration `json:"cpu_ns"`
@@ -348,11 +354,87 @@ func (cfg Resident) chunks(size, workers int) int {
 // reset (GPURing.Reset) and nothing may use the GPU's legacy default stream
 // while it runs (that would wait for the kernel).
 func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingConsumer, error) {
+	return k.start(g, consumeArgs{slots: r.SlotsDev, slotSize: r.SlotSize, results: r.ResultsDev, nslots: r.NSlots,
+		consumer: r.ConsumerDev, nsrc: r.NSrc}, cfg)
+}
+
+// StreamRing is a driver stream's ring as its GPU-resident consumer sees
+// it (uapi/gpufpga_resident.h): the slots and their results in the GPU's
+// memory, where the FPGA writes them, and the consumer word in host
+// memory mapped into the GPU, which the driver reads.
+type StreamRing struct {
+	Slots    uint64 // device address of slot 0
+	SlotSize int    // bytes from one slot to the next
+	NSlots   int
+	Results  uint64 // device address of the results, zero before the stream starts
+	Consumer uint64 // device address of the consumer word
+	// Published reads the consumer word's count on the host.
+	Published func() uint64
+	// FrameSize is the size of the FPGA's FRM1 frames (package frame),
+	// a multiple of 16 over 32: every fill holds whole frames.
+	FrameSize int
+}
+
+// FrameConsumer is resident_consume checking a driver stream's frames.
+type FrameConsumer struct {
+	run       *residentRun
+	published func() uint64
+}
+
+// StartFrames launches resident_consume on a driver stream's ring in
+// frames mode: each fill's FRM1 frames are checked word by word, and gaps
+// in their sequence numbers counted, with no CPU work per slot. Start it
+// before the stream, with the results zeroed.
+func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*FrameConsumer, error) {
+	switch {
+	case r.NSlots < 1 || r.Published == nil:
+		return nil, fmt.Errorf("%w: %d slots", ErrConfig, r.NSlots)
+	case r.FrameSize <= frameHeader || r.FrameSize%16 != 0 || r.SlotSize%r.FrameSize != 0:
+		return nil, fmt.Errorf("%w: %d-byte slots of %d-byte frames (a multiple of 16 over %d)", ErrConfig, r.SlotSize, r.FrameSize, frameHeader)
+	}
+	run, err := k.start(g, consumeArgs{slots: r.Slots, slotSize: r.SlotSize, results: r.Results, nslots: r.NSlots,
+		consumer: r.Consumer, frameSize: r.FrameSize}, cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &FrameConsumer{run: run, published: r.Published}, nil
+}
+
+// Stop ends the consumer once it has published fills (a stream's
+// p2p.Stream.Fills, once it has ended), or when ctx ends first
+// (ErrStalled), and returns its counters.
+func (c *FrameConsumer) Stop(ctx context.Context, fills uint64) (Counters, error) {
+	var waitErr error
+	for c.published() < fills && waitErr == nil {
+		select {
+		case <-ctx.Done():
+			waitErr = fmt.Errorf("%w: %d of %d fills consumed: %w", ErrStalled, c.published(), fills, ctx.Err())
+		case <-time.After(100 * time.Microsecond):
+		}
+	}
+	cnt, err := c.run.Stop()
+	return cnt, errors.Join(waitErr, err)
+}
+
+// frameHeader is frame.HeaderSize: FRAME_HEADER in resident.cu.
+const frameHeader = 32
+
+// consumeArgs are resident_consume's ring parameters.
+type consumeArgs struct {
+	slots, results, consumer uint64
+	slotSize, nslots         int
+	nsrc                     uint64 // the pattern's period (pattern mode)
+	frameSize                int    // frames mode, else 0
+}
+
+// start launches resident_consume, from a host thread of its own that then
+// sleeps until Stop.
+func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentRun, error) {
 	w := cfg.Workers
 	if w <= 0 {
 		w = 16
 	}
-	w = min(w, r.NSlots)
+	w = min(w, a.nslots)
 	sms, err := g.Attribute(cuda.AttrMultiprocessorCount)
 	if err != nil {
 		return nil, err
@@ -365,7 +447,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	// before the kernel starts, on the starting thread.
 	var (
 		ctl   *cuda.MappedBuffer // stop word, then counters
-		state *cuda.Buffer       // struct state, ready[], done[], length[]
+		state *cuda.Buffer       // struct state and its six arrays
 		s     *cuda.Stream
 	)
 	cleanup := func() {
@@ -382,7 +464,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 	if ctl, err = g.HostAllocMapped(uint64(64 + (w+1)*countersSize)); err != nil {
 		return nil, err
 	}
-	stateSize := uint64(64 + 4*8*r.NSlots)
+	stateSize := uint64(64 + 6*8*a.nslots)
 	if state, err = g.Alloc(stateSize); err != nil {
 		cleanup()
 		return nil, err
@@ -395,11 +477,15 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 		cleanup()
 		return nil, err
 	}
+	chunks := cfg.chunks(a.slotSize, w)
+	if a.frameSize > 0 {
+		chunks = min(chunks, max(a.slotSize/a.frameSize, 1))
+	}
 	stop := (*uint32)(ctl.Ptr(0))
 	t, err := startThread(g, func(quit <-chan struct{}) (Counters, error) {
 		var c Counters
-		err := k.consume.Launch(s, w+1, threads, 0, r.SlotsDev, uint64(r.SlotSize), r.ResultsDev, uint64(r.NSlots),
-			r.ConsumerDev, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, r.NSrc, cfg.Delay, uint64(cfg.chunks(r.SlotSize, w)))
+		err := k.consume.Launch(s, w+1, threads, 0, a.slots, uint64(a.slotSize), a.results, uint64(a.nslots),
+			a.consumer, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, a.nsrc, cfg.Delay, uint64(chunks), uint64(a.frameSize))
 		if err != nil {
 			return c, err
 		}
@@ -410,6 +496,8 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 		}
 		cs := ctl.Bytes()[64:]
 		c.Published = binary.LittleEndian.Uint64(cs)
+		c.Gaps = binary.LittleEndian.Uint64(cs[40:])
+		c.Duplicates = binary.LittleEndian.Uint64(cs[48:])
 		for b := 1; b <= w; b++ {
 			rec := cs[b*countersSize:]
 			c.Slots += binary.LittleEndian.Uint64(rec)
@@ -418,6 +506,7 @@ func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingC
 			if fe := binary.LittleEndian.Uint64(rec[24:]); fe != 0 && (c.FirstError == 0 || fe < c.FirstError) {
 				c.FirstError = fe
 			}
+			c.Frames += binary.LittleEndian.Uint64(rec[32:])
 		}
 		return c, nil
 	})

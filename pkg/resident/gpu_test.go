@@ -5,12 +5,14 @@ package resident
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"runtime"
 	"testing"
 	"time"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/frame"
 )
 
 func device(t testing.TB) *cuda.Device {
@@ -218,5 +220,124 @@ func TestPingPongAndLimits(t *testing.T) {
 	}
 	if _, err := k.StartCPUDriven(g, r); !errors.Is(err, ErrConfig) {
 		t.Fatalf("CPU-driven, results in GPU memory: %v", err)
+	}
+}
+
+// frameProducer writes FRM1 frames with a copy engine, as an FPGA sends
+// them: each fill's frames encoded into one of nsrc pinned host areas,
+// copied into the slot, then the result word. skip(k) is how many frames
+// the source dropped before fill k; corrupt, if not 0, is the fill k + 1
+// whose one payload byte is flipped.
+type frameProducer struct {
+	r         *GPURing
+	s         *cuda.Stream
+	src       *cuda.HostBuffer
+	result    *cuda.HostBuffer
+	nsrc      uint64
+	frameSize int
+	skip      func(k uint64) uint64
+	corrupt   uint64
+}
+
+func newFrameProducer(t *testing.T, g *cuda.Device, r *GPURing, frameSize int) *frameProducer {
+	t.Helper()
+	p := &frameProducer{r: r, nsrc: uint64(r.NSlots) + 1, frameSize: frameSize, skip: func(uint64) uint64 { return 0 }}
+	var err error
+	if p.s, err = g.NewStream(); err != nil {
+		t.Fatal(err)
+	}
+	if p.src, err = g.HostAlloc(p.nsrc * uint64(r.SlotSize)); err != nil {
+		t.Fatal(err)
+	}
+	if p.result, err = g.HostAlloc(8); err != nil {
+		t.Fatal(err)
+	}
+	binary.LittleEndian.PutUint64(p.result.Bytes(), resultWord(uint32(r.SlotSize)))
+	t.Cleanup(func() {
+		p.s.Sync()
+		p.s.Close()
+		p.src.Free()
+		p.result.Free()
+	})
+	return p
+}
+
+func (p *frameProducer) Data(k uint64) error {
+	fps := uint64(p.r.SlotSize / p.frameSize)
+	off := (k % p.nsrc) * uint64(p.r.SlotSize)
+	area := p.src.Bytes()[off : off+uint64(p.r.SlotSize)]
+	for f := range fps {
+		frame.Encode(area[f*uint64(p.frameSize):], k*fps+p.skip(k)+f, k, p.frameSize-frame.HeaderSize)
+	}
+	if p.corrupt == k+1 {
+		area[len(area)/2] ^= 1
+	}
+	dst := p.r.SlotsDev + (k%uint64(p.r.NSlots))*uint64(p.r.SlotSize)
+	return p.s.CopyHtoD(dst, p.src, off, uint64(p.r.SlotSize))
+}
+
+func (p *frameProducer) Result(k uint64) error {
+	return p.s.CopyHtoD(p.r.ResultsDev+(k%uint64(p.r.NSlots))*uint64(ResultSize), p.result, 0, 8)
+}
+
+func (p *frameProducer) Flush() error { return p.s.Sync() }
+
+// The persistent kernel checks a driver stream's FRM1 frames word by word
+// where they landed in GPU memory, results in GPU memory beside them:
+// every frame of every fill, the frames the source dropped counted as
+// gaps, a flipped byte found in the one fill that has it.
+func TestResidentFrames(t *testing.T) {
+	g := device(t)
+	k := kernels(t, g)
+	for _, tc := range []struct {
+		nslots, size, frameSize int
+		fills                   uint64
+		dropEvery               uint64 // fills between drops of 3 frames
+		corrupt                 uint64 // fill k + 1 with a flipped byte
+	}{
+		{nslots: 64, size: 4096, frameSize: 4096, fills: 20000},
+		{nslots: 16, size: 64 << 10, frameSize: 4096, fills: 4000},
+		{nslots: 8, size: 1 << 20, frameSize: 64 << 10, fills: 300},
+		{nslots: 16, size: 64 << 10, frameSize: 8192, fills: 4000, dropEvery: 97},
+		{nslots: 16, size: 64 << 10, frameSize: 4096, fills: 2000, corrupt: 778},
+	} {
+		r, err := NewGPURing(g, tc.nslots, tc.size, SlotsGPU, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newFrameProducer(t, g, r, tc.frameSize)
+		p.corrupt = tc.corrupt
+		if tc.dropEvery != 0 {
+			p.skip = func(k uint64) uint64 { return 3 * (k / tc.dropEvery) }
+		}
+		c, err := k.StartFrames(g, StreamRing{Slots: r.SlotsDev, SlotSize: tc.size, NSlots: tc.nslots, Results: r.ResultsDev,
+			Consumer: r.ConsumerDev, Published: r.Consumed, FrameSize: tc.frameSize}, Resident{Workers: 16})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+		out, perr := Produce(ctx, r.Ring, p, Run{Fills: tc.fills})
+		cnt, cerr := c.Stop(ctx, out.Fills)
+		cancel()
+		if perr != nil || cerr != nil {
+			t.Fatalf("%+v: producer %v, consumer %v", tc, perr, cerr)
+		}
+		fps := uint64(tc.size / tc.frameSize)
+		frames, errs, gaps := tc.fills*fps, uint64(0), uint64(0)
+		if tc.corrupt != 0 {
+			frames, errs = frames-fps, 1
+		}
+		if tc.dropEvery != 0 {
+			gaps = 3 * ((tc.fills - 1) / tc.dropEvery)
+		}
+		if cnt.Slots != tc.fills || cnt.Published != tc.fills || cnt.Frames != frames || cnt.Errors != errs ||
+			cnt.Gaps != gaps || cnt.Duplicates != 0 || (errs != 0 && cnt.FirstError != tc.corrupt) {
+			t.Errorf("%+v: want %d frames, %d errors, %d gaps; got %+v", tc, frames, errs, gaps, cnt)
+		}
+		t.Logf("%+v: %+v", tc, cnt)
+		r.Free()
+	}
+	if _, err := k.StartFrames(g, StreamRing{NSlots: 8, SlotSize: 4096, FrameSize: 4000 + 16, Published: func() uint64 { return 0 }}, Resident{}); !errors.Is(err, ErrConfig) {
+		t.Fatalf("4 KiB slots of 4016-byte frames: %v", err)
 	}
 }

@@ -23,7 +23,9 @@
 // fills ahead of the publisher, so ready[] and done[] never hold two fills
 // of a slot at once.
 //
-// Verification: fill k of a slot of L bytes holds 64-bit words w[0] = k,
+// Verification, by frame_size:
+//
+// 0: the benchmark's pattern. Fill k of a slot of L bytes holds 64-bit words w[0] = k,
 // w[1] = k % nsrc and w[i] = ((k % nsrc) + 1) * GOLDEN ^ i (i >= 2), with
 // nsrc > nslots: the fill before it in the same slot (k - nslots) differs
 // in every word, so data read before the result landed is caught wherever
@@ -31,6 +33,16 @@
 // differ, counts as an error (the first one's k + 1 is kept), once for
 // each chunk that finds it where several workers share a slot. Data is read
 // with ld.global.cv (no L1, no stale line).
+//
+// Otherwise: FRM1 frames of frame_size bytes (package frame), laid end to
+// end, as an FPGA sends them. A fill holds whole frames (its length a
+// multiple of frame_size) with consecutive sequence numbers; each frame's
+// header (magic, version, header size, payload length) and every payload
+// word, (i + 1) * PHI ^ key(seq) as frame.FillPayload defines it, are
+// compared with what the format says, which the frame's CRC only sums up.
+// The publisher, in fill order, counts the frames missing between fills
+// (gaps: the FPGA dropped them) and those at or behind the last one seen
+// (duplicates), as frame.Checker does. Chunks split a fill by frames.
 //
 // Stop: the host sets *stop once everything produced is consumed; the
 // dispatcher, once nothing is in flight, tells the publisher how many
@@ -54,6 +66,12 @@
 #define THREADS 256
 #define GOLDEN 0x9e3779b97f4a7c15ull
 
+// Package frame's FRM1 format.
+#define FRAME_MAGIC 0x314d5246u
+#define FRAME_VERSION_HEADER (1u | 32u << 16) // version 1, header size 32
+#define FRAME_HEADER 32
+#define PHI 0x9e3779b97f4a7c15ull
+
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
@@ -70,7 +88,10 @@ struct counters {
 	u64 bytes;
 	u64 errors;
 	u64 first_error; // k + 1 of the first bad fill, 0 for none
-	u64 reserved[4];
+	u64 frames;      // frames checked (frames mode)
+	u64 gaps;        // block 0: frames missing between fills
+	u64 duplicates;  // block 0: frames at or behind the last seen
+	u64 reserved;
 };
 
 __device__ static inline u64 ld_acquire_sys(const void *p)
@@ -117,6 +138,11 @@ __device__ static inline void st_volatile64(void *p, u64 v)
 __device__ static inline void fence_sys(void)
 {
 	asm volatile("fence.sc.sys;" ::: "memory");
+}
+
+__device__ static inline void fence_gpu(void)
+{
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
 }
 
 __device__ static inline void ld_cv2(const void *p, u64 *a, u64 *b)
@@ -170,7 +196,43 @@ __device__ static bool verify(const unsigned char *slot, u64 lo, u64 hi, u64 k, 
 	return bad;
 }
 
+// frame.payloadKey: splitmix64's finaliser of the sequence number.
+__device__ static inline u64 payload_key(u64 seq)
+{
+	u64 z = seq + PHI;
+
+	z = (z ^ z >> 30) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ z >> 27) * 0x94d049bb133111ebull;
+	return z ^ z >> 31;
+}
+
+// Whether frame f of the slot, which should hold sequence number seq, is
+// bad: its header (thread 0 looks) or any payload word (all threads).
+__device__ static bool verify_frame(const unsigned char *frame, u64 frame_size, u64 seq)
+{
+	const u64 key = payload_key(seq), pairs = (frame_size - FRAME_HEADER) / 16;
+	bool bad = false;
+	u64 p;
+
+	if (threadIdx.x == 0) {
+		u64 h0, h1, h2, h3;
+
+		ld_cv2(frame, &h0, &h1);
+		ld_cv2(frame + 16, &h2, &h3);
+		bad = (u32)h0 != FRAME_MAGIC || (u32)(h0 >> 32) != FRAME_VERSION_HEADER || h1 != seq ||
+		      (u32)h3 != frame_size - FRAME_HEADER;
+	}
+	for (p = threadIdx.x; p < pairs; p += THREADS) {
+		u64 a, b;
+
+		ld_cv2(frame + FRAME_HEADER + p * 16, &a, &b);
+		bad |= a != ((2 * p + 1) * PHI ^ key) || b != ((2 * p + 2) * PHI ^ key);
+	}
+	return bad;
+}
+
 __shared__ u64 s_length;
+__shared__ u64 s_base; // the fill's first frame's sequence number
 __shared__ int s_stop;
 
 // GPU memory the blocks share, zero at launch.
@@ -178,7 +240,8 @@ struct state {
 	u32 exited; // workers that have left
 	u32 quit;   // set by block 0: leave
 	u64 pad[7];
-	// then u64 ready[nslots], done[nslots], length[nslots], chunks_done[nslots]
+	// then u64 ready[nslots], done[nslots], length[nslots], chunks_done[nslots],
+	// first_seq[nslots], nframes[nslots]
 };
 
 // Block 0's shared view of the control warps' progress.
@@ -231,14 +294,25 @@ __device__ static void dispatch(struct slot_result *results, u64 nslots, const u
 // The publisher (warp 1, one thread): walks done[] in order, clears each
 // done fill's status and publishes how far every fill is done; it never
 // waits behind the dispatcher's reads of the results.
-__device__ static void publish(struct slot_result *results, u64 nslots, u64 *consumer, u64 *done)
+__device__ static void publish(struct slot_result *results, u64 nslots, u64 *consumer, u64 *done,
+			       const u64 *first_seq, const u64 *nframes, struct counters *out)
 {
-	u64 pub = 0;
+	u64 pub = 0, next = 0, gaps = 0, dups = 0;
+	bool seen = false;
 
 	for (;;) {
 		u64 was = pub;
 
 		while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1) {
+			const u64 first = first_seq[pub % nslots], n = nframes[pub % nslots];
+
+			if (n && seen && first > next)
+				gaps += first - next;
+			else if (n && seen && first < next)
+				dups += next - first < n ? next - first : n;
+			if (n && (!seen || first + n > next))
+				next = first + n;
+			seen |= n != 0;
 			st_volatile32(&results[pub % nslots].status, 0);
 			pub++;
 		}
@@ -251,14 +325,16 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 			break;
 		}
 	}
+	st_volatile64(&out->gaps, gaps);
+	st_volatile64(&out->duplicates, dups);
 	s_pub_done = 1;
 }
 
 // Block 0: the dispatcher and the publisher; then, once both are done,
 // the workers are told to leave and waited for.
 __device__ static void control(struct slot_result *results, u64 nslots, u64 *consumer, const u32 *stop,
-			       struct state *st, u64 *ready, u64 *done, u64 *length, u32 workers,
-			       struct counters *out)
+			       struct state *st, u64 *ready, u64 *done, u64 *length, const u64 *first_seq,
+			       const u64 *nframes, u32 workers, struct counters *out)
 {
 	if (threadIdx.x == 0) {
 		s_pub = 0;
@@ -271,7 +347,7 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 		dispatch(results, nslots, stop, ready, length);
 	} else {
 		if (threadIdx.x == 32)
-			publish(results, nslots, consumer, done);
+			publish(results, nslots, consumer, done, first_seq, nframes, out);
 		return;
 	}
 	if (threadIdx.x == 0) {
@@ -301,19 +377,22 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 //                slow consumer, for tests); 0 for none
 //   chunks       workers that share each slot (1 to W): large slots are
 //                read by several blocks at once
+//   frame_size   0: the benchmark's pattern; else the FRM1 frames' size,
+//                a multiple of 16 over 32
 extern "C" __global__ void __launch_bounds__(THREADS)
 resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *results, u64 nslots,
 		 u64 *consumer, u32 *stop, struct state *st, struct counters *counters, u64 nsrc, u64 delay,
-		 u64 chunks)
+		 u64 chunks, u64 frame_size)
 {
 	const u32 workers = gridDim.x - 1;
 	u64 *ready = (u64 *)(st + 1), *done = ready + nslots, *length = done + nslots;
-	u64 *chunks_done = length + nslots;
-	struct counters c = {0, 0, 0, 0, {0, 0, 0, 0}};
+	u64 *chunks_done = length + nslots, *first_seq = chunks_done + nslots, *nframes = first_seq + nslots;
+	struct counters c = {0, 0, 0, 0, 0, 0, 0, 0};
 	u64 j;
 
 	if (blockIdx.x == 0) {
-		control(results, nslots, consumer, stop, st, ready, done, length, workers, &counters[0]);
+		control(results, nslots, consumer, stop, st, ready, done, length, first_seq, nframes, workers,
+			&counters[0]);
 		return;
 	}
 	// Work item j is chunk j % chunks of fill j / chunks.
@@ -347,11 +426,36 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 		if (s_stop)
 			break;
 		len = s_length;
-		lo = len / 16 * ch / chunks;
-		hi = len / 16 * (ch + 1) / chunks;
-		bad = len != slot_size || len % 16 != 0;
-		if (!bad)
-			bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
+		if (frame_size) {
+			const u64 nf = len / frame_size;
+			u64 f;
+
+			lo = nf * ch / chunks;
+			hi = nf * (ch + 1) / chunks;
+			bad = len == 0 || len % frame_size != 0 || len > slot_size;
+			if (threadIdx.x == 0) {
+				u64 h0, h1;
+
+				ld_cv2(slot + 0, &h0, &h1);
+				s_base = h1;
+				if (ch == 0) {
+					first_seq[k % nslots] = bad ? 0 : h1;
+					nframes[k % nslots] = bad ? 0 : nf;
+				}
+			}
+			__syncthreads();
+			for (f = lo; !bad && f < hi; f++)
+				bad = __syncthreads_or(verify_frame(slot + f * frame_size, frame_size, s_base + f));
+			c.frames += threadIdx.x == 0 && !bad ? hi - lo : 0;
+			lo *= frame_size / 16; // as 16-byte pairs, for the bytes below
+			hi *= frame_size / 16;
+		} else {
+			lo = len / 16 * ch / chunks;
+			hi = len / 16 * (ch + 1) / chunks;
+			bad = len != slot_size || len % 16 != 0;
+			if (!bad)
+				bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
+		}
 		bad = __syncthreads_or(bad);
 		if (threadIdx.x == 0) {
 			c.slots += ch == 0;
@@ -361,7 +465,9 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 					c.first_error = k + 1;
 				c.errors++;
 			}
-			// The fill is done when its last chunk is.
+			// The fill is done when its last chunk is; chunk 0's
+			// sequence numbers are seen before.
+			fence_gpu();
 			if (chunks == 1 || atomicAdd(&chunks_done[k % nslots], 1ull) == chunks - 1) {
 				chunks_done[k % nslots] = 0;
 				st_release_gpu(&done[k % nslots], k + 1);
@@ -373,6 +479,7 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 		st_volatile64(&counters[blockIdx.x].bytes, c.bytes);
 		st_volatile64(&counters[blockIdx.x].errors, c.errors);
 		st_volatile64(&counters[blockIdx.x].first_error, c.first_error);
+		st_volatile64(&counters[blockIdx.x].frames, c.frames);
 		fence_sys();
 		atomicAdd(&st->exited, 1);
 	}

@@ -10,6 +10,15 @@
 // i is copied to GPU slot i as soon as it is filled, copies of successive
 // slots overlapping each other and the FPGA's filling of the next, and the
 // host slot goes back to the FPGA when the consumer releases the GPU one.
+//
+// A resident session (Config.Resident) hands the slots to no one on the
+// CPU: a consumer on the GPU (a ResidentGPU's) takes each fill as the
+// engine reports it in GPU memory, and publishes its progress in a word of
+// host memory from which the driver gives the engine credits
+// (kmod/gpufpga/uapi/gpufpga_resident.h), with no CPU work per slot. Its
+// ring is in GPU memory (direct mode); Filled delivers nothing, Stats
+// reports what the consumer took, and Stop lets it take every fill the
+// engine made before it stops it.
 package stream
 
 import (
@@ -87,6 +96,18 @@ type Config struct {
 	// FrameSize is the size of every frame, for CheckGPU: slots hold
 	// whole frames.
 	FrameSize int
+	// Resident runs a GPU-resident session: GPU must be a ResidentGPU,
+	// whose consumer checks the frames as Check says, and each slot must
+	// be one bus-contiguous run (one descriptor): a slot size that
+	// divides 64 KiB, a GPU page, always is.
+	Resident bool
+	// Coalesce is a resident session's fills per engine interrupt, 1 to
+	// Slots; 0 lets the driver pick.
+	Coalesce int
+	// DrainTimeout bounds a resident session's end: how long its
+	// consumer may go without taking a fill while fills remain
+	// (ErrUnconsumed then). 0 means 5 s.
+	DrainTimeout time.Duration
 }
 
 // Filled is a slot ready for the consumer, in GPU memory.
@@ -115,6 +136,11 @@ type Stats struct {
 	MaxHeld     int           // most slots held at once
 	SlotLatency time.Duration // mean, driver seeing a slot to the consumer getting it
 	Frames      frame.Stats
+	// Resident: a GPU-resident session, whose Slots, Bytes and Frames are
+	// what its consumer took (Held, MaxHeld and SlotLatency stay 0), and
+	// Fills the fills the engine made, known once the session ended.
+	Resident bool
+	Fills    uint64
 }
 
 // Source fills a ring's slots in order and takes them back: the driver's
@@ -161,6 +187,7 @@ type Session struct {
 	releasesClosed bool
 	releaserOnce   sync.Once
 	releaserDone   chan struct{}
+	res            *residentMem // resident mode
 }
 
 // pendingRelease is a slot to hand back once done's work is done.
@@ -179,13 +206,16 @@ type inflight struct {
 var ErrConfig = errors.New("stream: bad configuration")
 
 // Start allocates the ring, starts the channel and delivers filled slots
-// until ctx ends, Stop is called, or the stream fails.
+// until ctx ends, Stop is called, or the stream fails. A resident session
+// also allocates the results in GPU memory, pinned as the ring is, and the
+// consumer's word in host memory, and starts the consumer before the
+// stream.
 func Start(ctx context.Context, cfg Config) (*Session, error) {
-	if cfg.Device == nil {
-		return nil, fmt.Errorf("%w: need a device", ErrConfig)
-	}
 	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Device == nil {
+		return nil, fmt.Errorf("%w: need a device", ErrConfig)
 	}
 	mode, pinning, err := cfg.Resolve()
 	if err != nil {
@@ -195,6 +225,12 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 	if err != nil {
 		return nil, err
 	}
+	if cfg.Resident {
+		if err := s.startResident(ctx, pinning); err != nil {
+			return nil, errors.Join(err, s.free())
+		}
+		return s, nil
+	}
 	pin := s.gpuPin
 	if mode == Compat {
 		if s.host, err = allocHostRing(cfg.Device, cfg.GPU, s.size()); err != nil {
@@ -203,17 +239,22 @@ func Start(ctx context.Context, cfg Config) (*Session, error) {
 		}
 		s.ring, pin = s.host.mem, s.host.pin
 	}
-	segs := make([]p2p.Segment, cfg.Slots)
-	for i := range segs {
-		segs[i] = p2p.Segment{Pin: pin, Offset: uint64(i) * cfg.SlotSize, Len: cfg.SlotSize}
-	}
-	st, err := cfg.Device.StartStream(cfg.Channel, segs)
+	st, err := cfg.Device.StartStream(cfg.Channel, s.segments(pin))
 	if err != nil {
 		s.free()
 		return nil, err
 	}
 	s.run(ctx, st)
 	return s, nil
+}
+
+// segments are the ring's slots in pin.
+func (s *Session) segments(pin *p2p.Pin) []p2p.Segment {
+	segs := make([]p2p.Segment, s.cfg.Slots)
+	for i := range segs {
+		segs[i] = p2p.Segment{Pin: pin, Offset: uint64(i) * s.cfg.SlotSize, Len: s.cfg.SlotSize}
+	}
+	return segs
 }
 
 // Attach runs a compat-mode session on a source that fills host, a ring of
@@ -229,6 +270,9 @@ func Attach(ctx context.Context, cfg Config, host []byte, src Source) (*Session,
 	}
 	if cfg.Pinning != PinAuto {
 		return nil, fmt.Errorf("%w: pinning %v is for a ring in GPU memory, not an attached source's host ring", ErrConfig, cfg.Pinning)
+	}
+	if cfg.Resident {
+		return nil, fmt.Errorf("%w: an attached source fills a host ring: no resident session", ErrConfig)
 	}
 	s, err := newSession(cfg, Compat, PinAuto)
 	if err != nil {
@@ -250,7 +294,8 @@ func (c *Config) validate() error {
 		return fmt.Errorf("%w: need slots, a slot size and a GPU", ErrConfig)
 	}
 	if c.Check == CheckGPU {
-		if _, ok := c.GPU.(GPUChecking); !ok {
+		// A resident session's consumer checks frames itself.
+		if _, ok := c.GPU.(GPUChecking); !ok && !c.Resident {
 			return fmt.Errorf("%w: this GPU cannot check frames (CUDA can)", ErrConfig)
 		}
 		if c.FrameSize <= 0 || c.SlotSize%uint64(c.FrameSize) != 0 {
@@ -258,16 +303,24 @@ func (c *Config) validate() error {
 				ErrConfig, c.SlotSize, c.FrameSize)
 		}
 	}
-	return nil
+	return c.validateResident()
 }
 
 // Resolve returns the mode and, in direct mode, the pinning Start picks
-// for c on c.Device with c.GPU: SelectMode over what they report.
+// for c on c.Device with c.GPU: SelectMode over what they report. A
+// resident session is direct.
 func (c *Config) Resolve() (Mode, Pinning, error) {
 	if c.Device == nil || c.GPU == nil {
 		return 0, 0, fmt.Errorf("%w: need a device and a GPU", ErrConfig)
 	}
-	if c.Mode == Compat {
+	mode := c.Mode
+	if c.Resident {
+		if mode == Compat {
+			return 0, 0, errResidentCompat
+		}
+		mode = Direct
+	}
+	if mode == Compat {
 		// Asks neither: compat mode pins host memory.
 		return SelectMode(p2p.Info{}, false, Compat, c.Pinning)
 	}
@@ -276,7 +329,7 @@ func (c *Config) Resolve() (Mode, Pinning, error) {
 	if err != nil {
 		return 0, 0, err
 	}
-	return SelectMode(info, exports, c.Mode, c.Pinning)
+	return SelectMode(info, exports, mode, c.Pinning)
 }
 
 func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
@@ -289,7 +342,7 @@ func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 	if v, ok := s.gpu.(CPUVisible); ok {
 		s.cpuView = v.Bytes()
 	}
-	if cfg.Check == CheckCPU && s.cpuView == nil {
+	if cfg.Check == CheckCPU && s.cpuView == nil && !cfg.Resident {
 		rb, ok := s.gpu.(ReadBack)
 		if !ok || mode == Direct {
 			// Direct mode: copying every slot back would halve the
@@ -299,7 +352,7 @@ func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 		}
 		s.readBack, s.scratch = rb, make([]byte, cfg.SlotSize)
 	}
-	if cfg.Check == CheckGPU {
+	if cfg.Check == CheckGPU && !cfg.Resident {
 		if s.checker, err = cfg.GPU.(GPUChecking).NewFrameChecker(cfg.FrameSize, int(cfg.SlotSize)/cfg.FrameSize); err != nil {
 			s.free()
 			return nil, err
@@ -329,6 +382,9 @@ func (s *Session) free() error {
 	}
 	if s.gpuPin != nil {
 		errs = append(errs, s.gpuPin.Unpin())
+	}
+	if s.res != nil {
+		errs = append(errs, s.res.free())
 	}
 	if s.host != nil {
 		errs = append(errs, s.host.free())
@@ -479,7 +535,7 @@ func (s *Session) check(off, n uint64) error {
 
 // Filled delivers slots in fill order; it is closed when the session ends.
 // A slot's Data stays valid until it is released, and its memory until
-// Close.
+// Close. A resident session delivers none: its consumer is on the GPU.
 func (s *Session) Filled() <-chan Filled { return s.filled }
 
 // Release hands a slot back to the engine, which may refill it at once:
@@ -488,6 +544,9 @@ func (s *Session) Filled() <-chan Filled { return s.filled }
 // the launch returns, so either synchronise with that work first or use
 // ReleaseAfter.
 func (s *Session) Release(slot int) error {
+	if s.res != nil {
+		return s.src.Release(slot) // refused: p2p.ErrInvalid
+	}
 	// Counted first: the engine may refill the slot before the call returns.
 	s.mu.Lock()
 	s.stats.Held--
@@ -547,7 +606,10 @@ func (s *Session) releaser() {
 	}
 }
 
-// Stop ends the session and waits until its slots are delivered.
+// Stop ends the session and waits until its slots are delivered. A
+// resident session's end waits until the consumer has consumed every fill
+// the engine made, then stops it; a consumer that stalls for
+// DrainTimeout ends it with ErrUnconsumed (Err).
 func (s *Session) Stop() error {
 	err := s.src.Stop()
 	<-s.done
@@ -579,6 +641,9 @@ func (s *Session) Close() error {
 
 // Err is why the session ended: nil after Stop, the context's error after
 // cancellation, or the stream's failure (p2p.ErrRevoked, ErrHardware, ...).
+// A resident session's may also be its consumer's (p2p.ErrConsumer from
+// the driver for a count out of range, the consumer's own failure, or
+// ErrUnconsumed).
 func (s *Session) Err() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -590,6 +655,9 @@ func (s *Session) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := s.stats
+	if s.res != nil {
+		s.residentStats(&st)
+	}
 	st.Elapsed = time.Since(s.started)
 	if !s.ended.IsZero() {
 		st.Elapsed = s.ended.Sub(s.started)

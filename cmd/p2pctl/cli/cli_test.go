@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
@@ -60,6 +61,22 @@ func TestHumanOutput(t *testing.T) {
 		{Size: 16 << 20, Count: 100, GBps: 1.5, P50us: 11000, P99us: &p99, MaxUs: 13000, EngineUs: 11184},
 	}})
 	golden(t, "bench", b.Bytes())
+
+	// A resident stream's lines: what the consumer took, and in the
+	// summary the engine's fills.
+	b.Reset()
+	at := time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)
+	for _, sum := range []bool{false, true} {
+		st := stream.Stats{Mode: stream.Direct, Pinning: stream.PinDmabuf, Resident: true, Bytes: 64 << 20, Slots: 1024,
+			Elapsed: 500 * time.Millisecond, GBps: 0.134, Frames: frame.Stats{Frames: 1024, Bytes: 64 << 20}}
+		if sum {
+			st.Fills = 1024
+		}
+		l := streamLine(st, sum)
+		l.Time = at
+		writeStreamLine(&b, l)
+	}
+	golden(t, "stream-resident", b.Bytes())
 }
 
 func TestParseSize(t *testing.T) {
@@ -113,6 +130,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"transfer", "--timeout", "-5ms", "-d", none}, ExitUsage, `invalid argument "-5ms" for "--timeout" flag: "-5ms" is negative`},
 		{[]string{"transfer", "--timeout", "soon", "-d", none}, ExitUsage, `"soon" is not a duration`},
 		{[]string{"stream", "--mem", "cuda", "--mode", "compat", "--pin", "dma-buf", "-d", none}, ExitUsage, "pinning dma-buf is for a ring in GPU memory, not compat mode's"},
+		{[]string{"stream", "--mem", "cuda", "--coalesce", "4", "-d", none}, ExitUsage, "p2pctl: --coalesce is for --resident streams\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--mode", "compat", "-d", none}, ExitUsage, "p2pctl: --resident keeps the ring in GPU memory, where its consumer runs: not with --mode compat\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--out", "/tmp/x", "-d", none}, ExitUsage, "p2pctl: --out records slots the CPU is handed: a --resident stream's stay on the GPU\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--coalesce", "17", "-d", none}, ExitUsage, "p2pctl: --coalesce 17: want 0 (the driver picks) to --slots (16)\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--slots", "8", "--coalesce", "-1", "-d", none}, ExitUsage, "p2pctl: --coalesce -1: want 0 (the driver picks) to --slots (8)\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "-d", none}, ExitUsage, "p2pctl: --resident on --mem cuda checks frames on the GPU: give --frame-size\n"},
 		{[]string{"bench", "--sizes", "0,4K", "-d", none}, ExitUsage, `--sizes: "0": sizes must be more than 0`},
 		{[]string{"bench", "--sizes", "4K,,8K", "-d", none}, ExitUsage, `--sizes: "" is not a size`},
 		{[]string{"desc", "c2h0", "-d", none}, ExitDevice, none + " does not exist"},
@@ -205,6 +228,12 @@ func TestJSONGolden(t *testing.T) {
 		{"stream.json", func() streamJSON {
 			l := streamLine(stream.Stats{Mode: stream.Direct, Pinning: stream.PinDmabuf, Bytes: 1 << 30, Slots: 16384,
 				Elapsed: 2 * time.Second, GBps: 0.5, Held: 2, MaxHeld: 5, SlotLatency: 40 * time.Microsecond}, true)
+			l.Time = at
+			return l
+		}(), true},
+		{"stream-resident.json", func() streamJSON {
+			l := streamLine(stream.Stats{Mode: stream.Direct, Pinning: stream.PinP2P, Resident: true, Fills: 16384, Bytes: 1 << 30,
+				Slots: 16384, Elapsed: 2 * time.Second, GBps: 0.5, Frames: frame.Stats{Frames: 16384, Bytes: 1 << 30}}, true)
 			l.Time = at
 			return l
 		}(), true},

@@ -38,14 +38,18 @@ type streamJSON struct {
 	Gaps        uint64    `json:"gaps"`
 	Duplicates  uint64    `json:"duplicates"`
 	CRCFailures uint64    `json:"crc_failures"`
-	Error       string    `json:"error,omitempty"`
+	// A resident stream's: slots and bytes are what the consumer on the
+	// GPU took, fills what the engine made (in the summary).
+	Resident bool   `json:"resident,omitempty"`
+	Fills    uint64 `json:"fills,omitempty"`
+	Error    string `json:"error,omitempty"`
 }
 
 func streamLine(st stream.Stats, summary bool) streamJSON {
 	out := streamJSON{Time: time.Now(), Summary: summary, Mode: st.Mode.String(), Seconds: st.Elapsed.Seconds(),
 		Bytes: st.Bytes, Slots: st.Slots, GBps: st.GBps, Held: st.Held, MaxHeld: st.MaxHeld,
 		LatencyUs: us(st.SlotLatency), Frames: st.Frames.Frames, Gaps: st.Frames.Gaps,
-		Duplicates: st.Frames.Duplicates, CRCFailures: st.Frames.CRCFailures}
+		Duplicates: st.Frames.Duplicates, CRCFailures: st.Frames.CRCFailures, Resident: st.Resident, Fills: st.Fills}
 	if st.Mode == stream.Direct {
 		out.Pinning = st.Pinning.String()
 	}
@@ -58,13 +62,29 @@ func streamLine(st stream.Stats, summary bool) streamJSON {
 func writeStreamLine(w io.Writer, l streamJSON) {
 	label := l.Time.Format("15:04:05")
 	if l.Summary {
-		label = fmt.Sprintf("summary (%s mode, %.1f s)", l.Mode, l.Seconds)
+		mode := l.Mode
+		if l.Resident {
+			mode = "resident " + mode
+		}
+		label = fmt.Sprintf("summary (%s mode, %.1f s)", mode, l.Seconds)
 		if l.Pinning != "" {
-			label = fmt.Sprintf("summary (%s mode pinned through %s, %.1f s)", l.Mode, l.Pinning, l.Seconds)
+			label = fmt.Sprintf("summary (%s mode pinned through %s, %.1f s)", mode, l.Pinning, l.Seconds)
 		}
 	}
-	fmt.Fprintf(w, "%s  %s in %d slots  %.3f GB/s  %.0f slots/s  held %d (max %d)  latency %.0f µs  frames %d  gaps %d  duplicates %d  CRC failures %d\n",
-		label, units.Bytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, l.Held, l.MaxHeld, l.LatencyUs, l.Frames, l.Gaps, l.Duplicates, l.CRCFailures)
+	frames := fmt.Sprintf("frames %d  gaps %d  duplicates %d  CRC failures %d", l.Frames, l.Gaps, l.Duplicates, l.CRCFailures)
+	switch {
+	case l.Resident && l.Summary:
+		fmt.Fprintf(w, "%s  %s in %d slots consumed of %d fills  %.3f GB/s  %.0f slots/s  %s\n",
+			label, units.Bytes(l.Bytes), l.Slots, l.Fills, l.GBps, l.SlotsPerS, frames)
+	case l.Resident:
+		// The engine's fills are known once the stream ended; the CPU
+		// holds no slot and sees none arrive.
+		fmt.Fprintf(w, "%s  %s in %d slots consumed  %.3f GB/s  %.0f slots/s  %s\n",
+			label, units.Bytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, frames)
+	default:
+		fmt.Fprintf(w, "%s  %s in %d slots  %.3f GB/s  %.0f slots/s  held %d (max %d)  latency %.0f µs  %s\n",
+			label, units.Bytes(l.Bytes), l.Slots, l.GBps, l.SlotsPerS, l.Held, l.MaxHeld, l.LatencyUs, frames)
+	}
 	if l.Error != "" {
 		fmt.Fprintf(w, "%s  ended: %s\n", label, l.Error)
 	}
@@ -72,6 +92,26 @@ func writeStreamLine(w io.Writer, l streamJSON) {
 
 // checkAuto is --check auto until the memory and mode are known.
 const checkAuto stream.Check = -1
+
+// streamResident validates --resident and --coalesce against the other
+// flags, before anything is opened.
+func streamResident(resident bool, coalesce, slots int, mode stream.Mode, out string) error {
+	if !resident {
+		if coalesce != 0 {
+			return usageErr("--coalesce is for --resident streams")
+		}
+		return nil
+	}
+	switch {
+	case mode == stream.Compat:
+		return usageErr("--resident keeps the ring in GPU memory, where its consumer runs: not with --mode compat")
+	case out != "":
+		return usageErr("--out records slots the CPU is handed: a --resident stream's stay on the GPU")
+	case coalesce < 0 || coalesce > slots:
+		return usageErr("--coalesce %d: want 0 (the driver picks) to --slots (%d)", coalesce, slots)
+	}
+	return nil
+}
 
 // streamCheck validates --check and --frame-size against each other and
 // the memory, before anything is opened.
@@ -105,7 +145,8 @@ func streamCheck(check, mem string, mode stream.Mode, slotSize, frameSize uint64
 
 func newStreamCmd(g *globals) *cobra.Command {
 	var mode, mem, channel, out, check, metricsAddr string
-	var slots int
+	var slots, coalesce int
+	var resident bool
 	var frameSize sizeValue
 	var slotSize sizeValue = 64 << 10
 	var duration, interval time.Duration
@@ -128,6 +169,14 @@ the slots' bytes to a file (CPU-visible memory only). GPU memory is CUDA's
 in Prometheus' text format at http://ADDR/metrics while the stream runs
 (gpufpga_stream_* and gpufpga_device_*, labelled with the device and
 channel; pkg/metrics).
+
+--resident runs a GPU-resident stream: a consumer on the GPU takes each
+slot and gives it back to the engine itself, with no CPU work per slot
+(direct mode; on CUDA a persistent kernel checks every frame word by word
+where it lands, as --check gpu with --frame-size; the simulated GPU's
+consumer checks frames as --check cpu does). The statistics are the slots and bytes the
+consumer took, and the summary the fills the engine made. --coalesce is
+its fills per engine interrupt (0: the driver picks).
 
 ` + sizeHelp,
 		Args: usageArgs(cobra.NoArgs),
@@ -160,6 +209,12 @@ channel; pkg/metrics).
 			if slots < 1 || interval <= 0 {
 				return usageErr("--slots and --interval must be positive")
 			}
+			if err := streamResident(resident, coalesce, slots, sm, out); err != nil {
+				return err
+			}
+			if resident && mem == memCUDA && frameSize == 0 {
+				return usageErr("--resident on --mem cuda checks frames on the GPU: give --frame-size")
+			}
 			if mem == memHost {
 				return usageErr("--mem %s: a stream's slots end up in GPU memory: want %s", mem, g.opts.streamKinds())
 			}
@@ -185,9 +240,13 @@ channel; pkg/metrics).
 				return err
 			}
 			defer closeGPU()
+			if _, ok := gpu.(stream.ResidentGPU); resident && !ok {
+				return usageErr("--resident: --mem %s has no resident consumer", mem)
+			}
 			cfg := stream.Config{
 				Device: d, Channel: idx, SlotSize: uint64(slotSize), Slots: slots, Mode: sm,
 				GPU: gpu, FrameSize: int(frameSize), Pinning: via.p,
+				Resident: resident, Coalesce: coalesce,
 			}
 			// The library's choice, so that p2pctl runs what Start would.
 			if cfg.Mode, cfg.Pinning, err = cfg.Resolve(); err != nil {
@@ -255,6 +314,14 @@ channel; pkg/metrics).
 			}
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
+			// A resident stream hands no slot over: --bytes is watched
+			// on a clock instead, not per slot.
+			var limitTick <-chan time.Time
+			if resident && limit > 0 {
+				t := time.NewTicker(10 * time.Millisecond)
+				defer t.Stop()
+				limitTick = t.C
+			}
 			for {
 				select {
 				case f, ok := <-s.Filled():
@@ -288,6 +355,11 @@ channel; pkg/metrics).
 					if err := emit(streamLine(s.Stats(), false)); err != nil {
 						return err
 					}
+				case <-limitTick:
+					if s.Stats().Bytes >= uint64(limit) {
+						s.Stop()
+						limitTick = nil
+					}
 				}
 			}
 		},
@@ -304,6 +376,8 @@ channel; pkg/metrics).
 	durationFlag(cmd, &interval, "interval", time.Second, "statistics interval")
 	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
 	cmd.Flags().Var(&via, "pin", pinHelp+" (direct mode)")
+	cmd.Flags().BoolVar(&resident, "resident", false, "GPU-resident: a consumer on the GPU takes and gives back the slots (direct mode)")
+	cmd.Flags().IntVar(&coalesce, "coalesce", 0, "--resident: fills per engine interrupt, 1 to --slots (0: the driver picks)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while streaming (e.g. :9464)")
 	return cmd
 }

@@ -209,10 +209,14 @@ func (g *GPU) Counters() (Counters, error) {
 }
 
 // StreamGPU is the simulated GPU as pkg/stream's GPU: allocations laid
-// out by Pattern, CPU-visible, filled in compat mode by CPU copies.
+// out by Pattern, CPU-visible, filled in compat mode by CPU copies, and
+// consumed in resident sessions by a Consumer (StartConsumer).
 type StreamGPU struct {
 	GPU     *GPU
 	Pattern Pattern
+	// Tune, if set, sees each resident session's Consumer before it
+	// runs: to make it slow or stall it.
+	Tune func(*Consumer)
 }
 
 // Alloc implements stream.GPU.
