@@ -466,8 +466,10 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 				c.errors++;
 			}
 			// The fill is done when its last chunk is; chunk 0's
-			// sequence numbers are seen before.
-			fence_gpu();
+			// sequence numbers are seen before (one chunk: the
+			// release below orders them).
+			if (chunks > 1)
+				fence_gpu();
 			if (chunks == 1 || atomicAdd(&chunks_done[k % nslots], 1ull) == chunks - 1) {
 				chunks_done[k % nslots] = 0;
 				st_release_gpu(&done[k % nslots], k + 1);
