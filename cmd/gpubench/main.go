@@ -97,7 +97,12 @@ type report struct {
 	Calibration    []calibration `json:"compat_source_calibration,omitempty"`
 	CompatMedian   float64       `json:"compat_median_ratio_to_peak"`
 	SourceMin      float64       `json:"compat_source_alone_min_ratio_to_peak"`
-	Seconds        float64       `json:"seconds"`
+	// CopyUnderSource is the pinned copy peak measured again while the
+	// compat source writes frames into a ring of its own at the compat
+	// path's median rate: what the copies can do while the host's memory
+	// also takes the source's writes, with no session in between.
+	CopyUnderSource *copyUnderSource `json:"copy_under_source,omitempty"`
+	Seconds         float64          `json:"seconds"`
 }
 
 // CUDA device attributes read here alone.
@@ -281,6 +286,17 @@ func run(cc compatConfig, compatOnly bool, reps int, out string) error {
 		}
 	}
 	r.CompatMedian = median(ratios)
+	var rates []float64
+	for _, c := range r.Compat {
+		rates = append(rates, c.GBps)
+	}
+	copy64 := func(off uint64) error { return s.CopyHtoD(dst.Ptr+off, hb, off, 64<<20) }
+	if r.CopyUnderSource, err = measureCopyUnderSource(cc, median(rates), r.HtoDPeak, func() (float64, error) {
+		c, err := timeit(64<<20, 1024, copy64)
+		return c.GBps, err
+	}); err != nil {
+		return fmt.Errorf("compat path: copies under the source's writes: %w", err)
+	}
 	r.GPUEnd = nvidiaSMI()
 	r.Seconds = time.Since(t0).Seconds()
 

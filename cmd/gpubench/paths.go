@@ -321,3 +321,48 @@ func benchCompat(g *cuda.Device, cc compatConfig, peak float64) (*compatRun, err
 	}
 	return r, nil
 }
+
+// copyUnderSource is the copy peak with the compat source writing beside it.
+type copyUnderSource struct {
+	SourceWorkers int     `json:"source_workers"`
+	TargetGBps    float64 `json:"source_target_gb_per_s"` // the compat path's median rate
+	SourceGBps    float64 `json:"source_gb_per_s"`        // what it wrote meanwhile
+	CopyGBps      float64 `json:"copy_gb_per_s"`
+	RatioToPeak   float64 `json:"copy_ratio_to_peak"`
+}
+
+// measureCopyUnderSource runs the compat source into a host ring of its
+// own, its slots released at target GB/s (as the compat path's copies
+// release them), while copy measures pinned copies from another buffer.
+func measureCopyUnderSource(cc compatConfig, target, peak float64, copy func() (float64, error)) (*copyUnderSource, error) {
+	host, err := unix.Mmap(-1, 0, cc.slotSize*cc.slots, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_POPULATE)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Munmap(host)
+	src, err := compatSource(host, cc, cc.workers)
+	if err != nil {
+		return nil, err
+	}
+	r := &copyUnderSource{SourceWorkers: cc.workers, TargetGBps: target}
+	var written uint64
+	paced := make(chan struct{})
+	go func() {
+		defer close(paced)
+		t0 := time.Now()
+		for sl := range src.Slots() {
+			written += sl.Bytes
+			if ahead := time.Duration(float64(written)/(target*1e9)*1e9) - time.Since(t0); ahead > 0 {
+				time.Sleep(ahead)
+			}
+			src.Release(sl.Index)
+		}
+		r.SourceGBps = float64(written) / time.Since(t0).Seconds() / 1e9
+	}()
+	time.Sleep(200 * time.Millisecond) // the source at its pace
+	r.CopyGBps, err = copy()
+	src.Stop()
+	<-paced
+	r.RatioToPeak = r.CopyGBps / peak
+	return r, err
+}
