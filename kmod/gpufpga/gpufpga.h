@@ -315,6 +315,7 @@ struct gpufpga_mem {
 			struct nvidia_p2p_page_table *pt;
 			struct nvidia_p2p_dma_mapping *map;
 			u64 va;
+			u8 gpu_uuid[16];	/* the GPU's, from the page table */
 			bool freed;	/* by NVIDIA, after the free callback (lock) */
 			/* Unpinned, put_pages refused: the callback frees (lock). */
 			bool orphaned;

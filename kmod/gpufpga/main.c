@@ -213,6 +213,7 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 	a.state = gpufpga_dev_state(dev);
 	a.resets = READ_ONCE(dev->resets);
 	a.errors = READ_ONCE(dev->errors);
+	a.features = GPUFPGA_FEATURE_RESIDENT;
 	return gpufpga_copy_out(arg, size, &a, sizeof(a));
 }
 

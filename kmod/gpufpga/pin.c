@@ -317,6 +317,8 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 	else if (!gpufpga_nv_page_table_ok(pt) || pt->page_size != NVIDIA_P2P_PAGE_SIZE_64KB ||
 		 pt->entries != m->npages)
 		ret = -EOPNOTSUPP;
+	else if (pt->gpu_uuid)
+		memcpy(m->nv.gpu_uuid, pt->gpu_uuid, sizeof(m->nv.gpu_uuid));
 	spin_unlock(&m->lock);
 	if (ret) {
 		if (ret == -EOPNOTSUPP)

@@ -66,6 +66,7 @@ struct gpufpga_stream_state {
 	u64 consumed;			/* the consumer's count, last accepted */
 	u64 granted;			/* credits given since the start */
 	bool polling;			/* poll armed or running */
+	unsigned int poll_idle;		/* polls in a row that granted nothing */
 	ktime_t poll_period;
 	struct hrtimer poll;
 };
@@ -121,6 +122,23 @@ static void gpufpga_stream_hold(struct gpufpga_stream_state *st, struct gpufpga_
 static bool gpufpga_in_host(const struct gpufpga_mem *m)
 {
 	return m->kind == GPUFPGA_PIN_HOST;
+}
+
+/*
+ * Whether the engine's writes reach a and b by one path, so that a result
+ * written after a slot's data is seen after it: the same kind of pin, and
+ * for GPU pins the same GPU, for dma-bufs the same exporter.
+ */
+static bool gpufpga_same_memory(const struct gpufpga_mem *a, const struct gpufpga_mem *b)
+{
+	if (a->kind != b->kind)
+		return false;
+	if (a->kind == GPUFPGA_PIN_GPU)
+		return !memcmp(a->nv.gpu_uuid, b->nv.gpu_uuid, sizeof(a->nv.gpu_uuid));
+	if (a->kind == GPUFPGA_PIN_DMABUF)
+		return a->dmabuf.buf->ops == b->dmabuf.buf->ops &&
+		       !strcmp(a->dmabuf.buf->exp_name, b->dmabuf.buf->exp_name);
+	return true;
 }
 
 static bool gpufpga_stream_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
@@ -253,6 +271,17 @@ static int gpufpga_resident_collect(struct gpufpga_chan *ch, struct gpufpga_stre
 	return n;
 }
 
+/* Sets the consumer's count, before the stream starts. */
+static void gpufpga_resident_set_consumed(struct gpufpga_stream_state *st, u64 consumed)
+{
+	struct gpufpga_consumer *c;
+	void *page = kmap_local_page(st->consumer_page);
+
+	c = page + st->consumer_off;
+	WRITE_ONCE(c->consumed, consumed);
+	kunmap_local(page);
+}
+
 /* The consumer's count: its word in a host pin, which only it writes. */
 static u64 gpufpga_resident_consumed(struct gpufpga_stream_state *st)
 {
@@ -268,31 +297,35 @@ static u64 gpufpga_resident_consumed(struct gpufpga_stream_state *st)
 
 /*
  * Counts the fills, takes the consumer's count and grants the engine the
- * credits it freed. Returns the fills found, or -ERANGE for a count the
- * engine has not reached or one that went back. Sets *starved when the
- * engine has too few credits to reach its next interrupt: then only the
- * poll sees the consumer move on.
+ * credits it freed. Returns the fills found, or -ERANGE for a count that
+ * went back or passed what the engine was allowed to fill. A count past
+ * the fills counted so far is taken only up to them: PG195 does not say
+ * whether the engine moves its count before or after it writes a result,
+ * which the consumer may have seen first. Sets *starved when the engine
+ * has too few credits to reach its next interrupt (then only the poll
+ * sees the consumer move on), and *granted when credits were given.
  */
 static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_state *st,
-				 bool *starved)
+				 bool *starved, bool *granted)
 {
 	u64 consumed = gpufpga_resident_consumed(st);
 	u32 credits;
 	int n;
 
 	*starved = false;
-	/* consumed counts no fill the engine's count, read next, lacks. */
-	rmb();
+	*granted = false;
+	rmb();	/* the count, read next, is no older than the consumer's */
 	n = gpufpga_resident_collect(ch, st);
 	if (READ_ONCE(ch->dev->offline) || ch->dev->link_down)
 		return n;
-	if (consumed - st->consumed > st->seq - st->consumed)
+	if (consumed - st->consumed > st->granted - st->consumed)
 		return -ERANGE;
-	st->consumed = consumed;
-	credits = consumed + st->nslots - st->granted;
+	st->consumed = min(consumed, st->seq);
+	credits = st->consumed + st->nslots - st->granted;
 	if (credits) {
 		gpufpga_chan_add_credits(ch, credits);
 		st->granted += credits;
+		*granted = true;
 	}
 	*starved = st->granted - st->seq < st->coalesce;
 	return n;
@@ -301,11 +334,12 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 /* Runs a pass from an interrupt or the watchdog; starts the poll if needed. */
 static int gpufpga_resident_look(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
-	bool starved;
-	int ret = gpufpga_resident_pass(ch, st, &starved);
+	bool starved, granted;
+	int ret = gpufpga_resident_pass(ch, st, &starved, &granted);
 
 	if (ret >= 0 && starved && !st->polling) {
 		st->polling = true;
+		st->poll_idle = 0;
 		hrtimer_start(&st->poll, st->poll_period, HRTIMER_MODE_REL);
 	}
 	return ret;
@@ -397,28 +431,31 @@ static void gpufpga_stream_fail(struct gpufpga_chan *ch, int error)
 /*
  * The poll: while the engine is short of credits, passes until the
  * consumer has freed enough for the engine to reach its next interrupt.
- * Hard IRQ (soft on PREEMPT_RT). Ends when the stream does: it stops
- * rearming once ch->acq is another, and the stream's end waits for it.
+ * A consumer that stands still is read less and less often, down to one
+ * read every 64 periods. Hard IRQ (soft on PREEMPT_RT). Ends when the
+ * stream does: it stops rearming once ch->acq is another, and the
+ * stream's end waits for it.
  */
 static enum hrtimer_restart gpufpga_resident_poll(struct hrtimer *timer)
 {
 	struct gpufpga_stream_state *st = container_of(timer, struct gpufpga_stream_state, poll);
 	struct gpufpga_chan *ch = st->ch;
-	bool starved = false;
+	bool starved = false, granted = false;
 	unsigned long flags;
 	int ret;
 
 	spin_lock_irqsave(&ch->lock, flags);
 	if (ch->acq == st && !ch->acq_error && !ch->halting && !READ_ONCE(ch->dev->offline)) {
-		ret = gpufpga_resident_pass(ch, st, &starved);
+		ret = gpufpga_resident_pass(ch, st, &starved, &granted);
 		if (ret < 0)
 			gpufpga_stream_fail(ch, ret);
 	}
 	st->polling = starved;
+	st->poll_idle = granted ? 0 : min(st->poll_idle + 1, 6U);
 	spin_unlock_irqrestore(&ch->lock, flags);
 	if (!starved)
 		return HRTIMER_NORESTART;
-	hrtimer_forward_now(timer, st->poll_period);
+	hrtimer_forward_now(timer, st->poll_period << st->poll_idle);
 	return HRTIMER_RESTART;
 }
 
@@ -595,9 +632,8 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_chan *ch,
 			ret = gpufpga_check_alignment(ch, probe.segs, probe.nsegs, 0);
 		if (ret)
 			return ret;
-		/* A resident slot has one result: one descriptor, in one kind of memory. */
-		if (st->resident && (probe.nsegs != 1 ||
-				     gpufpga_in_host(m) != gpufpga_in_host(st->mems[0] ?: m)))
+		/* A resident slot has one result: one descriptor, in one memory. */
+		if (st->resident && (probe.nsegs != 1 || !gpufpga_same_memory(m, st->mems[0] ?: m)))
 			return -EINVAL;
 		st->first[i] = st->ndescs;
 		st->ndescs += probe.nsegs;
@@ -610,11 +646,11 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_chan *ch,
 
 /*
  * Looks up a resident stream's results or consumer: at least need bytes,
- * aligned to align on the bus, in host memory or not as host says.
+ * aligned to align, in the memory of like (a host pin if like is NULL).
  */
 static struct gpufpga_mem *gpufpga_resident_mem(struct gpufpga_file *f,
 						const struct gpufpga_seg *us, u64 need,
-						u32 align, bool host)
+						u32 align, const struct gpufpga_mem *like)
 {
 	struct gpufpga_mem *m = xa_load(&f->pins, us->handle);
 
@@ -623,7 +659,8 @@ static struct gpufpga_mem *gpufpga_resident_mem(struct gpufpga_file *f,
 	if (!gpufpga_mem_active(m))
 		return ERR_PTR(-EKEYREVOKED);
 	if (us->len < need || us->offset >= m->len || us->len > m->len - us->offset ||
-	    (m->offset + us->offset) % align || gpufpga_in_host(m) != host)
+	    (m->offset + us->offset) % align ||
+	    (like ? !gpufpga_same_memory(m, like) : !gpufpga_in_host(m)))
 		return ERR_PTR(-EINVAL);
 	return m;
 }
@@ -644,8 +681,7 @@ static int gpufpga_resident_pins(struct gpufpga_file *f, struct gpufpga_stream_s
 	u32 i;
 	int ret;
 
-	m = gpufpga_resident_mem(f, &a->results, st->nslots * size, size,
-				 gpufpga_in_host(st->mems[0]));
+	m = gpufpga_resident_mem(f, &a->results, st->nslots * size, size, st->mems[0]);
 	if (IS_ERR(m))
 		return PTR_ERR(m);
 	gpufpga_stream_hold(st, m);
@@ -655,16 +691,19 @@ static int gpufpga_resident_pins(struct gpufpga_file *f, struct gpufpga_stream_s
 						    i * size, size, 1);
 		if (ret)
 			return ret;
+		if (seg.addr % size)
+			return -EINVAL;
 		st->result_bus[i] = seg.addr;
 	}
 	m = gpufpga_resident_mem(f, &a->consumer, sizeof(struct gpufpga_consumer),
-				 sizeof(struct gpufpga_consumer), true);
+				 sizeof(struct gpufpga_consumer), NULL);
 	if (IS_ERR(m))
 		return PTR_ERR(m);
 	gpufpga_stream_hold(st, m);
 	off = m->offset + a->consumer.offset;
 	st->consumer_page = m->host.pages[off >> PAGE_SHIFT];
 	st->consumer_off = offset_in_page(off);
+	gpufpga_resident_set_consumed(st, 0);
 	return 0;
 }
 
@@ -689,7 +728,7 @@ static int gpufpga_stream_can_run(struct gpufpga_chan *ch, struct gpufpga_stream
 	if (ch->acq || ch->active || !list_empty(&ch->queue))
 		return -EBUSY;
 	/* As for transfers: a revocation since the lookup wins. */
-	for (i = 0; i < st->nslots; i++)
+	for (i = 0; i < st->nmems; i++)
 		if (!gpufpga_mem_active(st->mems[i]))
 			return -EKEYREVOKED;
 	return 0;
@@ -707,6 +746,22 @@ static int gpufpga_stream_named(struct gpufpga_stream_state *st, struct gpufpga_
 	if (!id)
 		return st->named ? -EINVAL : 0;
 	return id == st->id ? 0 : -ENOENT;
+}
+
+/*
+ * A result must not pass its slot's data on the way to the GPU: while
+ * the function may run resident streams its writes go without relaxed
+ * ordering, which the PCIe spec has on at reset. Process context.
+ */
+static void gpufpga_resident_strict_order(struct gpufpga_dev *dev)
+{
+	u16 ctl;
+
+	if (pcie_capability_read_word(dev->pdev, PCI_EXP_DEVCTL, &ctl) ||
+	    !(ctl & PCI_EXP_DEVCTL_RELAX_EN))
+		return;
+	pcie_capability_clear_word(dev->pdev, PCI_EXP_DEVCTL, PCI_EXP_DEVCTL_RELAX_EN);
+	dev_info(&dev->pdev->dev, "relaxed ordering off: GPU-resident results must follow their data\n");
 }
 
 /*
@@ -796,6 +851,8 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	mutex_unlock(&f->lock);
 	if (ret)
 		goto err;
+	if (st->resident)
+		gpufpga_resident_strict_order(f->dev);
 
 	mutex_lock(&ch->mutex);
 	mutex_lock(&ch->build_mutex);

@@ -83,6 +83,7 @@ const (
 	ErrorIllegalAddress              Result = 700
 	ErrorLaunchFailed                Result = 719
 	ErrorNotFound                    Result = 500
+	ErrorNotReady                    Result = 600
 	ErrorHostMemoryAlreadyRegistered Result = 712
 	ErrorHostMemoryNotRegistered     Result = 713
 	ErrorPeerAccessUnsupported       Result = 217
@@ -151,6 +152,7 @@ const (
 	cuPointerSetAttribute
 	cuStreamCreate
 	cuStreamDestroy_v2
+	cuStreamQuery
 	cuStreamSynchronize
 	cuMemAddressFree
 	cuMemAddressReserve
@@ -211,6 +213,7 @@ var symNames = [numSyms]string{
 	cuPointerSetAttribute:         "cuPointerSetAttribute",
 	cuStreamCreate:                "cuStreamCreate",
 	cuStreamDestroy_v2:            "cuStreamDestroy_v2",
+	cuStreamQuery:                 "cuStreamQuery",
 	cuStreamSynchronize:           "cuStreamSynchronize",
 	cuMemAddressFree:              "cuMemAddressFree",
 	cuMemAddressReserve:           "cuMemAddressReserve",
@@ -637,6 +640,16 @@ func (s *Stream) Close() error {
 
 // Sync waits for the stream's work.
 func (s *Stream) Sync() error { return s.dev.call(cuStreamSynchronize, s.s) }
+
+// Idle reports whether everything queued on the stream has finished
+// (cuStreamQuery), without waiting: a failure of that work is returned.
+func (s *Stream) Idle() (bool, error) {
+	err := s.dev.call(cuStreamQuery, s.s)
+	if errors.Is(err, ErrorNotReady) {
+		return false, nil
+	}
+	return err == nil, err
+}
 
 // CopyHtoD queues a copy of the n bytes at offset off of src to device
 // address dst.

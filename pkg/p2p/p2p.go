@@ -289,6 +289,9 @@ type Info struct {
 	// a system sleep; what ran then failed with ErrReset. Errors counts
 	// the uncorrectable PCIe (AER) errors reported to the driver.
 	Resets, Errors uint32
+	// ResidentStreams says whether the driver runs GPU-resident streams
+	// (StartResidentStream).
+	ResidentStreams bool
 }
 
 // DeviceState is where the device is in its lifecycle.
@@ -348,7 +351,7 @@ func (d *Device) Info() (Info, error) {
 		MaxDescLen: a.Max_desc_len, MaxDescs: a.Max_descs, MaxSegs: a.Max_segs, MaxPins: a.Max_pins,
 		MaxPinned: a.Max_pinned, MaxPinnedTotal: a.Max_pinned_total, PinnedTotal: a.Pinned_total,
 		DefaultTimeoutMS: a.Default_timeout_ms, MaxQueued: a.Max_queued,
-		State: DeviceState(a.State), Resets: a.Resets, Errors: a.Errors,
+		State: DeviceState(a.State), Resets: a.Resets, Errors: a.Errors, ResidentStreams: a.Features&featureResident != 0,
 	}
 	for dir, flags := range [2][maxChannels]uint32{a.H2c, a.C2h} {
 		for i, f := range flags {

@@ -83,6 +83,13 @@ func (d *Device) StartResidentStream(channel int, slots []Segment, r Resident) (
 	if r.Coalesce < 0 || r.Coalesce > len(slots) {
 		return nil, &Error{Op: "stream", Err: unix.EINVAL, Kind: ErrInvalid, Detail: fmt.Sprintf("coalescing %d fills of %d slots", r.Coalesce, len(slots))}
 	}
+	info, err := d.Info()
+	if err != nil {
+		return nil, err
+	}
+	if !info.ResidentStreams {
+		return nil, &Error{Op: "stream", Err: unix.EOPNOTSUPP, Kind: ErrABI, Detail: "this gpufpga driver has no GPU-resident streams"}
+	}
 	return d.startStream(channel, slots, &r)
 }
 

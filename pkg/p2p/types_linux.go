@@ -42,6 +42,7 @@ const (
 	slotEOP        = C.GPUFPGA_SLOT_EOP
 
 	streamFlagResident = C.GPUFPGA_STREAM_RESIDENT
+	featureResident    = C.GPUFPGA_FEATURE_RESIDENT
 
 	iocInfo   = C.GPUFPGA_IOC_INFO
 	iocPin    = C.GPUFPGA_IOC_PIN

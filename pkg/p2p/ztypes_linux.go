@@ -36,6 +36,7 @@ const (
 	slotEOP        = 0x1
 
 	streamFlagResident = 0x1
+	featureResident    = 0x1
 
 	iocInfo   = 0x8080d600
 	iocPin    = 0xc050d601
@@ -69,7 +70,9 @@ type (
 		State              uint32
 		Resets             uint32
 		Errors             uint32
-		Reserved           [2]uint64
+		Features           uint32
+		Pad                uint32
+		Reserved           uint64
 	}
 	pinArg struct {
 		Kind        uint32

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -260,7 +261,9 @@ type Counters struct {
 	// bad fills, once for each part of one read by a worker of its own
 	// (the resident consumer's chunks, the CPU-driven one's blocks).
 	FirstError uint64 `json:"first_error"`
-	// Published is how far the consumer published (resident only).
+	// Published is how far the consumer published (resident only); the
+	// publisher's own bytes record what it published, read live by
+	// FrameConsumer.Bytes.
 	Published uint64 `json:"published,omitempty"`
 	// Frames, Gaps and Duplicates count FRM1 frames (StartFrames):
 	// frames checked, frames missing between fills, frames at or behind
@@ -293,12 +296,14 @@ func threadCPU() time.Duration {
 // closed; body returns the counters.
 type consumerThread struct {
 	stop chan struct{}
+	once sync.Once
 	done chan struct{}
 	c    Counters
 	err  error
 }
 
-func startThread(g *cuda.Device, body func(stop <-chan struct{}) (Counters, error)) (*consumerThread, error) {
+// begin, if not nil, runs first on the thread: its failure is Start's.
+func startThread(g *cuda.Device, begin func() error, body func(stop <-chan struct{}) (Counters, error)) (*consumerThread, error) {
 	t := &consumerThread{stop: make(chan struct{}), done: make(chan struct{})}
 	started := make(chan error, 1)
 	go func() {
@@ -308,6 +313,12 @@ func startThread(g *cuda.Device, body func(stop <-chan struct{}) (Counters, erro
 			return
 		}
 		defer g.Unlock()
+		if begin != nil {
+			if err := begin(); err != nil {
+				started <- err
+				return
+			}
+		}
 		started <- nil
 		cpu0 := threadCPU()
 		t.c, t.err = body(t.stop)
@@ -321,7 +332,7 @@ func startThread(g *cuda.Device, body func(stop <-chan struct{}) (Counters, erro
 }
 
 func (t *consumerThread) Stop() (Counters, error) {
-	close(t.stop)
+	t.once.Do(func() { close(t.stop) })
 	<-t.done
 	return t.c, t.err
 }
@@ -381,6 +392,21 @@ type FrameConsumer struct {
 	published func() uint64
 }
 
+// Done is closed once the kernel has ended: stopped, or failed (Stop
+// says why).
+func (c *FrameConsumer) Done() <-chan struct{} { return c.run.t.done }
+
+// Bytes returns the bytes of the fills published so far, every 64 fills;
+// 0 once stopped.
+func (c *FrameConsumer) Bytes() uint64 {
+	c.run.mu.Lock()
+	defer c.run.mu.Unlock()
+	if c.run.freed {
+		return 0
+	}
+	return atomic.LoadUint64((*uint64)(c.run.ctl.Ptr(64 + 8)))
+}
+
 // StartFrames launches resident_consume on a driver stream's ring in
 // frames mode: each fill's FRM1 frames are checked word by word, and gaps
 // in their sequence numbers counted, with no CPU work per slot. Start it
@@ -405,12 +431,18 @@ func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*Fram
 // (ErrStalled), and returns its counters.
 func (c *FrameConsumer) Stop(ctx context.Context, fills uint64) (Counters, error) {
 	var waitErr error
-	for c.published() < fills && waitErr == nil {
-		select {
-		case <-ctx.Done():
-			waitErr = fmt.Errorf("%w: %d of %d fills consumed: %w", ErrStalled, c.published(), fills, ctx.Err())
-		case <-time.After(100 * time.Microsecond):
+	if c.published() < fills {
+		tick := time.NewTicker(100 * time.Microsecond)
+		for c.published() < fills && waitErr == nil {
+			select {
+			case <-ctx.Done():
+				waitErr = fmt.Errorf("%w: %d of %d fills consumed: %w", ErrStalled, c.published(), fills, ctx.Err())
+			case <-c.Done():
+				waitErr = fmt.Errorf("%w: %d of %d fills consumed when the kernel ended", ErrStalled, c.published(), fills)
+			case <-tick.C:
+			}
 		}
+		tick.Stop()
 	}
 	cnt, err := c.run.Stop()
 	return cnt, errors.Join(waitErr, err)
@@ -482,14 +514,26 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 		chunks = min(chunks, max(a.slotSize/a.frameSize, 1))
 	}
 	stop := (*uint32)(ctl.Ptr(0))
-	t, err := startThread(g, func(quit <-chan struct{}) (Counters, error) {
-		var c Counters
-		err := k.consume.Launch(s, w+1, threads, 0, a.slots, uint64(a.slotSize), a.results, uint64(a.nslots),
+	launch := func() error {
+		return k.consume.Launch(s, w+1, threads, 0, a.slots, uint64(a.slotSize), a.results, uint64(a.nslots),
 			a.consumer, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, a.nsrc, cfg.Delay, uint64(chunks), uint64(a.frameSize))
-		if err != nil {
-			return c, err
+	}
+	t, err := startThread(g, launch, func(quit <-chan struct{}) (Counters, error) {
+		var c Counters
+		// The kernel leaves only when told: one that ends first failed.
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+	wait:
+		for {
+			select {
+			case <-quit:
+				break wait
+			case <-tick.C:
+				if idle, err := s.Idle(); idle || err != nil {
+					return c, fmt.Errorf("%w: resident_consume ended by itself: %v", ErrStalled, err)
+				}
+			}
 		}
-		<-quit
 		atomic.StoreUint32(stop, 1)
 		if err := s.Sync(); err != nil {
 			return c, fmt.Errorf("resident_consume: %w", err)
@@ -514,17 +558,25 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 		cleanup()
 		return nil, err
 	}
-	return &residentRun{t: t, cleanup: cleanup}, nil
+	return &residentRun{t: t, ctl: ctl, cleanup: cleanup}, nil
 }
 
 type residentRun struct {
 	t       *consumerThread
+	ctl     *cuda.MappedBuffer // the stop word, then the counters
 	cleanup func()
+	mu      sync.Mutex // freed, and cleanup's run
+	freed   bool
 }
 
 func (r *residentRun) Stop() (Counters, error) {
 	c, err := r.t.Stop()
-	r.cleanup()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.freed {
+		r.cleanup()
+		r.freed = true
+	}
 	return c, err
 }
 
@@ -543,7 +595,7 @@ func (k *Kernels) StartCPUDriven(g *cuda.Device, r *GPURing) (RingConsumer, erro
 	}
 	grid := min(max(r.SlotSize/(threads*16*4), 1), sms)
 	var quit atomic.Bool
-	t, err := startThread(g, func(stopc <-chan struct{}) (Counters, error) {
+	t, err := startThread(g, nil, func(stopc <-chan struct{}) (Counters, error) {
 		var c Counters
 		s, err := g.NewStream()
 		if err != nil {

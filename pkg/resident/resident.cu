@@ -42,7 +42,8 @@
 // compared with what the format says, which the frame's CRC only sums up.
 // The publisher, in fill order, counts the frames missing between fills
 // (gaps: the FPGA dropped them) and those at or behind the last one seen
-// (duplicates), as frame.Checker does. Chunks split a fill by frames.
+// (duplicates), as frame.Checker does; a fill that fails its check counts
+// as an error, and its frames as missing. Chunks split a fill by frames.
 //
 // Stop: the host sets *stop once everything produced is consumed; the
 // dispatcher, once nothing is in flight, tells the publisher how many
@@ -295,9 +296,10 @@ __device__ static void dispatch(struct slot_result *results, u64 nslots, const u
 // done fill's status and publishes how far every fill is done; it never
 // waits behind the dispatcher's reads of the results.
 __device__ static void publish(struct slot_result *results, u64 nslots, u64 *consumer, u64 *done,
-			       const u64 *first_seq, const u64 *nframes, struct counters *out)
+			       const u64 *length, const u64 *first_seq, const u64 *nframes,
+			       struct counters *out)
 {
-	u64 pub = 0, next = 0, gaps = 0, dups = 0;
+	u64 pub = 0, next = 0, gaps = 0, dups = 0, bytes = 0;
 	bool seen = false;
 
 	for (;;) {
@@ -313,10 +315,15 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 			if (n && (!seen || first + n > next))
 				next = first + n;
 			seen |= n != 0;
+			bytes += length[pub % nslots];
 			st_volatile32(&results[pub % nslots].status, 0);
 			pub++;
 		}
 		if (pub != was) {
+			// The host reads how many bytes while the kernel runs:
+			// every 64 fills, not to add a PCIe write to each batch.
+			if (pub >> 6 != was >> 6)
+				st_volatile64(&out->bytes, bytes);
 			// The release orders the clears before the index, and
 			// before s_pub lets the dispatcher read the slot again.
 			st_release_sys(consumer, pub);
@@ -325,6 +332,7 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 			break;
 		}
 	}
+	st_volatile64(&out->bytes, bytes);
 	st_volatile64(&out->gaps, gaps);
 	st_volatile64(&out->duplicates, dups);
 	s_pub_done = 1;
@@ -347,7 +355,7 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 		dispatch(results, nslots, stop, ready, length);
 	} else {
 		if (threadIdx.x == 32)
-			publish(results, nslots, consumer, done, first_seq, nframes, out);
+			publish(results, nslots, consumer, done, length, first_seq, nframes, out);
 		return;
 	}
 	if (threadIdx.x == 0) {
@@ -438,15 +446,18 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 
 				ld_cv2(slot + 0, &h0, &h1);
 				s_base = h1;
-				if (ch == 0) {
-					first_seq[k % nslots] = bad ? 0 : h1;
-					nframes[k % nslots] = bad ? 0 : nf;
-				}
 			}
 			__syncthreads();
 			for (f = lo; !bad && f < hi; f++)
 				bad = __syncthreads_or(verify_frame(slot + f * frame_size, frame_size, s_base + f));
 			c.frames += threadIdx.x == 0 && !bad ? hi - lo : 0;
+			// The chunk that checked frame 0 says where the fill's
+			// frames start, once they are checked: a fill that failed
+			// has none to count.
+			if (threadIdx.x == 0 && ((lo == 0 && hi > 0) || (nf == 0 && ch == 0))) {
+				first_seq[k % nslots] = bad ? 0 : s_base;
+				nframes[k % nslots] = bad ? 0 : nf;
+			}
 			lo *= frame_size / 16; // as 16-byte pairs, for the bytes below
 			hi *= frame_size / 16;
 		} else {
@@ -465,14 +476,19 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 					c.first_error = k + 1;
 				c.errors++;
 			}
-			// The fill is done when its last chunk is; chunk 0's
-			// sequence numbers are seen before (one chunk: the
-			// release below orders them).
-			if (chunks > 1)
-				fence_gpu();
-			if (chunks == 1 || atomicAdd(&chunks_done[k % nslots], 1ull) == chunks - 1) {
-				chunks_done[k % nslots] = 0;
+			// The fill is done when its last chunk is. The chunk
+			// that wrote its sequence numbers fences before its
+			// count, the last one after: the release of done then
+			// orders them (one chunk: the release alone does).
+			if (chunks == 1) {
 				st_release_gpu(&done[k % nslots], k + 1);
+			} else {
+				fence_gpu();
+				if (atomicAdd(&chunks_done[k % nslots], 1ull) == chunks - 1) {
+					fence_gpu();
+					chunks_done[k % nslots] = 0;
+					st_release_gpu(&done[k % nslots], k + 1);
+				}
 			}
 		}
 	}

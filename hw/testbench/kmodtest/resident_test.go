@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -166,16 +167,32 @@ func TestResidentStreamIsExact(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newResidentRing(t, d, g, nslots, slot)
+	// A word left from an earlier stream: the driver starts it at 0.
+	atomic.StoreUint64(r.word(), 12345)
+	// Relaxed ordering as the PCIe spec has it at reset: a result could
+	// pass its data. The driver turns it off.
+	setDevctl(t, pciExpDevctlRelaxEn, true)
+	if devctl(t)&pciExpDevctlRelaxEn == 0 {
+		t.Fatal("the card keeps relaxed ordering off: its enable must be writable, as the PCIe spec has it")
+	}
 	stop := r.run()
+	irqs := interrupts(t)
 	s := r.start(d, 4)
 	if !s.Resident() {
 		t.Fatal("not a resident stream")
+	}
+	if devctl(t)&pciExpDevctlRelaxEn != 0 {
+		t.Fatal("a resident stream runs with relaxed ordering on")
 	}
 	if err := s.Release(0); !errors.Is(err, p2p.ErrInvalid) {
 		t.Fatalf("release on a resident stream: %v", err)
 	}
 	waitConsumed(t, r.cons, 2048)
 	st := drainResident(t, s, r, stop)
+	// One interrupt every 4 fills at most, and a few for the stop.
+	if n := interrupts(t) - irqs; n > s.Fills()/4+8 {
+		t.Fatalf("%d interrupts for %d fills coalesced 4 to one", n, s.Fills())
+	}
 	src, err := ctl.SourceStats()
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +216,9 @@ func TestResidentConsumerStallsAndCrawls(t *testing.T) {
 }
 
 func residentStall(t *testing.T, coalesce int) {
+	// The watchdog's own look (every timeout_ms) would also give credits
+	// back: far off, so that only the poll can within waitConsumed's 60 s.
+	defer setParam(t, "timeout_ms", "600000")()
 	d := openDev(t)
 	g := openGPU(t)
 	ctl := control(t)
@@ -288,9 +308,12 @@ func TestResidentConsumerOutOfRange(t *testing.T) {
 				t.Fatal(err)
 			}
 			// Slots 0 to 5 filled again: the driver has read 6.
+			deadline := time.Now().Add(30 * time.Second)
 			for i := 0; i < 6; {
-				if resident.Ready(*(*uint32)(unsafe.Pointer(&r.results[i*resident.ResultSize]))) {
+				if resident.Ready(atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.results[i*resident.ResultSize])))) {
 					i++
+				} else if time.Now().After(deadline) {
+					t.Fatalf("slot %d not filled again", i)
 				}
 			}
 			atomic.StoreUint64(r.word(), 2)
@@ -474,6 +497,56 @@ func TestResidentBadInputGetsExactErrors(t *testing.T) {
 	}
 	id := binary.LittleEndian.Uint64(b[24:])
 	if err := rawIoctl(f, ioc(iocW, 8, sizeStopID), stopID(1, id)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// PCIe Device Control's relaxed ordering enable (PCI_EXP_DEVCTL_RELAX_EN).
+const pciExpDevctlRelaxEn = 0x10
+
+// pcieDevctl returns the FPGA's config space file and the offset of its
+// PCIe Device Control register.
+func pcieDevctl(t *testing.T) (*os.File, int64) {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join("/sys/bus/pci/devices", fpgaBDF(t), "config"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := make([]byte, 0x100)
+	if _, err := f.ReadAt(cfg, 0); err != nil {
+		t.Fatal(err)
+	}
+	for o := int(cfg[0x34]); o != 0 && o < 0x100; o = int(cfg[o+1]) {
+		if cfg[o] == 0x10 {
+			return f, int64(o + 8)
+		}
+	}
+	t.Fatal("the FPGA has no PCIe capability")
+	return nil, 0
+}
+
+func devctl(t *testing.T) uint16 {
+	t.Helper()
+	f, off := pcieDevctl(t)
+	defer f.Close()
+	var b [2]byte
+	if _, err := f.ReadAt(b[:], off); err != nil {
+		t.Fatal(err)
+	}
+	return binary.LittleEndian.Uint16(b[:])
+}
+
+func setDevctl(t *testing.T, bits uint16, on bool) {
+	t.Helper()
+	f, off := pcieDevctl(t)
+	defer f.Close()
+	v := devctl(t) &^ bits
+	if on {
+		v |= bits
+	}
+	var b [2]byte
+	binary.LittleEndian.PutUint16(b[:], v)
+	if _, err := f.WriteAt(b[:], off); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -547,6 +547,9 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
     }
     /* Error reporting enables in Device Control, as every function has. */
     pcie_cap_deverr_init(pdev);
+    /* Enable Relaxed Ordering: RW, 1 at reset (PCIe base spec, 7.5.3.4). */
+    pci_word_test_and_set_mask(pdev->wmask + pdev->exp.exp_cap + PCI_EXP_DEVCTL,
+                               PCI_EXP_DEVCTL_RELAX_EN);
     pcie_cap_flr_init(pdev);
     s->pm_cap = pci_add_capability(pdev, PCI_CAP_ID_PM, 0, PCI_PM_SIZEOF, errp);
     if (s->pm_cap < 0) {
@@ -616,6 +619,8 @@ static void xdma_model_reset(DeviceState *dev)
         msi_reset(pdev);
     }
     pcie_cap_deverr_reset(pdev);
+    pci_word_test_and_set_mask(pdev->config + pdev->exp.exp_cap + PCI_EXP_DEVCTL,
+                               PCI_EXP_DEVCTL_RELAX_EN);
     s->mode = MODE_INTX;
     s->intx_level = false;
     pci_set_irq(pdev, 0);

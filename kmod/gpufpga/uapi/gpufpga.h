@@ -90,7 +90,11 @@
  *			function or bus reset, an AER recovery or a system
  *			sleep; what ran then ended with -ECONNRESET.
  * @errors:		uncorrectable PCIe (AER) errors reported to the driver.
+ * @features:		GPUFPGA_FEATURE_*: what this driver does beyond ABI 1's
+ *			first release (0 from a driver older than them).
  */
+#define GPUFPGA_FEATURE_RESIDENT	(1U << 0)	/* GPUFPGA_STREAM_RESIDENT */
+
 struct gpufpga_info {
 	__u32 abi_version;
 	__u32 ip_version;
@@ -110,7 +114,9 @@ struct gpufpga_info {
 	__u32 state;
 	__u32 resets;
 	__u32 errors;
-	__u64 reserved[2];
+	__u32 features;
+	__u32 pad;
+	__u64 reserved;
 };
 
 /* Pin flags. */
@@ -415,10 +421,15 @@ struct gpufpga_completion {
  * credits: it grants credits up to consumed + @nslots. gpufpga_resident.h
  * holds the layout and the consumer's rules. Each slot must be a single
  * descriptor: one bus-contiguous run. The results live where the slots
- * do: in GPU memory (a GPU or dma-buf pin) for slots in GPU memory, in
- * host memory for slots in host memory. A consumer that publishes more
- * than the engine filled, or goes back, ends the stream with -ERANGE.
- * STREAM_END's @seq is then the fills the engine completed.
+ * do, so that the engine's writes reach both by one path: pins of the
+ * same kind, for GPU pins of the same GPU, for dma-bufs of the same
+ * exporter. The driver sets consumer->consumed to 0, and turns the
+ * function's relaxed ordering off (PCIe Device Control), before the
+ * stream starts: a result must not pass its data. A consumer that
+ * publishes more than the engine was let fill, or goes back, ends the
+ * stream with -ERANGE. STREAM_END's @seq is the fills the engine
+ * completed. INFO's @features has GPUFPGA_FEATURE_RESIDENT where the
+ * driver runs such streams.
  *
  * @channel:	a C2H stream channel with nothing queued or running.
  * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter), which
@@ -439,8 +450,9 @@ struct gpufpga_completion {
  * Errors: -EINVAL (not a C2H stream channel, unknown @flags, @pad, @pad2
  * or reserved not 0, @nslots 0, a slot outside its pin or zero-length, or
  * one the channel's ALIGNMENTS refuse; RESIDENT: a slot of several
- * descriptors, @results or @consumer misaligned, too short or in the
- * wrong kind of memory, @coalesce over @nslots; without RESIDENT, any of
+ * descriptors, slots in different memories, @results or @consumer
+ * misaligned, too short or in other memory than they must be, @coalesce
+ * over @nslots; without RESIDENT, any of
  * @results, @consumer or @coalesce set), -EBUSY (a stream
  * of any file, or transfers queued or running, on the channel), -ENOENT
  * (unknown slot handle), -EKEYREVOKED (a slot's pin was revoked), -E2BIG

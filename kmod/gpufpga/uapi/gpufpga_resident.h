@@ -27,8 +27,11 @@
  * released: it grants the engine credits up to consumed + nslots, on the
  * engine's coalesced interrupts and on a timer, with no system call per
  * slot. What the FPGA cannot send for want of a free slot it drops and
- * counts, as in every stream. A consumed that goes back, or passes the
- * fills the engine completed, ends the stream with -ERANGE.
+ * counts, as in every stream. The driver sets consumed to 0 before the
+ * stream starts; one that goes back, or passes what the engine was let
+ * fill (consumed + nslots as last granted), ends the stream with -ERANGE.
+ * The results must be zero before the start: a status left from an
+ * earlier stream would read as a fill.
  *
  * GPUFPGA_IOC_STREAM_START with GPUFPGA_STREAM_RESIDENT starts such a
  * stream (gpufpga.h): each slot one descriptor, results and consumer in

@@ -41,7 +41,7 @@ func (c *GPU) StartConsumer(r stream.ResidentRing) (stream.ResidentConsumer, err
 		return nil, fmt.Errorf("%w: the GPU's GPUDirect RDMA writes ordering is %v: its kernels may see a slot's result before its data (p2pctl doctor: gpu.ordering)",
 			stream.ErrConfig, ord)
 	}
-	rc := &residentConsumer{word: (*uint64)(unsafe.Pointer(&r.Consumer[0])), frameSize: uint64(r.FrameSize), done: make(chan struct{})}
+	rc := &residentConsumer{word: (*uint64)(unsafe.Pointer(&r.Consumer[0])), frameSize: uint64(r.FrameSize)}
 	err = c.dev.Do(func() error {
 		if rc.k, err = resident.LoadKernels(c.dev); err != nil {
 			return err
@@ -75,31 +75,34 @@ type residentConsumer struct {
 	fc        *resident.FrameConsumer
 	word      *uint64
 	frameSize uint64
-	done      chan struct{}
 
 	once  sync.Once
+	mu    sync.Mutex // final and stopped
 	final resident.Counters
+	done  bool // stopped: final holds the kernel's counts
 	err   error
 }
 
 func (rc *residentConsumer) published() uint64 { return atomic.LoadUint64(rc.word) }
 
-// Stats reports the published count while the kernel runs, which writes
-// its byte and frame counts back only when it stops.
+// Stats reports the fills and bytes published while the kernel runs,
+// which writes its frame counts back only when it stops. CRCFailures
+// counts the fills (or the parts several workers read) whose frames
+// failed their check.
 func (rc *residentConsumer) Stats() stream.ConsumerStats {
-	select {
-	case <-rc.done:
-		c := rc.final
-		return stream.ConsumerStats{Consumed: c.Published, Bytes: c.Bytes, Frames: frame.Stats{
-			Frames: c.Frames, Bytes: c.Frames * rc.frameSize, Gaps: c.Gaps, Duplicates: c.Duplicates, CRCFailures: c.Errors,
-		}}
-	default:
-		return stream.ConsumerStats{Consumed: rc.published()}
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if !rc.done {
+		return stream.ConsumerStats{Consumed: rc.published(), Bytes: rc.fc.Bytes()}
 	}
+	c := rc.final
+	return stream.ConsumerStats{Consumed: c.Published, Bytes: c.Bytes, Frames: frame.Stats{
+		Frames: c.Frames, Bytes: c.Frames * rc.frameSize, Gaps: c.Gaps, Duplicates: c.Duplicates, CRCFailures: c.Errors,
+	}}
 }
 
-// Done is closed once Stop has stopped the kernel.
-func (rc *residentConsumer) Done() <-chan struct{} { return rc.done }
+// Done is closed once the kernel has ended: stopped, or failed.
+func (rc *residentConsumer) Done() <-chan struct{} { return rc.fc.Done() }
 
 // Stop stops the kernel where it is: it leaves once every fill it has
 // seen is published.
@@ -107,9 +110,11 @@ func (rc *residentConsumer) Stop() error {
 	rc.once.Do(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		rc.final, rc.err = rc.fc.Stop(ctx, 0)
-		rc.err = errors.Join(rc.err, rc.release(rc.dev))
-		close(rc.done)
+		final, err := rc.fc.Stop(ctx, 0)
+		err = errors.Join(err, rc.release(rc.dev))
+		rc.mu.Lock()
+		rc.final, rc.err, rc.done = final, err, true
+		rc.mu.Unlock()
 	})
 	return rc.err
 }
