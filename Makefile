@@ -97,10 +97,12 @@ vmtest_on = GPUFPGA_QEMU=$$(hw/testbench/qemu/build-qemu.sh) GPUFPGA_MODULES=$(3
 CARD_QUIRKS ?= all
 vmtest: vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu
 
-# The C example that kmodtest runs in the guest (TestCStreamExample),
-# linked statically: the guest has no C library of its own.
+# The C examples that kmodtest runs in the guest (TestCStreamExample,
+# TestCResidentExample), linked statically: the guest has no C library of
+# its own.
 guest-c-example:
-	$(call c_example,-static,hw/testbench/kmodtest/testdata/c-stream)
+	$(call c_example,-static,hw/testbench/kmodtest/testdata/c-stream,c-stream)
+	$(call c_example,-static,hw/testbench/kmodtest/testdata/c-resident,c-resident)
 
 vmtest-6.1: qemu guest-c-example
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
@@ -216,17 +218,19 @@ bpf:
 	$(GO) generate ./pkg/trace
 
 # The Go mirror of the driver's ABI (needs gcc).
-# The C example, built against the uapi headers laid out as gpufpga-dev
+# A C example, built against the uapi headers laid out as gpufpga-dev
 # installs them (<gpufpga/gpufpga.h>), warnings as errors: $(1) extra
-# flags, $(2) the binary. make lint builds it; the guest suite runs a
-# static build on the rig (kmodtest's TestCStreamExample).
+# flags, $(2) the binary, $(3) the example (examples/$(3)/$(3).c). make
+# lint builds them; the guest suite runs static builds on the rig
+# (kmodtest's TestCStreamExample and TestCResidentExample).
 C_EXAMPLE_FLAGS := -std=c11 -O2 -Wall -Wextra -Werror
 c_example = mkdir -p build/include/gpufpga $(dir $(2)) && \
 	cp kmod/gpufpga/uapi/gpufpga.h kmod/gpufpga/uapi/gpufpga_resident.h build/include/gpufpga/ && \
-	$(CC) $(C_EXAMPLE_FLAGS) $(1) -Ibuild/include -o $(2) examples/c-stream/c-stream.c
+	$(CC) $(C_EXAMPLE_FLAGS) $(1) -Ibuild/include -o $(2) examples/$(3)/$(3).c
 
 examples-c:
-	$(call c_example,,build/examples/c-stream)
+	$(call c_example,,build/examples/c-stream,c-stream)
+	$(call c_example,,build/examples/c-resident,c-resident)
 	printf '#include <gpufpga/gpufpga.h>\n#include <gpufpga/gpufpga_resident.h>\n' | \
 		$(CXX) -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Ibuild/include -
 

@@ -195,6 +195,22 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 bytes, u32 f
 }
 
 /*
+ * Descriptors the engine completed since st->completed, from its 24-bit
+ * count. Offline, the count reads 0: nothing is known to have filled.
+ */
+static u32 gpufpga_stream_completed(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	u32 count;
+
+	if (READ_ONCE(ch->dev->offline))
+		return 0;
+	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
+	if (ch->dev->link_down)
+		return 0;
+	return (count - st->completed) & 0xffffff;
+}
+
+/*
  * Reports the slots the engine filled since the last look: a slot is filled
  * when its last descriptor completes. Returns -EPROTO when a packet ended
  * short inside a slot of several descriptors, which would leave a hole in
@@ -207,15 +223,8 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	int ret;
 	struct gpufpga_stream_state *st = ch->acq;
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
-	u32 count, n, slot, d, status, len;
+	u32 n = gpufpga_stream_completed(ch, st), slot, d, status, len;
 
-	/* Offline, the count reads 0: nothing is known to have filled. */
-	if (READ_ONCE(ch->dev->offline))
-		return 0;
-	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
-	if (ch->dev->link_down)
-		return 0;
-	n = (count - st->completed) & 0xffffff;
 	rmb();	/* results written before the count moved */
 	for (; n; n--) {
 		slot = st->next_fill;
@@ -257,17 +266,14 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
  */
 static int gpufpga_resident_collect(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
-	u32 count, n;
+	u32 n = gpufpga_stream_completed(ch, st);
 
-	if (READ_ONCE(ch->dev->offline))
-		return 0;
-	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
-	if (ch->dev->link_down)
-		return 0;
-	n = (count - st->completed) & 0xffffff;
-	st->completed = count & 0xffffff;
+	st->completed = (st->completed + n) & 0xffffff;
 	st->seq += n;
 	ch->xfers += n;
+	if (n)
+		trace_gpufpga_stream_fills(ch->dev->id, ch->index, n, st->seq, st->consumed,
+					   st->granted);
 	return n;
 }
 

@@ -203,6 +203,35 @@ TRACE_EVENT(gpufpga_stream_slot,
 		  __entry->flags)
 );
 
+/*
+ * A GPU-resident stream's fills, counted from the engine's count on an
+ * interrupt, the poll or the end: no event per slot; consumed and
+ * granted are the consumer's count and the credits given so far.
+ */
+TRACE_EVENT(gpufpga_stream_fills,
+	TP_PROTO(int dev, u32 chan, u32 fills, u64 seq, u64 consumed, u64 granted),
+	TP_ARGS(dev, chan, fills, seq, consumed, granted),
+	TP_STRUCT__entry(
+		__field(int, dev)
+		__field(u32, chan)
+		__field(u32, fills)
+		__field(u64, seq)
+		__field(u64, consumed)
+		__field(u64, granted)
+	),
+	TP_fast_assign(
+		__entry->dev = dev;
+		__entry->chan = chan;
+		__entry->fills = fills;
+		__entry->seq = seq;
+		__entry->consumed = consumed;
+		__entry->granted = granted;
+	),
+	TP_printk("dev=%d c2h%u fills=%u seq=%llu consumed=%llu granted=%llu",
+		  __entry->dev, __entry->chan, __entry->fills, __entry->seq, __entry->consumed,
+		  __entry->granted)
+);
+
 TRACE_EVENT(gpufpga_stream_end,
 	TP_PROTO(int dev, u32 chan, u64 slots, int error, u32 status),
 	TP_ARGS(dev, chan, slots, error, status),

@@ -122,6 +122,7 @@ for h in gpufpga.h gpufpga_resident.h; do
 	install -D -m 644 "kmod/gpufpga/uapi/$h" "$pkg/usr/include/gpufpga/$h"
 done
 install -D -m 644 examples/c-stream/c-stream.c "$doc/examples/c-stream.c"
+install -D -m 644 examples/c-resident/c-resident.c "$doc/examples/c-resident.c"
 cat >"$pkg/DEBIAN/control" <<CONTROL
 Package: gpufpga-dev
 Version: $DEB_VERSION

@@ -53,6 +53,7 @@ const (
 	gpufpgaProgOnPin         = "on_pin"
 	gpufpgaProgOnRevoke      = "on_revoke"
 	gpufpgaProgOnStreamEnd   = "on_stream_end"
+	gpufpgaProgOnStreamFills = "on_stream_fills"
 	gpufpgaProgOnStreamSlot  = "on_stream_slot"
 	gpufpgaProgOnStreamStart = "on_stream_start"
 	gpufpgaProgOnSubmit      = "on_submit"
@@ -109,6 +110,7 @@ type gpufpgaProgramSpecs struct {
 	OnPin         *ebpf.ProgramSpec `ebpf:"on_pin"`
 	OnRevoke      *ebpf.ProgramSpec `ebpf:"on_revoke"`
 	OnStreamEnd   *ebpf.ProgramSpec `ebpf:"on_stream_end"`
+	OnStreamFills *ebpf.ProgramSpec `ebpf:"on_stream_fills"`
 	OnStreamSlot  *ebpf.ProgramSpec `ebpf:"on_stream_slot"`
 	OnStreamStart *ebpf.ProgramSpec `ebpf:"on_stream_start"`
 	OnSubmit      *ebpf.ProgramSpec `ebpf:"on_submit"`
@@ -186,6 +188,7 @@ type gpufpgaPrograms struct {
 	OnPin         *ebpf.Program `ebpf:"on_pin"`
 	OnRevoke      *ebpf.Program `ebpf:"on_revoke"`
 	OnStreamEnd   *ebpf.Program `ebpf:"on_stream_end"`
+	OnStreamFills *ebpf.Program `ebpf:"on_stream_fills"`
 	OnStreamSlot  *ebpf.Program `ebpf:"on_stream_slot"`
 	OnStreamStart *ebpf.Program `ebpf:"on_stream_start"`
 	OnSubmit      *ebpf.Program `ebpf:"on_submit"`
@@ -200,6 +203,7 @@ func (p *gpufpgaPrograms) Close() error {
 		p.OnPin,
 		p.OnRevoke,
 		p.OnStreamEnd,
+		p.OnStreamFills,
 		p.OnStreamSlot,
 		p.OnStreamStart,
 		p.OnSubmit,

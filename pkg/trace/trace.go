@@ -55,7 +55,7 @@ type Channel struct {
 	Errors    uint64
 	Submitted uint64
 	Busy      time.Duration // summed engine time of completed transfers
-	Slots     uint64        // stream slots filled (their bytes are in Bytes)
+	Slots     uint64        // stream slots filled (their bytes are in Bytes, but for a GPU-resident stream's)
 	// Latency counts transfers by engine time: bucket b holds those that
 	// took [2^b, 2^(b+1)) ns.
 	Latency [64]uint64
@@ -201,7 +201,7 @@ func Start(ctx context.Context, opts Options) (*Session, error) {
 	for name, prog := range map[string]*ebpf.Program{
 		"gpufpga_pin": s.objs.OnPin, "gpufpga_unpin": s.objs.OnUnpin, "gpufpga_revoke": s.objs.OnRevoke,
 		"gpufpga_xfer_submit": s.objs.OnSubmit, "gpufpga_xfer_complete": s.objs.OnComplete, "gpufpga_error": s.objs.OnError,
-		"gpufpga_stream_start": s.objs.OnStreamStart, "gpufpga_stream_slot": s.objs.OnStreamSlot,
+		"gpufpga_stream_start": s.objs.OnStreamStart, "gpufpga_stream_slot": s.objs.OnStreamSlot, "gpufpga_stream_fills": s.objs.OnStreamFills,
 		"gpufpga_stream_end": s.objs.OnStreamEnd, "gpufpga_lifecycle": s.objs.OnLifecycle,
 	} {
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: name, Program: prog})

@@ -284,6 +284,91 @@ func TestTracedStream(t *testing.T) {
 	}
 }
 
+// A GPU-resident stream has no event per slot: its fills reach the
+// channel's statistics a batch at a time, from the engine's count, and
+// add up to what its end reports.
+func TestTracedResidentStream(t *testing.T) {
+	r := setup(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s, err := Start(ctx, Options{Device: 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	const slot, nslots = 4096, 16
+	if err := r.Ctl.ConfigureSource(slot-32, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	ring, p := r.pin(t, nslots*slot)
+	res, rp := r.pin(t, 64<<10)
+	ringMem, err := ring.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	resMem, err := res.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(resMem)
+	word, err := r.Dev.AllocHost(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer word.Free()
+	wp, err := r.Dev.PinHost(word.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wp.Unpin()
+	cons, err := simgpu.NewConsumer(ringMem, slot, nslots, resMem, word.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, stopConsumer := context.WithCancel(ctx)
+	consumed := make(chan error, 1)
+	go func() { consumed <- cons.Run(cctx) }()
+	var segs []p2p.Segment
+	for i := range nslots {
+		segs = append(segs, p2p.Segment{Pin: p, Offset: uint64(i) * slot, Len: slot})
+	}
+	before, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := r.Dev.StartResidentStream(1, segs, p2p.Resident{
+		Results: p2p.Segment{Pin: rp, Len: nslots * 32}, Consumer: p2p.Segment{Pin: wp, Len: 64}, Coalesce: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for cons.Stats().Consumed < 400 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := st.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for cons.Stats().Consumed < st.Fills() {
+		time.Sleep(time.Millisecond)
+	}
+	stopConsumer()
+	if err := <-consumed; err != nil {
+		t.Fatal(err)
+	}
+	if st.Err() != nil {
+		t.Fatal(st.Err())
+	}
+	if e := next(t, s, EventStreamEnd); e.Channel != 1 || e.Slots != st.Fills() || e.Err != 0 {
+		t.Errorf("stream-end event %+v after %d fills", e, st.Fills())
+	}
+	after, err := s.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := after.Channels[5].Sub(before.Channels[5]); d.Slots != st.Fills() || d.Transfers != 0 {
+		t.Errorf("c2h1 traced %+v, want %d slots", d, st.Fills())
+	}
+}
+
 // TestTracedReset traces a function-level reset: the driver's
 // reset_prepare and reset_done, the restart succeeding.
 func TestTracedReset(t *testing.T) {

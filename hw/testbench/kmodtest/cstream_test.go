@@ -56,3 +56,43 @@ func TestCStreamExample(t *testing.T) {
 		t.Fatalf("%d slots, %d bytes, %d packets", slots, bytes, packets)
 	}
 }
+
+// TestCResidentExample runs examples/c-resident, a GPU-resident stream's
+// consumer in C with the CPU in the GPU's place: it consumes 1024 fills
+// with no system call per slot, stops, and then takes every fill the
+// engine made before the halt.
+func TestCResidentExample(t *testing.T) {
+	setup(t)
+	ctl := control(t)
+	if err := ctl.ConfigureSource(4096-frame.HeaderSize, 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile("testdata/c-resident")
+	if err != nil {
+		t.Fatalf("%v (the vmtest targets build it: make vmtest-6.1)", err)
+	}
+	bin := filepath.Join(t.TempDir(), "c-resident")
+	if err := os.WriteFile(bin, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(bin, "-d", devPath, "-c", "1", "-n", "16", "-k", "4", "-N", "1024").CombinedOutput()
+	t.Logf("%s", out)
+	if err != nil {
+		t.Fatalf("c-resident: %v", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	var id, ch, n uint64
+	if _, err := fmt.Sscanf(lines[0], "c-resident: stream %d on c2h%d: %d slots", &id, &ch, &n); err != nil || id == 0 || ch != 1 || n != 16 {
+		t.Fatalf("first line %q: %v", lines[0], err)
+	}
+	var consumed, fills, bytes, packets uint64
+	var sum string
+	if _, err := fmt.Sscanf(lines[len(lines)-1], "c-resident: %d fills consumed of %d the engine made, %d bytes, %d packets, checksum %s",
+		&consumed, &fills, &bytes, &packets, &sum); err != nil {
+		t.Fatalf("last line %q: %v", lines[len(lines)-1], err)
+	}
+	// It stops at 1024, when the engine can have made at most 16 more.
+	if consumed != fills || fills < 1024 || fills > 1024+16 || bytes != fills*4096 || packets != fills {
+		t.Fatalf("%d fills consumed of %d, %d bytes, %d packets", consumed, fills, bytes, packets)
+	}
+}

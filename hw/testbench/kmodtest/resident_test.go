@@ -16,6 +16,7 @@ import (
 
 	"github.com/gpufpga/gpufpga/hw/testbench/acq"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/resident"
@@ -212,6 +213,20 @@ func TestResidentStreamIsExact(t *testing.T) {
 func TestResidentConsumerStallsAndCrawls(t *testing.T) {
 	for _, coalesce := range []int{2, 8} {
 		t.Run("", func(t *testing.T) { residentStall(t, coalesce) })
+	}
+}
+
+// The same on a card whose completed count lags the results it writes
+// (the consumer can publish a fill the driver's count does not have yet),
+// and on one with every quirk: nothing ends with ErrConsumer, and every
+// frame is accounted for.
+func TestResidentUnderQuirks(t *testing.T) {
+	for _, q := range []xdmamodel.Quirk{xdmamodel.QuirkLateCount, xdmamodel.AllQuirks} {
+		t.Run(q.String(), func(t *testing.T) {
+			withQuirks(t, q)
+			residentStall(t, 2)
+			residentStall(t, 8)
+		})
 	}
 }
 

@@ -169,15 +169,18 @@ type channel struct {
 	// next status read, or after deferSteps more steps.
 	deferred   uint32
 	deferSteps int
-	queue      []fetched // fetched, not yet started
-	nextAddr   uint64    // next block to fetch
-	nextAdj    int
-	cur        fetched
-	active     bool   // cur is being processed
-	done       uint64 // bytes of cur moved
-	fault      Fault
-	stalled    bool
-	scratch    []byte
+	// Completions whose results are written but not yet in completed
+	// (QuirkLateCount).
+	countLag uint32
+	queue    []fetched // fetched, not yet started
+	nextAddr uint64    // next block to fetch
+	nextAdj  int
+	cur      fetched
+	active   bool   // cur is being processed
+	done     uint64 // bytes of cur moved
+	fault    Fault
+	stalled  bool
+	scratch  []byte
 	// Performance monitor (PG195 0xC0-0xD0): control, cycles and data
 	// beats counted. A step that moves data counts a cycle per beat; one
 	// that fetches descriptors, or waits, counts one.
@@ -427,7 +430,9 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 			c.fault = FaultNone
 			return ^uint32(0)
 		}
-		return c.completed
+		v := c.completed
+		c.catchUpCount() // this read missed them; the next sees them
+		return v
 	case xdma.RegAlignments:
 		return c.engine.align.Encode()
 	case xdma.RegPollWBLo:
@@ -454,6 +459,7 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 // returns when clear is set. Under the quirks a read may see BUSY after the
 // stop, and bits held back appear for the next read.
 func (c *channel) readStatus(clear bool) uint32 {
+	c.catchUpCount()
 	v := c.status
 	if c.busy && !c.idleWithoutCredits() || c.lateBusy > 0 {
 		v |= xdma.CtrlRun // BUSY
@@ -467,6 +473,13 @@ func (c *channel) readStatus(clear bool) uint32 {
 	c.status |= c.deferred
 	c.deferred = 0
 	return v
+}
+
+// catchUpCount moves the completed count past the completions it lags
+// (QuirkLateCount).
+func (c *channel) catchUpCount() {
+	c.completed = (c.completed + c.countLag) & pollWBCountMask
+	c.countLag = 0
 }
 
 // idleWithoutCredits reports whether c reports idle while it waits for
@@ -540,6 +553,7 @@ func (c *channel) start() {
 	c.deferred = 0
 	c.lateBusy = 0
 	c.completed = 0
+	c.countLag = 0
 	c.busy = true
 	c.queue = c.queue[:0]
 	c.active = false
@@ -833,6 +847,7 @@ func (e *Engine) RunUntilIdle() {
 }
 
 func (e *Engine) stepChannel(c *channel) bool {
+	c.catchUpCount()
 	if c.deferred != 0 {
 		if c.deferSteps--; c.deferSteps <= 0 {
 			c.status |= c.deferred
@@ -1054,8 +1069,13 @@ func (e *Engine) dataWrite(c *channel, m xdma.Memory, addr uint64, p []byte) err
 func (e *Engine) complete(c *channel, eop bool) {
 	d := c.cur.d
 	c.active = false
-	c.completed = (c.completed + 1) & pollWBCountMask
-	if c.dir == xdma.C2H && c.cfg.Stream && d.Src != 0 && c.control&xdma.CtrlStreamWBDisable == 0 {
+	result := c.dir == xdma.C2H && c.cfg.Stream && d.Src != 0 && c.control&xdma.CtrlStreamWBDisable == 0
+	if result && e.quirks&QuirkLateCount != 0 {
+		c.countLag++
+	} else {
+		c.completed = (c.completed + 1) & pollWBCountMask
+	}
+	if result {
 		status := uint32(xdma.ResultMagic) << 16
 		if eop {
 			status |= resultEOP

@@ -32,8 +32,16 @@ const (
 	// coalesced. The data and the status are in place long before; a
 	// request that a status read drops meanwhile still sends its message.
 	QuirkLateInterrupt
+	// QuirkLateCount moves a C2H stream channel's completed-descriptor
+	// count a little after the descriptor's result is written: until the
+	// next engine step, the next read of the status, or the read of the
+	// count after next, the count leaves that descriptor out. Whoever
+	// polls the results in memory (a GPU-resident consumer) can see a
+	// fill before the count does; the status and its interrupt come with
+	// the count.
+	QuirkLateCount
 
-	quirkLast = QuirkLateInterrupt
+	quirkLast = QuirkLateCount
 )
 
 // SplitSteps is how many engine steps the stop lags the completion by
@@ -56,6 +64,7 @@ var quirkNames = []struct {
 	{QuirkSplitStatus, "split-status"},
 	{QuirkIdleWithoutCredits, "idle-without-credits"},
 	{QuirkLateInterrupt, "late-interrupt"},
+	{QuirkLateCount, "late-count"},
 }
 
 // AllQuirks has every Quirk set.

@@ -1,6 +1,7 @@
 package xdmamodel_test
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
@@ -203,5 +204,42 @@ func TestQuirkLateInterrupt(t *testing.T) {
 	}
 	if r.e.Busy() {
 		t.Fatal("Busy with nothing left to send")
+	}
+}
+
+// TestQuirkLateCount: a stream descriptor's result is in memory before
+// the completed count has it; one read of the count misses it, the next
+// (or a status read, or the next step) sees it.
+func TestQuirkLateCount(t *testing.T) {
+	for _, catchUp := range []string{"count", "status", "step"} {
+		t.Run(catchUp, func(t *testing.T) {
+			r := newRig(t, 1)
+			must(t, r.e.SetQuirks(xdmamodel.QuirkLateCount))
+			r.source.packets = append(r.source.packets, make([]byte, 4096))
+			segs := r.segments(t, 0, 4096, sgl.Limits{})
+			c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: resBase})
+			must(t, err)
+			xdma.Start(r.e, xdma.C2H, 1, c, xdma.ControlDefault)
+			result := r.desc[resBase-descBase:]
+			for steps := 0; binary.LittleEndian.Uint32(result) == 0; steps++ {
+				if steps > 100 || !r.e.Step() {
+					t.Fatal("no result written")
+				}
+			}
+			ch := xdma.Base(xdma.TargetC2H, 1)
+			switch catchUp {
+			case "count":
+				if n := r.e.ReadReg(ch + xdma.RegCompletedCount); n != 0 {
+					t.Fatalf("the count has the descriptor with its result: %d", n)
+				}
+			case "status":
+				r.e.ReadReg(ch + xdma.RegStatus)
+			case "step":
+				r.e.Step()
+			}
+			if n := r.e.ReadReg(ch + xdma.RegCompletedCount); n != 1 {
+				t.Fatalf("after a %s: count %d, want 1", catchUp, n)
+			}
+		})
 	}
 }

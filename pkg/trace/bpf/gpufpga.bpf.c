@@ -49,7 +49,7 @@ struct chan_stats {
 	__u64 errors;
 	__u64 submitted;
 	__u64 busy_ns;
-	__u64 slots;		/* stream slots filled; their bytes count in bytes */
+	__u64 slots;		/* stream slots filled; their bytes count in bytes (not a resident stream's) */
 };
 
 struct {
@@ -301,6 +301,25 @@ int on_stream_slot(struct bpf_raw_tracepoint_args *ctx)
 		s->slots++;
 		s->bytes += ctx->args[4];
 	}
+	return 0;
+}
+
+/*
+ * gpufpga_stream_fills(int dev, u32 chan, u32 fills, u64 seq, u64 consumed,
+ * u64 granted): a GPU-resident stream's fills, a batch at a time; their
+ * bytes are the consumer's to count.
+ */
+SEC("raw_tracepoint/gpufpga_stream_fills")
+int on_stream_fills(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u32 key = chan_index(1, (__u32)ctx->args[1]);
+	struct chan_stats *s;
+
+	if (skip((__s32)ctx->args[0]))
+		return 0;
+	s = bpf_map_lookup_elem(&stats, &key);
+	if (s)
+		s->slots += (__u32)ctx->args[2];
 	return 0;
 }
 
