@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -61,10 +62,44 @@ static uint64_t process(const unsigned char *p, uint64_t n, uint64_t sum)
 	return sum;
 }
 
-/* Step 1: the result's status and length, as one 64-bit acquire load. */
+/*
+ * Step 1: the result's status and length, as one 64-bit acquire load.
+ * (The device writes plain memory; gcc and clang lay _Atomic uint64_t out
+ * as uint64_t, and on x86-64 and arm64 such a load is one access.)
+ */
 static uint64_t result_word(struct gpufpga_slot_result *r)
 {
 	return atomic_load_explicit((_Atomic uint64_t *)(void *)r, memory_order_acquire);
+}
+
+/*
+ * The stream's STREAM_END, if it has come (wait: block until it does):
+ * 1 and *end filled in, 0 if not yet, -1 on a failure.
+ */
+static int stream_end(int fd, uint64_t id, int wait, struct gpufpga_completion *end)
+{
+	for (;;) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		int n = poll(&p, 1, wait ? -1 : 0);
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		if (n == 0)
+			return 0;
+		ssize_t got = read(fd, end, sizeof(*end));
+
+		if (got < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (got != (ssize_t)sizeof(*end)) {
+			if (got >= 0)
+				errno = EIO;
+			return -1;
+		}
+		if (end->kind == GPUFPGA_EVENT_STREAM_END && end->id == id)
+			return 1;
+	}
 }
 
 static int filled(uint64_t w)
@@ -96,6 +131,7 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	setvbuf(stdout, NULL, _IOLBF, 0);
 	int fd = open(path, O_RDWR | O_CLOEXEC);
 	if (fd < 0)
 		return fail(path);
@@ -109,8 +145,8 @@ int main(int argc, char **argv)
 	}
 
 	/*
-	 * One pin: the slots, then a page with the results (32 bytes a slot)
-	 * and, 64-byte aligned after them, the consumer's word.
+	 * One pin: the slots, then the results (32 bytes a slot) and, 64-byte
+	 * aligned after them, the consumer's word.
 	 */
 	size_t ring_len = (size_t)nslots * SLOT;
 	size_t results_len = (size_t)nslots * sizeof(struct gpufpga_slot_result);
@@ -154,42 +190,58 @@ int main(int argc, char **argv)
 	struct sigaction sa;
 	memset(&sa, 0, sizeof(sa));
 	sa.sa_handler = on_signal;
+	sa.sa_flags = SA_RESTART;
 	sigaction(SIGINT, &sa, NULL);
 	sigaction(SIGTERM, &sa, NULL);
 
 	uint64_t k = 0, bytes = 0, packets = 0, sum = 0, fills = UINT64_MAX;
-	int status = 0;
+	int status = 0, idle = 0;
 	const struct timespec nap = { 0, 20000 };
+	struct gpufpga_completion end;
 
 	while (k < fills) {
+		int ended = 0;
+
 		if ((interrupted || k >= limit) && fills == UINT64_MAX) {
 			/* Stop, then read how many fills the engine made. */
 			struct gpufpga_stream_stop stop = { .channel = channel, .stream = st.id };
-			struct gpufpga_completion c;
 
+			/* ENOENT: it had ended; its STREAM_END is queued. */
 			if (ioctl(fd, GPUFPGA_IOC_STREAM_STOP, &stop) && errno != ENOENT)
 				return fail("STREAM_STOP");
-			do {
-				if (read(fd, &c, sizeof(c)) != (ssize_t)sizeof(c))
-					return fail("read");
-			} while (c.kind != GPUFPGA_EVENT_STREAM_END || c.id != st.id);
-			if (c.error) {
-				fprintf(stderr, "c-resident: stream ended: %s\n", strerror(-c.error));
-				status = 1;
-			}
-			fills = c.seq;
-			continue;
+			ended = stream_end(fd, st.id, 1, &end);
 		}
 		struct gpufpga_slot_result *r = &results[k % nslots];
 		uint64_t w = result_word(r);
 
-		if (!filled(w)) {
-			nanosleep(&nap, NULL);
+		if (!ended && !filled(w)) {
+			if (status)
+				break; /* it failed: its last fill may have no result */
+			/* Waiting, now and then: it may end without a stop (an error, a reset). */
+			if (fills == UINT64_MAX && ++idle % 64 == 0)
+				ended = stream_end(fd, st.id, 0, &end);
+			if (!ended) {
+				nanosleep(&nap, NULL);
+				continue;
+			}
+		}
+		if (ended < 0)
+			return fail("read");
+		if (ended) {
+			if (end.error) {
+				fprintf(stderr, "c-resident: stream ended: %s\n", strerror(-end.error));
+				status = 1;
+			}
+			fills = end.seq;
 			continue;
 		}
 		/* Step 2: the slot's data, after its result. */
 		uint32_t length = (uint32_t)(w >> 32);
 
+		if (length > SLOT) {
+			fprintf(stderr, "c-resident: fill %" PRIu64 " of %u bytes in a %d-byte slot\n", k, length, SLOT);
+			return 1;
+		}
 		sum = process(mem + (k % nslots) * SLOT, length, sum);
 		bytes += length;
 		packets += !!((uint32_t)w & GPUFPGA_RESULT_EOP);
@@ -200,6 +252,8 @@ int main(int argc, char **argv)
 	}
 	printf("c-resident: %" PRIu64 " fills consumed of %" PRIu64 " the engine made, %" PRIu64 " bytes, %" PRIu64
 	       " packets, checksum %016" PRIx64 "\n", k, fills, bytes, packets, sum);
+	if (k != fills)
+		status = 1;
 
 	struct gpufpga_unpin unpin = { .handle = pin.handle };
 

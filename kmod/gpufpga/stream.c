@@ -223,8 +223,9 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	int ret;
 	struct gpufpga_stream_state *st = ch->acq;
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
-	u32 n = gpufpga_stream_completed(ch, st), slot, d, status, len;
+	u32 n, slot, d, status, len;
 
+	n = gpufpga_stream_completed(ch, st);
 	rmb();	/* results written before the count moved */
 	for (; n; n--) {
 		slot = st->next_fill;
@@ -275,6 +276,22 @@ static int gpufpga_resident_collect(struct gpufpga_chan *ch, struct gpufpga_stre
 		trace_gpufpga_stream_fills(ch->dev->id, ch->index, n, st->seq, st->consumed,
 					   st->granted);
 	return n;
+}
+
+/*
+ * The halted engine's last fills: its count may move a little after the
+ * results it wrote (PG195 does not order them), so it is read until it
+ * stands still, for STREAM_END to count every fill the consumer may see.
+ */
+static int gpufpga_resident_drain(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	int n, total = 0, reads = 0;
+
+	do {
+		n = gpufpga_resident_collect(ch, st);
+		total += n;
+	} while (n && ++reads < 4);
+	return total;
 }
 
 /* Sets the consumer's count, before the stream starts. */
@@ -380,8 +397,7 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	spin_lock_irq(&ch->lock);
 	st = ch->acq;
 	if (!dev->link_down) {
-		collected = st->resident ? gpufpga_resident_collect(ch, st) :
-					   gpufpga_stream_collect(ch);
+		collected = st->resident ? gpufpga_resident_drain(ch, st) : gpufpga_stream_collect(ch);
 		if (collected < 0 && !error)
 			error = collected;
 	}

@@ -206,7 +206,8 @@ TRACE_EVENT(gpufpga_stream_slot,
 /*
  * A GPU-resident stream's fills, counted from the engine's count on an
  * interrupt, the poll or the end: no event per slot; consumed and
- * granted are the consumer's count and the credits given so far.
+ * granted are the consumer's count and the credits given as the pass
+ * that counted them began.
  */
 TRACE_EVENT(gpufpga_stream_fills,
 	TP_PROTO(int dev, u32 chan, u32 fills, u64 seq, u64 consumed, u64 granted),

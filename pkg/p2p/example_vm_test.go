@@ -101,12 +101,16 @@ func ExampleDevice_StartResidentStream() {
 		log.Fatal(err)
 	}
 
-	consumed := (*uint64)(unsafe.Pointer(&mem.Bytes()[word]))
+	// The consumer, as gpufpga_resident.h has it. A GPU's polls results in
+	// its own memory; this one also stops if the stream ends under it.
+	const resultMagic, resultSize = 0x52b4, 32
+	buf := mem.Bytes()
+	consumed := (*uint64)(unsafe.Pointer(&buf[word]))
 	var bytes uint64
-	for k := uint64(0); k < 64; k++ {
-		result := (*uint64)(unsafe.Pointer(&mem.Bytes()[results+k%slots*32]))
+	for k := uint64(0); k < 64 && s.Err() == nil; k++ {
+		result := (*uint64)(unsafe.Pointer(&buf[results+k%slots*resultSize]))
 		w := atomic.LoadUint64(result) // status and length, in one load
-		for uint32(w)>>16 != 0x52b4 {
+		for uint32(w)>>16 != resultMagic && s.Err() == nil {
 			time.Sleep(10 * time.Microsecond)
 			w = atomic.LoadUint64(result)
 		}
@@ -114,7 +118,9 @@ func ExampleDevice_StartResidentStream() {
 		atomic.StoreUint32((*uint32)(unsafe.Pointer(result)), 0) // its next fill is told apart
 		atomic.StoreUint64(consumed, k+1)                        // the slot goes back to the engine
 	}
-	s.Stop()
+	if err := s.Stop(); err != nil {
+		log.Fatal(err)
+	}
 	fmt.Printf("consumed 64 fills, %d bytes; the stream ended: %v\n", bytes, s.Err())
 	// Output: consumed 64 fills, 262144 bytes; the stream ended: <nil>
 }

@@ -341,18 +341,30 @@ func TestTracedResidentStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for cons.Stats().Consumed < 400 {
-		time.Sleep(time.Millisecond)
+	// Until the consumer has taken n fills, or it or the test fails.
+	waitFor := func(n uint64) {
+		t.Helper()
+		for cons.Stats().Consumed < n {
+			select {
+			case err := <-consumed:
+				t.Fatalf("the consumer ended after %d fills: %v", cons.Stats().Consumed, err)
+			case <-ctx.Done():
+				t.Fatalf("%d of %d fills consumed: %v", cons.Stats().Consumed, n, ctx.Err())
+			case <-time.After(time.Millisecond):
+			}
+		}
 	}
+	waitFor(400)
 	if err := st.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for cons.Stats().Consumed < st.Fills() {
-		time.Sleep(time.Millisecond)
-	}
+	waitFor(st.Fills())
 	stopConsumer()
 	if err := <-consumed; err != nil {
 		t.Fatal(err)
+	}
+	if c := cons.Stats().Consumed; c != st.Fills() {
+		t.Fatalf("the consumer took %d fills of %d", c, st.Fills())
 	}
 	if st.Err() != nil {
 		t.Fatal(st.Err())

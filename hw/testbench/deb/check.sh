@@ -156,6 +156,8 @@ out=$("$tmp/c-stream" -d /nonexistent 2>&1) && fail "c-stream ran without a devi
 grep -q '^c-stream: /nonexistent: No such file or directory' <<<"$out" || fail "c-stream without a device: $out"
 gcc -std=c11 -Wall -Wextra -Werror -o "$tmp/c-resident" /usr/share/doc/gpufpga-dev/examples/c-resident.c ||
 	fail "the installed C resident example does not build against the installed headers"
+out=$("$tmp/c-resident" -d /nonexistent 2>&1) && fail "c-resident ran without a device"
+grep -q '^c-resident: /nonexistent: No such file or directory' <<<"$out" || fail "c-resident without a device: $out"
 
 step "${cmds[2]}"
 rc=0

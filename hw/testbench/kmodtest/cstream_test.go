@@ -3,12 +3,14 @@
 package kmodtest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gpufpga/gpufpga/pkg/frame"
 )
@@ -75,7 +77,11 @@ func TestCResidentExample(t *testing.T) {
 	if err := os.WriteFile(bin, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(bin, "-d", devPath, "-c", "1", "-n", "16", "-k", "4", "-N", "1024").CombinedOutput()
+	c, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(c, bin, "-d", devPath, "-c", "1", "-n", "16", "-k", "4", "-N", "1024")
+	cmd.WaitDelay = time.Second
+	out, err := cmd.CombinedOutput()
 	t.Logf("%s", out)
 	if err != nil {
 		t.Fatalf("c-resident: %v", err)

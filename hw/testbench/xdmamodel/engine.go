@@ -847,7 +847,6 @@ func (e *Engine) RunUntilIdle() {
 }
 
 func (e *Engine) stepChannel(c *channel) bool {
-	c.catchUpCount()
 	if c.deferred != 0 {
 		if c.deferSteps--; c.deferSteps <= 0 {
 			c.status |= c.deferred
@@ -1071,6 +1070,7 @@ func (e *Engine) complete(c *channel, eop bool) {
 	c.active = false
 	result := c.dir == xdma.C2H && c.cfg.Stream && d.Src != 0 && c.control&xdma.CtrlStreamWBDisable == 0
 	if result && e.quirks&QuirkLateCount != 0 {
+		c.catchUpCount() // the count lags by the last completion only
 		c.countLag++
 	} else {
 		c.completed = (c.completed + 1) & pollWBCountMask
@@ -1123,7 +1123,9 @@ func (e *Engine) writeback(c *channel, failed bool) {
 		return
 	}
 	addr := uint64(c.wbHi)<<32 | uint64(c.wbLo)
-	binary.LittleEndian.PutUint32(e.pollWBScratch[:], xdma.PollWriteback{Completed: c.completed, Error: failed}.Encode())
+	// The writeback has every completion, the count lagging or not.
+	done := (c.completed + c.countLag) & pollWBCountMask
+	binary.LittleEndian.PutUint32(e.pollWBScratch[:], xdma.PollWriteback{Completed: done, Error: failed}.Encode())
 	// A failed writeback has nowhere to be reported but the status.
 	if err := e.cfg.Bus.Write(addr, e.pollWBScratch[:]); err != nil {
 		c.status |= errorCode(err) << writeErrorShift

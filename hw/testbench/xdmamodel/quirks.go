@@ -33,12 +33,12 @@ const (
 	// request that a status read drops meanwhile still sends its message.
 	QuirkLateInterrupt
 	// QuirkLateCount moves a C2H stream channel's completed-descriptor
-	// count a little after the descriptor's result is written: until the
-	// next engine step, the next read of the status, or the read of the
-	// count after next, the count leaves that descriptor out. Whoever
-	// polls the results in memory (a GPU-resident consumer) can see a
-	// fill before the count does; the status and its interrupt come with
-	// the count.
+	// count after the descriptor's result is written: until the channel
+	// completes its next descriptor, its status is read, or its count is
+	// read a second time, the count leaves the last descriptor out. Whoever
+	// polls the results in memory (a GPU-resident consumer) can see a fill
+	// before the count does. The completion's status bit and interrupt
+	// come as without the quirk, and the poll-mode writeback has it.
 	QuirkLateCount
 
 	quirkLast = QuirkLateCount

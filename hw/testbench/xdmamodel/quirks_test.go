@@ -208,10 +208,10 @@ func TestQuirkLateInterrupt(t *testing.T) {
 }
 
 // TestQuirkLateCount: a stream descriptor's result is in memory before
-// the completed count has it; one read of the count misses it, the next
-// (or a status read, or the next step) sees it.
+// the completed count has it, however long the engine idles; one read of
+// the count misses it, the next (or after a status read) sees it.
 func TestQuirkLateCount(t *testing.T) {
-	for _, catchUp := range []string{"count", "status", "step"} {
+	for _, catchUp := range []string{"count", "status"} {
 		t.Run(catchUp, func(t *testing.T) {
 			r := newRig(t, 1)
 			must(t, r.e.SetQuirks(xdmamodel.QuirkLateCount))
@@ -227,6 +227,7 @@ func TestQuirkLateCount(t *testing.T) {
 				}
 			}
 			ch := xdma.Base(xdma.TargetC2H, 1)
+			r.e.RunUntilIdle() // steps alone leave it out
 			switch catchUp {
 			case "count":
 				if n := r.e.ReadReg(ch + xdma.RegCompletedCount); n != 0 {
@@ -234,8 +235,6 @@ func TestQuirkLateCount(t *testing.T) {
 				}
 			case "status":
 				r.e.ReadReg(ch + xdma.RegStatus)
-			case "step":
-				r.e.Step()
 			}
 			if n := r.e.ReadReg(ch + xdma.RegCompletedCount); n != 1 {
 				t.Fatalf("after a %s: count %d, want 1", catchUp, n)
