@@ -326,8 +326,17 @@ func TestTracedResidentStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	cctx, stopConsumer := context.WithCancel(ctx)
-	consumed := make(chan error, 1)
-	go func() { consumed <- cons.Run(cctx) }()
+	var consErr error
+	consumerDone := make(chan struct{})
+	go func() {
+		consErr = cons.Run(cctx)
+		close(consumerDone)
+	}()
+	// It reads the simulated GPU's memory: stopped before that goes.
+	defer func() {
+		stopConsumer()
+		<-consumerDone
+	}()
 	var segs []p2p.Segment
 	for i := range nslots {
 		segs = append(segs, p2p.Segment{Pin: p, Offset: uint64(i) * slot, Len: slot})
@@ -346,8 +355,8 @@ func TestTracedResidentStream(t *testing.T) {
 		t.Helper()
 		for cons.Stats().Consumed < n {
 			select {
-			case err := <-consumed:
-				t.Fatalf("the consumer ended after %d fills: %v", cons.Stats().Consumed, err)
+			case <-consumerDone:
+				t.Fatalf("the consumer ended after %d fills: %v", cons.Stats().Consumed, consErr)
 			case <-ctx.Done():
 				t.Fatalf("%d of %d fills consumed: %v", cons.Stats().Consumed, n, ctx.Err())
 			case <-time.After(time.Millisecond):
@@ -360,8 +369,9 @@ func TestTracedResidentStream(t *testing.T) {
 	}
 	waitFor(st.Fills())
 	stopConsumer()
-	if err := <-consumed; err != nil {
-		t.Fatal(err)
+	<-consumerDone
+	if consErr != nil {
+		t.Fatal(consErr)
 	}
 	if c := cons.Stats().Consumed; c != st.Fills() {
 		t.Fatalf("the consumer took %d fills of %d", c, st.Fills())

@@ -86,15 +86,18 @@ func (r *residentRing) start(d *p2p.Device, coalesce int) *p2p.Stream {
 func (r *residentRing) word() *uint64 { return (*uint64)(unsafe.Pointer(&r.host.Bytes()[0])) }
 
 // run runs the consumer until stopped; stop returns its error, every
-// time it is called.
+// time it is called. A test that fails stops it too, before its memory
+// goes.
 func (r *residentRing) run() (stop func() error) {
 	c, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.cons.Run(c) }()
-	return sync.OnceValue(func() error {
+	stop = sync.OnceValue(func() error {
 		cancel()
 		return <-done
 	})
+	r.t.Cleanup(func() { stop() })
+	return stop
 }
 
 // unpin unpins everything: the stream that used it must have ended.
