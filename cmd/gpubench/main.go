@@ -30,6 +30,7 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
 	"github.com/gpufpga/gpufpga/pkg/resident"
+	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
 type copyResult struct {
@@ -118,7 +119,7 @@ func main() {
 	flag.IntVar(&cc.slots, "compat-slots", 8, "compat path: slots in the ring")
 	flag.IntVar(&cc.slotSize, "compat-slot-size", 64<<20, "compat path: bytes per slot")
 	flag.IntVar(&cc.workers, "compat-workers", 0, "compat path: device model workers encoding frames; 0: the fewest that outrun the copy peak 1.3 times")
-	flag.IntVar(&cc.streams, "compat-streams", 2, "compat path: CUDA streams the copies go round")
+	flag.IntVar(&cc.streams, "compat-streams", cudamem.CopyStreams, "compat path: CUDA streams the copies go round")
 	flag.IntVar(&cc.runs, "compat-runs", 5, "compat path: runs, each with the source alone first; the median is reported")
 	flag.DurationVar(&cc.seconds, "compat-time", 4*time.Second, "compat path: length of each run")
 	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
