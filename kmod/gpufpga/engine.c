@@ -39,51 +39,93 @@ u32 gpufpga_chan_status(struct gpufpga_chan *ch)
 	return ch->status_seen | (st & XDMA_STAT_BUSY);
 }
 
-/*
- * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
- * busy, halts descriptor fetching too. Returns the final status, read-
- * cleared. May sleep: called with ch->mutex held and ch->halting set, or
- * before the channel is in use.
+static u32 gpufpga_common_bit(struct gpufpga_chan *ch)
+{
+	return ch->dir == GPUFPGA_C2H ? BIT(XDMA_COMMON_C2H_SHIFT + ch->index) : BIT(ch->index);
+}
+
+/**
+ * gpufpga_dev_cut_bus - take the function's bus mastering away
+ * @dev: the device
+ *
+ * No engine's DMA reaches memory once this returns (the configuration
+ * write is not posted). The driver keeps this as its own state: the PCI
+ * core's is_busmaster is not updated by pci_restore_state().
+ *
+ * Context: process context.
  */
-u32 gpufpga_chan_halt(struct gpufpga_chan *ch)
+void gpufpga_dev_cut_bus(struct gpufpga_dev *dev)
+{
+	pci_clear_master(dev->pdev);
+	WRITE_ONCE(dev->bus_off, true);
+}
+
+/* Bus mastering on again, for an engine the driver has just programmed. */
+static void gpufpga_dev_enable_bus(struct gpufpga_dev *dev)
+{
+	pci_set_master(dev->pdev);
+	WRITE_ONCE(dev->bus_off, false);
+}
+
+/**
+ * gpufpga_chan_halt - stop a channel's engine
+ * @ch: the channel
+ * @status: set to the final status, read-cleared (0 when not read)
+ *
+ * Clears RUN and waits, boundedly, for the engine to go idle; if it stays
+ * busy, halts descriptor fetching too, and if it still does not stop, cuts
+ * the function off the bus and gives up on the device.
+ *
+ * Context: process context, may sleep; ch->mutex held with ch->halting
+ * set, or before the channel is in use.
+ * Return: 0 when the engine was seen idle; -EBUSY when it did not stop
+ * (bus mastering is off); -ENODEV when its registers could not be asked
+ * (link down, offline, or the bus already cut): nothing is known of it.
+ */
+int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 {
 	struct gpufpga_dev *dev = ch->dev;
-	u32 halt_bit = ch->dir == GPUFPGA_C2H ? BIT(XDMA_COMMON_C2H_SHIFT + ch->index) :
-						BIT(ch->index);
-	u32 status;
+	u32 halt_bit = gpufpga_common_bit(ch);
+	u32 st;
 	int i;
 
-	if ((dev->dead && !dev->pdev->is_busmaster) || READ_ONCE(dev->offline))
-		return 0;	/* cut off the bus, or being reset: nothing to halt */
+	*status = 0;
+	if (READ_ONCE(dev->bus_off) || READ_ONCE(dev->offline) || READ_ONCE(dev->link_down))
+		return -ENODEV;
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 	for (i = 0; i < 100; i++) {
-		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
-		if (dev->link_down || !(status & XDMA_STAT_BUSY))
+		st = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+		if (READ_ONCE(dev->link_down) || !(st & XDMA_STAT_BUSY))
 			break;
 		usleep_range(500, 1000);
 	}
-	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
+	if (READ_ONCE(dev->link_down))
+		return -ENODEV;
+	if (st & XDMA_STAT_BUSY) {
 		dev_err(&dev->pdev->dev, "%s channel %u stays busy after RUN cleared: halting descriptor fetch\n",
 			ch->dir ? "C2H" : "H2C", ch->index);
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1S,
 			      halt_bit);
 		usleep_range(1000, 2000);
-		status = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
+		st = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C,
 			      halt_bit);
 	}
+	*status = gpufpga_chan_status(ch);
+	if (READ_ONCE(dev->link_down))
+		return -ENODEV;
+	if (!(st & XDMA_STAT_BUSY))
+		return 0;
 	/*
 	 * An engine that will not stop may still write into memory about to
 	 * be freed: cut it off the bus before anyone returns, and give up on
 	 * the device.
 	 */
-	if (!dev->link_down && (status & XDMA_STAT_BUSY)) {
-		dev_crit(&dev->pdev->dev, "%s channel %u does not halt: bus mastering off, device dead\n",
-			 ch->dir ? "C2H" : "H2C", ch->index);
-		pci_clear_master(dev->pdev);
-		dev->dead = true;
-	}
-	return gpufpga_chan_status(ch);
+	dev_crit(&dev->pdev->dev, "%s channel %u does not halt: bus mastering off, device dead\n",
+		 ch->dir ? "C2H" : "H2C", ch->index);
+	gpufpga_dev_cut_bus(dev);
+	WRITE_ONCE(dev->dead, true);
+	return -EBUSY;
 }
 
 u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
@@ -96,11 +138,6 @@ u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)
 static u32 gpufpga_sgdma_reg(struct gpufpga_chan *ch, u32 reg)
 {
 	return XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index) + reg;
-}
-
-static u32 gpufpga_common_bit(struct gpufpga_chan *ch)
-{
-	return ch->dir == GPUFPGA_C2H ? BIT(XDMA_COMMON_C2H_SHIFT + ch->index) : BIT(ch->index);
 }
 
 /*
@@ -202,7 +239,7 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 		 * memory that is let go below. Restoring the saved state
 		 * turns bus mastering on again.
 		 */
-		pci_clear_master(dev->pdev);
+		gpufpga_dev_cut_bus(dev);
 		WRITE_ONCE(dev->offline, true);
 	}
 	/* Submitters check resetting under ch->lock, which this takes after. */
@@ -232,6 +269,8 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 	}
 	WRITE_ONCE(dev->link_down, false);
 	WRITE_ONCE(dev->offline, false);
+	/* Whatever the event did to PCI_COMMAND, the engines may master. */
+	gpufpga_dev_enable_bus(dev);
 	gpufpga_for_each_chan(dev, ch, ci) {
 		spin_lock_irq(&ch->lock);
 		ch->quiet = false;
@@ -245,30 +284,45 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 	return 0;
 }
 
-/*
+/**
+ * gpufpga_dev_restart - bring the function back after an event quiesced it
+ * @dev: the device
+ * @programmed: set when this call programmed the function
+ *
  * The function is back, its engine at its reset values (or, after an
- * error that needed no reset, as the halts left it): every register is
+ * error that needed no reset, as the halts left it): once every event that
+ * quiesced it has ended, bus mastering is enabled and every register is
  * programmed again, as at probe, and new work is taken. Every chain the
- * engine runs from here on starts at an address programmed here, once
- * every event that quiesced the function has ended. Returns -ENODEV where
- * the function does not answer or was given up on. An event that did not
- * quiesce the function (none under way) changes nothing.
+ * engine runs from here on starts at an address programmed here. An event
+ * that did not quiesce the function (none under way) changes nothing.
+ * Only when *@programmed is set does the configuration hold what the
+ * driver wants saved (pci_save_state()).
+ *
+ * Context: process context.
+ * Return: 0, or -ENODEV where the function does not answer or was given up on.
  */
-int gpufpga_dev_restart(struct gpufpga_dev *dev)
+int gpufpga_dev_restart(struct gpufpga_dev *dev, bool *programmed)
 {
 	int ret = 0;
 
+	*programmed = false;
 	mutex_lock(&dev->lifecycle_lock);
-	if (dev->quiesced > 0 && !--dev->quiesced)
+	if (dev->quiesced > 0 && !--dev->quiesced) {
 		ret = gpufpga_dev_reprogram(dev);
+		*programmed = !ret;
+	}
 	mutex_unlock(&dev->lifecycle_lock);
 	return ret;
 }
 
-/*
- * An event that quiesced the function ends without bringing it back (an
- * AER recovery that failed): the function stays offline until a later
- * reset's restart, or a rebind, programs it again.
+/**
+ * gpufpga_dev_abandon - an event that quiesced the function ends unfinished
+ * @dev: the device
+ *
+ * An AER recovery that failed, or that a reset superseded: the function
+ * stays offline until a later event's restart, or a rebind, programs it.
+ *
+ * Context: process context.
  */
 void gpufpga_dev_abandon(struct gpufpga_dev *dev)
 {

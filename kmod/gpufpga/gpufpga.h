@@ -200,8 +200,15 @@ struct gpufpga_dev {
 	struct miscdevice misc;
 
 	void __iomem *bar;		/* the DMA BAR: the engine's registers */
+	/* Each read and written with READ_ONCE/WRITE_ONCE: no lock covers them. */
 	bool link_down;
 	bool dead;
+	/*
+	 * The driver cut bus mastering (gpufpga_dev_cut_bus) and has not
+	 * enabled it since: no engine reaches memory. The driver's own
+	 * record: pci_restore_state() does not update pdev->is_busmaster.
+	 */
+	bool bus_off;
 	/*
 	 * A reset, an error recovery or a system sleep is under way: new
 	 * work is refused (resetting), and the registers, which may not
@@ -384,7 +391,8 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev);
 
 /* engine.c */
 u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
-u32 gpufpga_chan_halt(struct gpufpga_chan *ch);
+int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status);
+void gpufpga_dev_cut_bus(struct gpufpga_dev *dev);
 u32 gpufpga_chan_status(struct gpufpga_chan *ch);
 int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user,
 		      work_func_t build);
@@ -392,7 +400,7 @@ void gpufpga_chan_fini(struct gpufpga_chan *ch);
 void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits);
 void gpufpga_dev_program(struct gpufpga_dev *dev);
 void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen);
-int gpufpga_dev_restart(struct gpufpga_dev *dev);
+int gpufpga_dev_restart(struct gpufpga_dev *dev, bool *programmed);
 void gpufpga_dev_abandon(struct gpufpga_dev *dev);
 void gpufpga_chan_irq(struct gpufpga_chan *ch);
 bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run);

@@ -521,7 +521,9 @@ static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 	}
 	gpufpga_for_each_chan(dev, ch, ci) {
-		if (gpufpga_chan_halt(ch) & XDMA_STAT_BUSY)
+		u32 status;
+
+		if (gpufpga_chan_halt(ch, &status) == -EBUSY)
 			ret = -EIO;
 	}
 	/* Credits and a descriptor halt left over would stall the next user. */
@@ -669,7 +671,11 @@ static void gpufpga_unpin_files(struct gpufpga_dev *dev)
 /*
  * The device goes away: stop all DMA; open files see -ENODEV. Failing the
  * transfers first wakes blocked ioctls, so taking the rwsem waits only for
- * calls already under way, whose transfers are then failed too.
+ * calls already under way, whose transfers are then failed too. Every
+ * engine is stopped and the function cut off the bus before a pin is let
+ * go or a ring freed, whatever an earlier reset or error left behind: an
+ * engine the halts could not reach (offline, or a recovery that failed)
+ * may still be running.
  */
 static void gpufpga_remove(struct pci_dev *pdev)
 {
@@ -682,6 +688,9 @@ static void gpufpga_remove(struct pci_dev *pdev)
 	down_write(&dev->ioctl_rwsem);
 	up_write(&dev->ioctl_rwsem);
 	gpufpga_fail_channels(dev);
+	if (!READ_ONCE(dev->bus_off) && !READ_ONCE(dev->offline))
+		gpufpga_stop_engines(dev);
+	gpufpga_dev_cut_bus(dev);
 	/* Every record the device posts is queued by now. */
 	WRITE_ONCE(dev->gone, true);
 	gpufpga_wake_files(dev);
@@ -701,19 +710,30 @@ static void gpufpga_reset_prepare(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
-	trace_gpufpga_lifecycle(dev->id, "reset_prepare", 0);
+	trace_gpufpga_lifecycle(dev->id, "reset_prepare", dev->aer_held);
+	/*
+	 * An AER recovery still holding the function has failed, or will end
+	 * without it: before 6.18 AER calls no handler after a failed
+	 * recovery. This reset supersedes it, and its restart programs the
+	 * function; a later resume of that recovery finds nothing to undo.
+	 */
+	if (dev->aer_held) {
+		dev->aer_held = false;
+		gpufpga_dev_abandon(dev);
+	}
 	gpufpga_dev_quiesce(dev, false);
 }
 
 static void gpufpga_reset_done(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
-	int ret = gpufpga_dev_restart(dev);
+	bool programmed;
+	int ret = gpufpga_dev_restart(dev, &programmed);
 
 	trace_gpufpga_lifecycle(dev->id, "reset_done", ret);
 	if (ret)
 		dev_err(&pdev->dev, "does not answer after a reset (%d)\n", ret);
-	else
+	else if (programmed)
 		pci_save_state(pdev);	/* the restore used up the saved state */
 }
 
@@ -769,17 +789,18 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 static void gpufpga_error_resume(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
+	bool programmed = false;
 	int ret = 0;
 
-	/* Bound during the recovery, it had nothing to undo. */
+	/* Bound during the recovery, or superseded by a reset: nothing to undo. */
 	if (dev->aer_held) {
 		dev->aer_held = false;
-		ret = gpufpga_dev_restart(dev);
+		ret = gpufpga_dev_restart(dev, &programmed);
 	}
 	trace_gpufpga_lifecycle(dev->id, "error_resume", ret);
 	if (ret)
 		dev_err(&pdev->dev, "does not answer after error recovery (%d)\n", ret);
-	else
+	else if (programmed)
 		pci_save_state(pdev);
 }
 
@@ -811,10 +832,11 @@ static int gpufpga_suspend(struct device *d)
 static int gpufpga_resume(struct device *d)
 {
 	struct gpufpga_dev *dev = dev_get_drvdata(d);
-	int ret = gpufpga_dev_restart(dev);
+	bool programmed;
+	int ret = gpufpga_dev_restart(dev, &programmed);
 
 	trace_gpufpga_lifecycle(dev->id, "pm_resume", ret);
-	if (!ret)
+	if (programmed)
 		pci_save_state(to_pci_dev(d));	/* for a later error recovery */
 	return ret;
 }
@@ -826,10 +848,11 @@ static void gpufpga_shutdown(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
-	dev->dead = true;		/* nothing new starts */
+	WRITE_ONCE(dev->dead, true);	/* nothing new starts */
 	gpufpga_fail_channels(dev);	/* what runs halts, under its channel's lock */
-	gpufpga_stop_engines(dev);
-	pci_clear_master(pdev);
+	if (!READ_ONCE(dev->bus_off) && !READ_ONCE(dev->offline))
+		gpufpga_stop_engines(dev);
+	gpufpga_dev_cut_bus(dev);
 }
 
 /* Xilinx XDMA reference designs (Gen1-4, x1-x16). */

@@ -215,9 +215,13 @@ static u32 gpufpga_stream_completed(struct gpufpga_chan *ch, struct gpufpga_stre
  * when its last descriptor completes. Returns -EPROTO when a packet ended
  * short inside a slot of several descriptors, which would leave a hole in
  * it, and -EOVERFLOW when the client lets records pile up unread. Returns
- * the number of slots reported otherwise.
+ * the number of slots reported otherwise. A descriptor is taken only once
+ * its result is written (its magic), as Xilinx's driver does: PG195 does
+ * not order the count after the results. Once the engine is halted
+ * (idle), results past the count are taken too: a card's count may lag
+ * its results until a next completion that will not come.
  */
-static int gpufpga_stream_collect(struct gpufpga_chan *ch)
+static int gpufpga_stream_collect(struct gpufpga_chan *ch, bool halted)
 {
 	int slots = 0;
 	int ret;
@@ -225,13 +229,15 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u32 n, slot, d, status, len;
 
-	n = gpufpga_stream_completed(ch, st);
+	n = halted ? st->ndescs : gpufpga_stream_completed(ch, st);
 	rmb();	/* results written before the count moved */
 	for (; n; n--) {
 		slot = st->next_fill;
 		d = st->first[slot] + st->fill_descs;
 		status = le32_to_cpu(res[d].status);
 		len = le32_to_cpu(res[d].len);
+		if (status >> 16 != XDMA_RESULT_MAGIC)
+			break;	/* not written yet: the next look takes it */
 		if (st->fill_descs + 1 < gpufpga_slot_descs(st, slot)) {
 			if (len != st->descs[d].len)
 				return -EPROTO;
@@ -263,12 +269,16 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 
 /*
  * Counts the fills the engine completed since the last look, in seq: a
- * GPU-resident stream reads no result, and reports none. Returns how many.
+ * GPU-resident stream reads no result, and reports none. Returns how many,
+ * or -EIO for a count that moved past the credits granted: a card that
+ * glitches, whose fills nobody can account for.
  */
 static int gpufpga_resident_collect(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
 	u32 n = gpufpga_stream_completed(ch, st);
 
+	if (n > st->granted - st->seq)
+		return -EIO;
 	st->completed = (st->completed + n) & 0xffffff;
 	st->seq += n;
 	ch->xfers += n;
@@ -276,22 +286,6 @@ static int gpufpga_resident_collect(struct gpufpga_chan *ch, struct gpufpga_stre
 		trace_gpufpga_stream_fills(ch->dev->id, ch->index, n, st->seq, st->consumed,
 					   st->granted);
 	return n;
-}
-
-/*
- * The halted engine's last fills: its count may move a little after the
- * results it wrote (PG195 does not order them), so it is read until it
- * stands still, for STREAM_END to count every fill the consumer may see.
- */
-static int gpufpga_resident_drain(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
-{
-	int n, total = 0, reads = 0;
-
-	do {
-		n = gpufpga_resident_collect(ch, st);
-		total += n;
-	} while (n && ++reads < 4);
-	return total;
 }
 
 /* Sets the consumer's count, before the stream starts. */
@@ -319,12 +313,47 @@ static u64 gpufpga_resident_consumed(struct gpufpga_stream_state *st)
 }
 
 /*
+ * The fills the engine has certainly made: those its count shows, or those
+ * the consumer has published, for it saw their results. PG195 does not
+ * order the count after the results, and a card's count may lag them
+ * until its next completion.
+ */
+static u64 gpufpga_resident_reached(struct gpufpga_stream_state *st)
+{
+	return max(st->seq, st->consumed);
+}
+
+/*
+ * The halted engine's last fills: its count may move a little after the
+ * results it wrote (PG195 does not order them), so it is read until it
+ * stands still; a consumer that saw more counts them too, for STREAM_END
+ * to count every fill the consumer has seen. Called with ch->lock held.
+ */
+static int gpufpga_resident_drain(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
+{
+	u64 consumed = gpufpga_resident_consumed(st), seq = st->seq;
+	int n, reads = 0;
+
+	lockdep_assert_held(&ch->lock);
+	do {
+		n = gpufpga_resident_collect(ch, st);
+	} while (n > 0 && ++reads < 4);
+	if (n < 0)
+		return n;
+	/* A count that went back or ran past the credits was refused already. */
+	if (consumed - st->consumed <= st->granted - st->consumed)
+		st->consumed = consumed;
+	st->seq = gpufpga_resident_reached(st);
+	return st->seq - seq;
+}
+
+/*
  * Counts the fills, takes the consumer's count and grants the engine the
  * credits it freed. Returns the fills found, or -ERANGE for a count that
- * went back or passed what the engine was allowed to fill. A count past
- * the fills counted so far is taken only up to them: PG195 does not say
- * whether the engine moves its count before or after it writes a result,
- * which the consumer may have seen first. Sets *starved when the engine
+ * went back or passed what the engine was allowed to fill. A consumer
+ * count past the fills the engine's count shows is taken: PG195 does not
+ * say whether the engine moves its count before or after it writes a
+ * result, which the consumer may have seen first. Sets *starved when the engine
  * has too few credits to reach its next interrupt (then only the poll
  * sees the consumer move on), and *granted when credits were given.
  */
@@ -343,14 +372,20 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 		return n;
 	if (consumed - st->consumed > st->granted - st->consumed)
 		return -ERANGE;
-	st->consumed = min(consumed, st->seq);
+	/* Each fill consumed was made: its slot is free, counted or not. */
+	st->consumed = consumed;
 	credits = st->consumed + st->nslots - st->granted;
 	if (credits) {
 		gpufpga_chan_add_credits(ch, credits);
 		st->granted += credits;
 		*granted = true;
 	}
-	*starved = st->granted - st->seq < st->coalesce;
+	/*
+	 * From where the engine certainly is, not from a count that may lag:
+	 * starved when the credits may not reach the next interrupting fill
+	 * (at most coalesce fills on).
+	 */
+	*starved = st->granted - gpufpga_resident_reached(st) < st->coalesce;
 	return n;
 }
 
@@ -373,7 +408,7 @@ static int gpufpga_stream_look(struct gpufpga_chan *ch)
 {
 	struct gpufpga_stream_state *st = ch->acq;
 
-	return st->resident ? gpufpga_resident_look(ch, st) : gpufpga_stream_collect(ch);
+	return st->resident ? gpufpga_resident_look(ch, st) : gpufpga_stream_collect(ch, false);
 }
 
 /*
@@ -387,24 +422,30 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_stream_state *st;
-	u32 status = 0;
+	bool stopped;
+	u32 status;
 	int collected;
 
 	if (!gpufpga_chan_own(ch, NULL, 0))
 		return;
-	if (!dev->link_down)
-		status = gpufpga_chan_halt(ch);
+	stopped = !gpufpga_chan_halt(ch, &status);
 	spin_lock_irq(&ch->lock);
 	st = ch->acq;
-	if (!dev->link_down) {
-		collected = st->resident ? gpufpga_resident_drain(ch, st) : gpufpga_stream_collect(ch);
+	if (!READ_ONCE(dev->link_down)) {
+		collected = st->resident ? gpufpga_resident_drain(ch, st) :
+					  gpufpga_stream_collect(ch, stopped);
 		if (collected < 0 && !error)
 			error = collected;
 	}
-	/* Transfers get the engine back, programmed as they need it. */
+	/*
+	 * Transfers get the engine back, programmed as they need it. Out of
+	 * credit mode a cyclic ring runs free: only an engine seen idle is
+	 * reprogrammed; one the halt could not reach keeps its registers
+	 * until the reset or reprogramming that brings the function back.
+	 */
 	ch->credit_mode = false;
 	ch->int_enable = XDMA_STAT_DESC_STOPPED | XDMA_STAT_ERRORS;
-	if (!dev->link_down)
+	if (stopped)
 		gpufpga_chan_program(ch, 0);
 	gpufpga_chan_detach(ch);
 	/* What the IRQ handler found wrong is why the stream ended. */

@@ -545,7 +545,7 @@ static bool gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, 
 
 	if (!gpufpga_chan_own(ch, r, run))
 		return false;
-	status = gpufpga_chan_halt(ch);
+	gpufpga_chan_halt(ch, &status);
 	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	spin_lock_irq(&ch->lock);
 	ch->active = NULL;

@@ -106,6 +106,19 @@ type Rig struct {
 	iommuFaults atomic.Uint64
 	lateMu      sync.Mutex
 	lateAddrs   []uint64
+	// unmapped counts DMA accesses to VRAM pages no peer had mapped.
+	unmapped     atomic.Uint64
+	unmappedAddr []uint64 // the first few, under lateMu
+	// master is the function's Bus Master Enable, as QEMU reports it:
+	// with it off, no DMA leaves the function; masterOffWrites counts the
+	// writes it held back.
+	master          atomic.Bool
+	masterOffWrites atomic.Uint64
+	// failReset arms the next reset to leave the BARs unanswered;
+	// failedReset says the last reset did, until the next one.
+	resetMu     sync.Mutex
+	failReset   bool
+	failedReset bool
 
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -267,18 +280,25 @@ func (r *Rig) Serve(ctx context.Context) error {
 	return nil
 }
 
-// Err returns the first error the rig met serving the guest, or the
-// descriptors it was handed that the engine's alignments forbid: a driver
-// must never start one.
+// Err returns the first error the rig met serving the guest, the
+// descriptors it was handed that the engine's alignments forbid (a driver
+// must never start one), or DMA that reached GPU memory after the driver
+// let it go.
 func (r *Rig) Err() error {
 	// Before errMu: the engine calls fail, which takes errMu, under its lock.
 	violations := r.engine.Violations()
+	unmapped, at := r.Unmapped()
 	r.errMu.Lock()
 	defer r.errMu.Unlock()
-	if r.err == nil && violations != 0 {
+	switch {
+	case r.err != nil:
+		return r.err
+	case violations != 0:
 		return fmt.Errorf("devmodel: the engine saw %d violations: descriptors its ALIGNMENTS forbid, or descriptor fetches and writebacks at an address not programmed since the last reset", violations)
+	case unmapped != 0:
+		return fmt.Errorf("devmodel: %d DMA accesses reached VRAM pages no peer had mapped (memory the driver had let go), first at VRAM offsets %#x", unmapped, at)
 	}
-	return r.err
+	return nil
 }
 
 func (r *Rig) fail(err error) {
@@ -449,7 +469,24 @@ func (r *Rig) userWord(addr uint64) uint64 {
 
 func (r *Rig) setMode(mode int) { r.engine.SetInterruptMode(xdmamodel.InterruptMode(mode)) }
 
-func (r *Rig) reset() { r.engine.Reset() }
+// reset is the function's reset: the engine back at its reset values, bus
+// mastering off, and the link down or up again as CtlFailReset asked.
+func (r *Rig) reset() {
+	r.engine.Reset()
+	r.master.Store(false)
+	r.resetMu.Lock()
+	defer r.resetMu.Unlock()
+	switch {
+	case r.failReset:
+		r.failReset, r.failedReset = false, true
+		r.engine.SetLinkDown(true)
+	case r.failedReset:
+		r.failedReset = false
+		r.engine.SetLinkDown(false)
+	}
+}
+
+func (r *Rig) setBusMaster(on bool) { r.master.Store(on) }
 
 func split(v uint64) (uint32, uint32, uint32) { return 0, uint32(v), uint32(v >> 32) }
 
@@ -494,6 +531,13 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return split(r.lateWrites.Load())
 	case rl.CtlIOMMUFaults:
 		return split(r.iommuFaults.Load())
+	case rl.CtlUnmapped:
+		return split(r.unmapped.Load())
+	case rl.CtlFailReset:
+		r.resetMu.Lock()
+		r.failReset = true
+		r.resetMu.Unlock()
+		return 0, 0, 0
 	case rl.CtlAlign:
 		was := r.engine.Alignments()
 		if r.engine.SetAlignments(xdma.DecodeAlignments(a0)) != nil {
@@ -606,6 +650,14 @@ func (r *Rig) LateWrites() (uint64, []uint64) {
 	return r.lateWrites.Load(), append([]uint64(nil), r.lateAddrs...)
 }
 
+// Unmapped returns the DMA accesses that reached VRAM pages no peer had
+// mapped, and their first few page offsets.
+func (r *Rig) Unmapped() (uint64, []uint64) {
+	r.lateMu.Lock()
+	defer r.lateMu.Unlock()
+	return r.unmapped.Load(), append([]uint64(nil), r.unmappedAddr...)
+}
+
 // switchableSource lets the guest replace the source between streams.
 type switchableSource struct {
 	mu  sync.Mutex
@@ -678,9 +730,7 @@ func (g *guestBus) resolve(addr uint64, n int, write bool) ([]byte, error) {
 		case pciRegionRAM:
 			return r.ram[off : off+uint64(got)], nil
 		case pciRegionVRAM:
-			if write {
-				g.checkAllocated(off, uint64(got))
-			}
+			g.checkVRAM(off, uint64(got), write)
 			return r.vram[off : off+uint64(got)], nil
 		}
 		return nil, errIOMMUFault
@@ -695,19 +745,33 @@ func (g *guestBus) resolve(addr uint64, n int, write bool) ([]byte, error) {
 	bar := atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.vram[rl.VramOffBar])))
 	if bar != 0 && addr >= bar+rl.VramPage && end <= bar+uint64(len(r.vram)) {
 		off := addr - bar
-		if write {
-			g.checkAllocated(off, uint64(n))
-		}
+		g.checkVRAM(off, uint64(n), write)
 		return r.vram[off : off+uint64(n)], nil
 	}
 	return nil, &xdma.BusError{Addr: addr, Len: n, Code: xdma.ErrCodeUnsupportedRequest}
 }
 
-// checkAllocated records writes into VRAM pages that are not allocated.
-func (g *guestBus) checkAllocated(off, n uint64) {
+// vramByte reads the VRAM header's byte for page p of the table at table,
+// which the guest writes while the model reads.
+func (r *Rig) vramByte(table, p uint64) byte {
+	return byte(atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.vram[table+p&^3]))) >> (8 * (p & 3)))
+}
+
+// checkVRAM records DMA to VRAM pages that no peer has mapped (memory a
+// driver has let go, whether or not the GPU still holds it), and writes
+// into pages that are not allocated.
+func (g *guestBus) checkVRAM(off, n uint64, write bool) {
 	r := g.r
 	for p := off / rl.VramPage; p <= (off+n-1)/rl.VramPage; p++ {
-		if atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.vram[rl.VramOffState+p&^3])))>>(8*(p&3))&0xFF != 0 {
+		if r.vramByte(rl.VramOffPeers, p) == 0 {
+			r.unmapped.Add(1)
+			r.lateMu.Lock()
+			if len(r.unmappedAddr) < 16 {
+				r.unmappedAddr = append(r.unmappedAddr, p*rl.VramPage)
+			}
+			r.lateMu.Unlock()
+		}
+		if !write || r.vramByte(rl.VramOffState, p) != 0 {
 			continue
 		}
 		r.lateWrites.Add(1)
@@ -728,6 +792,13 @@ func (g *guestBus) Write(addr uint64, p []byte) error { return g.access(addr, p,
 // completion, and a write is dropped and counted: a posted write has no
 // completion to fail, so the engine never learns.
 func (g *guestBus) access(addr uint64, p []byte, write bool) error {
+	if !g.r.master.Load() {
+		if write {
+			g.r.masterOffWrites.Add(1)
+			return nil
+		}
+		return &xdma.BusError{Addr: addr, Len: len(p), Code: xdma.ErrCodeUnsupportedRequest}
+	}
 	for len(p) > 0 {
 		b, err := g.resolve(addr, len(p), write)
 		if errors.Is(err, errIOMMUFault) {

@@ -235,17 +235,37 @@ func TestGuestBusLateWrites(t *testing.T) {
 	defer rig.Close()
 	bus := &guestBus{rig}
 	const bar = 0x80_0000_0000
+	if err := bus.Read(0, make([]byte, 4)); err == nil {
+		t.Fatal("DMA read with bus mastering off succeeded")
+	}
+	rig.setBusMaster(true)
 	if err := bus.Write(bar+rl.VramPage, []byte{1}); err == nil {
 		t.Fatal("VRAM reachable before the GPU announced its BAR")
 	}
 	binary.LittleEndian.PutUint64(rig.vram[rl.VramOffBar:], bar)
-	rig.vram[rl.VramOffState+2] = 1 // page 2 allocated
+	rig.vram[rl.VramOffState+2] = 1 // page 2 allocated and mapped
+	rig.vram[rl.VramOffPeers+2] = 1
 	if err := bus.Write(bar+2*rl.VramPage+10, []byte{1, 2, 3}); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := rig.LateWrites(); n != 0 {
 		t.Fatalf("%d late writes into an allocated page", n)
 	}
+	if n, _ := rig.Unmapped(); n != 0 {
+		t.Fatalf("%d unmapped accesses to a mapped page", n)
+	}
+	rig.vram[rl.VramOffPeers+2] = 0 // unpinned: the GPU still holds it
+	if err := bus.Read(bar+2*rl.VramPage, make([]byte, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if n, addrs := rig.Unmapped(); n != 1 || addrs[0] != 2*rl.VramPage {
+		t.Fatalf("unmapped accesses %d at %#x, want 1 at page 2", n, addrs)
+	}
+	rig.setBusMaster(false)
+	if err := bus.Write(bar+3*rl.VramPage, []byte{1}); err != nil || rig.masterOffWrites.Load() != 1 {
+		t.Fatalf("a write with bus mastering off: %v, %d held back, want nil and 1", err, rig.masterOffWrites.Load())
+	}
+	rig.setBusMaster(true)
 	if err := bus.Write(bar+3*rl.VramPage, []byte{1}); err != nil {
 		t.Fatal(err)
 	}

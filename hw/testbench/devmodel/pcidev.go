@@ -26,6 +26,7 @@ const (
 	pciOpWrite  = 2
 	pciOpMode   = 3
 	pciOpReset  = 4
+	pciOpMaster = 5
 	pciIRQEdge  = 1
 	pciIRQLevel = 2
 	// A translation request on the interrupt connection, and its answer.
@@ -44,6 +45,7 @@ type pciDevice interface {
 	writeBAR(bar int, addr uint64, size int, v uint64)
 	setMode(mode int)
 	reset()
+	setBusMaster(on bool)
 }
 
 // pciServer serves one xdma-model device.
@@ -216,6 +218,8 @@ func (s *pciServer) serveRequests(dev pciDevice) error {
 			dev.setMode(int(data))
 		case pciOpReset:
 			dev.reset()
+		case pciOpMaster:
+			dev.setBusMaster(data != 0)
 		default:
 			return fmt.Errorf("devmodel: %s: unknown request %d", s.sock, op)
 		}

@@ -273,6 +273,19 @@ static phys_addr_t sim_page_phys(u32 page)
 }
 
 /*
+ * How many peers may reach a VRAM page, in the header: the device model
+ * counts DMA to a page no peer has mapped as reaching memory that was let
+ * go. Called with sim_peer_lock held.
+ */
+static void sim_count_peer(u32 page, int delta)
+{
+	void __iomem *at = sim->vram + RIG_VRAM_OFF_PEERS + page;
+
+	lockdep_assert_held(&sim_peer_lock);
+	writeb(readb(at) + delta, at);
+}
+
+/*
  * The DMA address of VRAM page for dev, as nv_dma_map_peer makes it:
  * through dev's DMA API, so that an IOMMU translating for dev maps the BAR.
  * MMIO has no CPU cache to keep in sync.
@@ -306,6 +319,7 @@ static int sim_map_page(struct device *dev, u32 page, dma_addr_t *addr)
 	pp->page = page;
 	pp->refs = 1;
 	hash_add(sim_peer_pages, &pp->node, page);
+	sim_count_peer(page, 1);
 	*addr = pp->addr;
 out:
 	mutex_unlock(&sim_peer_lock);
@@ -322,6 +336,7 @@ static void sim_unmap_page(struct device *dev, u32 page)
 			continue;
 		if (!--pp->refs) {
 			hash_del(&pp->node);
+			sim_count_peer(page, -1);
 			dma_unmap_resource(dev, pp->addr, SIM_PAGE, DMA_BIDIRECTIONAL,
 					   DMA_ATTR_SKIP_CPU_SYNC);
 			kfree(pp);
@@ -956,8 +971,14 @@ static void sim_dmabuf_unmap_pages(struct dma_buf_attachment *at, u32 n)
 	struct sim_dmabuf *d = at->dmabuf->priv;
 	u32 i;
 
-	if (d->flags & NVP2P_SIM_EXPORT_PCIE)
+	if (d->flags & NVP2P_SIM_EXPORT_PCIE) {
+		/* Raw BAR addresses: nothing mapped, but the peer may reach them. */
+		mutex_lock(&sim_peer_lock);
+		for (i = 0; i < n; i++)
+			sim_count_peer(d->pages[i], -1);
+		mutex_unlock(&sim_peer_lock);
 		return;
+	}
 	for (i = 0; i < n; i++)
 		sim_unmap_page(at->dev, d->pages[i]);
 }
@@ -1001,6 +1022,9 @@ static struct sg_table *sim_dmabuf_map(struct dma_buf_attachment *at,
 	for (i = 0; i < d->npages; i++) {
 		if (d->flags & NVP2P_SIM_EXPORT_PCIE) {
 			addrs[i] = sim_page_phys(d->pages[i]);
+			mutex_lock(&sim_peer_lock);
+			sim_count_peer(d->pages[i], 1);
+			mutex_unlock(&sim_peer_lock);
 		} else if (sim_map_page(at->dev, d->pages[i], &addrs[i])) {
 			sim_dmabuf_unmap_pages(at, i);
 			goto err_addrs;
@@ -1334,12 +1358,18 @@ static int sim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	s->pdev = pdev;
 	s->bar = pci_resource_start(pdev, 2);
 	s->npages = len >> SIM_PAGE_SHIFT;
+	if (RIG_VRAM_OFF_PEERS + s->npages > RIG_VRAM_PAGE) {
+		dev_err(&pdev->dev, "%u VRAM pages: the header counts peers of at most %u\n",
+			s->npages, RIG_VRAM_PAGE - RIG_VRAM_OFF_PEERS);
+		goto err_free;
+	}
 	ret = -ENOMEM;
 	s->used = bitmap_zalloc(s->npages, GFP_KERNEL);
 	if (!s->used)
 		goto err_free;
 	set_bit(0, s->used);	/* page 0 is the header */
 	memset_io(s->vram + RIG_VRAM_OFF_STATE, 0, s->npages);
+	memset_io(s->vram + RIG_VRAM_OFF_PEERS, 0, s->npages);
 	spin_lock_init(&s->lock);
 	mutex_init(&s->alloc_lock);
 	INIT_LIST_HEAD(&s->allocs);

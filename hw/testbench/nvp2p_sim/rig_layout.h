@@ -52,6 +52,7 @@
 #define RIG_CTL_SINK_STATS	6	/* arg0 field -> val0 low, val1 high */
 #define RIG_CTL_SOURCE_SNAPSHOT	7	/* freeze the source's counters for SOURCE_STATS */
 #define RIG_CTL_IOMMU_FAULTS	8	/* -> val0 count of DMA writes an IOMMU dropped */
+#define RIG_CTL_UNMAPPED	13	/* -> val0 count of DMA to VRAM no peer has mapped */
 
 /* Fields of RIG_CTL_SOURCE_STATS. */
 #define RIG_SRC_GENERATED	0
@@ -86,5 +87,6 @@
 #define RIG_VRAM_OFF_BAR	0x10	/* u64 bus address of BAR2, guest */
 #define RIG_VRAM_OFF_LATE	0x18	/* u64 late writes seen, host */
 #define RIG_VRAM_OFF_STATE	0x100	/* u8 per page: 1 allocated, guest */
+#define RIG_VRAM_OFF_PEERS	0x8000	/* u8 per page: peers that may reach it, guest */
 
 #endif /* RIG_LAYOUT_H */

@@ -24,7 +24,10 @@
  *   request connection, device to model: 24-byte requests
  *     { u8 op; u8 bar; u8 size; u8 pad[5]; u64 addr; u64 data }
  *     op 1 read (answered by a u64), 2 write (posted, not answered),
- *     3 interrupt mode changed (data: 0 INTx, 1 MSI, 2 MSI-X), 4 reset;
+ *     3 interrupt mode changed (data: 0 INTx, 1 MSI, 2 MSI-X), 4 reset,
+ *     5 bus mastering changed (data: 1 on, 0 off), in order with the
+ *     BAR writes around it, so that the model stops its DMA when the
+ *     host cuts it off the bus, as a function does;
  *   interrupt connection, model to device: 8-byte messages
  *     { u8 kind; u8 pad[3]; u32 value }
  *     kind 1 edge on vector value (MSI-X, MSI), 2 INTx level value;
@@ -81,6 +84,7 @@ enum {
     OP_WRITE = 2,
     OP_MODE = 3,
     OP_RESET = 4,
+    OP_MASTER = 5,
 };
 
 enum {
@@ -119,6 +123,7 @@ struct XdmaModelState {
     uint8_t irq_buf[XDMA_TRANSLATE_LEN];
     unsigned irq_have;
     bool intx_level;
+    bool master;            /* PCI_COMMAND_MASTER, as the model was told */
     int mode;
     bool gone;
     int pm_cap;             /* the power management capability's offset */
@@ -424,6 +429,18 @@ static const MemoryRegionOps xdma_bar_ops = {
     },
 };
 
+/* Tells the model whether the function may master the bus. */
+static void xdma_model_update_master(XdmaModelState *s)
+{
+    bool master = pci_get_word(PCI_DEVICE(s)->config + PCI_COMMAND) &
+                  PCI_COMMAND_MASTER;
+
+    if (master != s->master) {
+        s->master = master;
+        xdma_model_send(s, OP_MASTER, 0, 0, 0, master);
+    }
+}
+
 static void xdma_model_write_config(PCIDevice *pdev, uint32_t addr,
                                     uint32_t val, int len)
 {
@@ -433,6 +450,7 @@ static void xdma_model_write_config(PCIDevice *pdev, uint32_t addr,
     int mode;
 
     pci_default_write_config(pdev, addr, val, len);
+    xdma_model_update_master(s);
     /* A function-level reset resets the device (xdma_model_reset). */
     pcie_cap_flr_write_config(pdev, addr, val, len);
     pcie_aer_write_config(pdev, addr, val, len);
@@ -623,6 +641,7 @@ static void xdma_model_reset(DeviceState *dev)
                                PCI_EXP_DEVCTL_RELAX_EN);
     s->mode = MODE_INTX;
     s->intx_level = false;
+    s->master = false;
     pci_set_irq(pdev, 0);
     xdma_model_send(s, OP_RESET, 0, 0, 0, 0);
 }

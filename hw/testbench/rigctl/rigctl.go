@@ -168,6 +168,16 @@ func (c *Control) InjectAER(class AERClass) error {
 	return nil
 }
 
+// FailNextReset makes the simulated FPGA's next reset (a secondary bus
+// reset in AER's recovery, say) leave its registers unanswered until the
+// reset after it: a card whose link does not come back from the first.
+func (c *Control) FailNextReset() error {
+	if _, _, err := c.mb.Call(rl.CtlFailReset, 0, 0, 0); err != nil {
+		return fmt.Errorf("rigctl: fail the next reset: %w", err)
+	}
+	return nil
+}
+
 // SetLinkDown takes the simulated FPGA off the bus, or puts it back.
 func (c *Control) SetLinkDown(down bool) error {
 	var v uint32
@@ -245,6 +255,12 @@ func (c *Control) LateWrites() (uint64, error) {
 // FPGA dropped (posted writes fail silently, as on PCIe).
 func (c *Control) IOMMUFaults() (uint64, error) {
 	return c.read64(rl.CtlIOMMUFaults, 0)
+}
+
+// Unmapped returns how many DMA accesses reached simulated GPU memory that
+// no peer had mapped: pages the driver had unpinned.
+func (c *Control) Unmapped() (uint64, error) {
+	return c.read64(rl.CtlUnmapped, 0)
 }
 
 // Registers is the simulated XDMA's register space, mapped into user space

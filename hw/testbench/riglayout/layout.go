@@ -44,6 +44,13 @@ const (
 	CtlAlign       = 10
 	CtlViolations  = 11
 	CtlAER         = 12
+	// CtlUnmapped reads how many DMA accesses reached VRAM pages that no
+	// peer had mapped: memory the driver had let go.
+	CtlUnmapped = 13
+	// CtlFailReset makes the next reset leave the function's BARs
+	// unanswered (all ones) until the reset after it: a recovery by that
+	// reset fails.
+	CtlFailReset = 14
 
 	// The classes of PCIe error CtlAER injects.
 	AERCorrectable = 0
@@ -71,6 +78,7 @@ const (
 	VramOffBar     = 0x10
 	VramOffLate    = 0x18
 	VramOffState   = 0x100
+	VramOffPeers   = 0x8000
 )
 
 // HeaderConstants names each mirror after its #define, for the layout test.
@@ -83,7 +91,7 @@ var HeaderConstants = map[string]uint64{
 	"RIG_RSP_SEQ": RspSeq, "RIG_RSP_STATUS": RspStatus, "RIG_RSP_VAL0": RspVal0, "RIG_RSP_VAL1": RspVal1,
 	"RIG_VEC_MBOX":  VecMbox,
 	"RIG_CTL_FAULT": CtlFault, "RIG_CTL_LINK": CtlLink, "RIG_CTL_SOURCE": CtlSource,
-	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats, "RIG_CTL_SOURCE_SNAPSHOT": CtlSourceSnap, "RIG_CTL_IOMMU_FAULTS": CtlIOMMUFaults,
+	"RIG_CTL_SOURCE_STATS": CtlSourceStats, "RIG_CTL_LATE_WRITES": CtlLateWrites, "RIG_CTL_SINK_STATS": CtlSinkStats, "RIG_CTL_SOURCE_SNAPSHOT": CtlSourceSnap, "RIG_CTL_IOMMU_FAULTS": CtlIOMMUFaults, "RIG_CTL_UNMAPPED": CtlUnmapped,
 	"RIG_SRC_GENERATED": SrcGenerated, "RIG_SRC_DELIVERED": SrcDelivered, "RIG_SRC_DROPPED": SrcDropped,
 	"RIG_SRC_QUEUED": SrcQueued, "RIG_SRC_BYTES": SrcBytes,
 	"RIG_SINK_FRAMES": SinkFrames, "RIG_SINK_GAPS": SinkGaps, "RIG_SINK_DUPLICATES": SinkDuplicates,
@@ -92,5 +100,5 @@ var HeaderConstants = map[string]uint64{
 	"RIG_FAULT_DATA_WRITE": 4, "RIG_FAULT_STALL": 5,
 	"RIG_VRAM_MAGIC": VramMagic, "RIG_VRAM_VERSION": VramVersion, "RIG_VRAM_PAGE": VramPage,
 	"RIG_VRAM_OFF_MAGIC": VramOffMagic, "RIG_VRAM_OFF_VERSION": VramOffVersion, "RIG_VRAM_OFF_PAGES": VramOffPages,
-	"RIG_VRAM_OFF_BAR": VramOffBar, "RIG_VRAM_OFF_LATE": VramOffLate, "RIG_VRAM_OFF_STATE": VramOffState,
+	"RIG_VRAM_OFF_BAR": VramOffBar, "RIG_VRAM_OFF_LATE": VramOffLate, "RIG_VRAM_OFF_STATE": VramOffState, "RIG_VRAM_OFF_PEERS": VramOffPeers,
 }
