@@ -215,6 +215,29 @@ void gpufpga_dev_program(struct gpufpga_dev *dev)
 	}
 }
 
+/**
+ * gpufpga_dev_sync - wait out what still runs on the function's behalf
+ * @dev: the device
+ *
+ * Every interrupt handler running on another CPU, every chain being
+ * built and every watchdog: none of them touches the registers once this
+ * returns, until the function is reprogrammed.
+ *
+ * Context: process context, no channel lock held.
+ */
+static void gpufpga_dev_sync(struct gpufpga_dev *dev)
+{
+	struct gpufpga_chan *ch;
+	int ci, i;
+
+	for (i = 0; i < dev->nvecs; i++)
+		synchronize_irq(pci_irq_vector(dev->pdev, i));
+	gpufpga_for_each_chan(dev, ch, ci) {
+		flush_work(&ch->build_work);
+		flush_delayed_work(&ch->work);
+	}
+}
+
 /*
  * The function is about to lose its engine's state (a reset, an AER
  * recovery, a system sleep): new work is refused, and whatever is queued,
@@ -253,6 +276,7 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 			gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 	}
 	WRITE_ONCE(dev->offline, true);
+	gpufpga_dev_sync(dev);
 }
 
 /* Programs the function again, as gpufpga_dev_restart says. */

@@ -43,6 +43,11 @@
 #include <linux/workqueue.h>
 #include <linux/xarray.h>
 
+/* The consumer's 64-bit count is read in one access (stream.c). */
+#ifndef CONFIG_64BIT
+#error "gpufpga needs a 64-bit kernel"
+#endif
+
 #include "gpufpga_nv.h"
 #include "uapi/gpufpga.h"
 #include "xdma_regs.h"
@@ -246,6 +251,11 @@ struct gpufpga_dev {
 	u32 chan_vectors[2];		/* the IRQ block's channel vector map */
 	struct gpufpga_vec vecs[2 * GPUFPGA_MAX_CHANNELS];
 
+	/* Resident streams running, and whether they turned relaxed ordering off. */
+	spinlock_t devctl_lock;		/* resident_streams, relaxed_off, Device Control */
+	unsigned int resident_streams;
+	bool relaxed_off;
+
 	atomic64_t pinned_total;
 	struct mutex files_lock;	/* files */
 	struct list_head files;
@@ -271,6 +281,7 @@ static inline struct gpufpga_chan *gpufpga_chan_next(struct gpufpga_dev *dev, in
 
 struct gpufpga_file {
 	struct gpufpga_dev *dev;
+	bool rawio;			/* the opener had CAP_SYS_RAWIO */
 	struct mutex lock;		/* pins, next_handle, next_id, builds, pinned, npins */
 	struct xarray pins;		/* handle -> pin */
 	u64 next_handle;

@@ -292,6 +292,8 @@ static int gpufpga_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	kref_get(&dev->ref);
 	f->dev = dev;
+	/* Whoever opened the file, not whoever later calls its ioctls. */
+	f->rawio = file_ns_capable(file, &init_user_ns, CAP_SYS_RAWIO);
 	mutex_init(&f->lock);
 	xa_init_flags(&f->pins, XA_FLAGS_ALLOC1);
 	xa_init_flags(&f->pending, XA_FLAGS_LOCK_IRQ);
@@ -563,6 +565,7 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	INIT_LIST_HEAD(&dev->files);
 	init_rwsem(&dev->ioctl_rwsem);
 	mutex_init(&dev->lifecycle_lock);
+	spin_lock_init(&dev->devctl_lock);
 	dev->id = ida_alloc(&gpufpga_ida, GFP_KERNEL);
 	if (dev->id < 0) {
 		ret = dev->id;

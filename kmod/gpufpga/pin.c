@@ -258,7 +258,7 @@ static int gpufpga_nv_take_map(struct gpufpga_mem *m, struct nvidia_p2p_dma_mapp
  * CAP_SYS_RAWIO, who could do that anyway, unless the administrator opens
  * them to all (nv_revocable_pins).
  */
-static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
+static int gpufpga_pin_gpu(struct gpufpga_file *f, struct gpufpga_mem *m, u64 addr, u64 len)
 {
 	struct pci_dev *pdev = m->dev->pdev;
 	struct nvidia_p2p_page_table *pt;
@@ -281,7 +281,7 @@ static int gpufpga_pin_gpu(struct gpufpga_mem *m, u64 addr, u64 len)
 		persistent = false;
 		m->flags &= ~GPUFPGA_PIN_PERSISTENT;
 	}
-	if (!persistent && !READ_ONCE(gpufpga_nv_revocable_pins) && !capable(CAP_SYS_RAWIO)) {
+	if (!persistent && !READ_ONCE(gpufpga_nv_revocable_pins) && !f->rawio) {
 		dev_info_ratelimited(&pdev->dev, "revocable GPU pin refused to %s[%d] without CAP_SYS_RAWIO: pin persistently or through a dma-buf (or set nv_revocable_pins)\n",
 				     current->comm, task_pid_nr(current));
 		ret = -EPERM;
@@ -720,7 +720,7 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	m->len = a.len;
 	switch (a.kind) {
 	case GPUFPGA_PIN_GPU:
-		ret = gpufpga_pin_gpu(m, a.addr, a.len);
+		ret = gpufpga_pin_gpu(f, m, a.addr, a.len);
 		break;
 	case GPUFPGA_PIN_HOST:
 		ret = gpufpga_pin_host(m, a.addr, a.len);

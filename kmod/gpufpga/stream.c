@@ -26,6 +26,8 @@
 #include <linux/uaccess.h>
 
 #include "compat.h"
+#include <linux/iommu.h>
+
 #include "gpufpga.h"
 #include "trace.h"
 #include "uapi/gpufpga_resident.h"
@@ -129,15 +131,53 @@ static bool gpufpga_in_host(const struct gpufpga_mem *m)
  * written after a slot's data is seen after it: the same kind of pin, and
  * for GPU pins the same GPU, for dma-bufs the same exporter.
  */
+/* The PCI function one of whose BARs holds bus address addr, or NULL. */
+static struct pci_dev *gpufpga_bar_owner(dma_addr_t addr)
+{
+	struct pci_dev *p = NULL;
+	int i;
+
+	for_each_pci_dev(p) {
+		for (i = 0; i < PCI_STD_NUM_BARS; i++) {
+			if (pci_resource_len(p, i) && addr >= pci_resource_start(p, i) &&
+			    addr <= pci_resource_end(p, i))
+				return p;	/* its reference is the caller's */
+		}
+	}
+	return NULL;
+}
+
+/*
+ * Whether two dma-bufs reach the engine through one PCI function's BARs:
+ * the exporter's device is not the importer's to see, the BAR its bus
+ * addresses fall in is. Unsure (an IOMMU translates, so the addresses are
+ * not the BARs', or an address in no BAR) means no.
+ */
+static bool gpufpga_dmabuf_same_device(const struct gpufpga_mem *a, const struct gpufpga_mem *b)
+{
+	struct iommu_domain *dom = iommu_get_domain_for_dev(&a->dev->pdev->dev);
+	struct pci_dev *pa, *pb;
+	bool same;
+
+	if (dom && dom->type != IOMMU_DOMAIN_IDENTITY)
+		return false;
+	pa = gpufpga_bar_owner(sg_dma_address(a->dmabuf.sgt->sgl));
+	pb = gpufpga_bar_owner(sg_dma_address(b->dmabuf.sgt->sgl));
+	same = pa && pa == pb;
+	pci_dev_put(pa);
+	pci_dev_put(pb);
+	return same;
+}
+
 static bool gpufpga_same_memory(const struct gpufpga_mem *a, const struct gpufpga_mem *b)
 {
 	if (a->kind != b->kind)
 		return false;
 	if (a->kind == GPUFPGA_PIN_GPU)
-		return !memcmp(a->nv.gpu_uuid, b->nv.gpu_uuid, sizeof(a->nv.gpu_uuid));
+		return memchr_inv(a->nv.gpu_uuid, 0, sizeof(a->nv.gpu_uuid)) &&
+		       !memcmp(a->nv.gpu_uuid, b->nv.gpu_uuid, sizeof(a->nv.gpu_uuid));
 	if (a->kind == GPUFPGA_PIN_DMABUF)
-		return a->dmabuf.buf->ops == b->dmabuf.buf->ops &&
-		       !strcmp(a->dmabuf.buf->exp_name, b->dmabuf.buf->exp_name);
+		return gpufpga_dmabuf_same_device(a, b);
 	return true;
 }
 
@@ -161,7 +201,7 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	u64 seq = st->seq;
 
 	ev->rec.kind = kind;
-	ev->rec.id = st->id;
+	ev->rec.id = st->named ? st->id : 0;	/* ABI 1's records carried 0 */
 	ev->rec.slot = slot;
 	ev->rec.seq = seq;
 	ev->rec.bytes = bytes;
@@ -313,14 +353,20 @@ static u64 gpufpga_resident_consumed(struct gpufpga_stream_state *st)
 }
 
 /*
- * The fills the engine has certainly made: those its count shows, or those
- * the consumer has published, for it saw their results. PG195 does not
- * order the count after the results, and a card's count may lag them
- * until its next completion.
+ * The fills the engine has certainly made: those its count register
+ * shows, those its poll-mode writeback (written at each completion) shows,
+ * and those the consumer has published, for it saw their results. PG195
+ * does not order the count register after the results, and a card's
+ * register may lag them until its next completion. A writeback behind the
+ * register (still on its way) tells nothing.
  */
-static u64 gpufpga_resident_reached(struct gpufpga_stream_state *st)
+static u64 gpufpga_resident_reached(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
-	return max(st->seq, st->consumed);
+	u32 wb = (le32_to_cpu(READ_ONCE(*ch->wb)) - st->completed) & XDMA_WB_COUNT;
+
+	if (wb > st->granted - st->seq)
+		wb = 0;
+	return max(st->seq + wb, st->consumed);
 }
 
 /*
@@ -343,7 +389,7 @@ static int gpufpga_resident_drain(struct gpufpga_chan *ch, struct gpufpga_stream
 	/* A count that went back or ran past the credits was refused already. */
 	if (consumed - st->consumed <= st->granted - st->consumed)
 		st->consumed = consumed;
-	st->seq = gpufpga_resident_reached(st);
+	st->seq = gpufpga_resident_reached(ch, st);
 	return st->seq - seq;
 }
 
@@ -385,7 +431,7 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 	 * starved when the credits may not reach the next interrupting fill
 	 * (at most coalesce fills on).
 	 */
-	*starved = st->granted - gpufpga_resident_reached(st) < st->coalesce;
+	*starved = st->granted - gpufpga_resident_reached(ch, st) < st->coalesce;
 	return n;
 }
 
@@ -409,6 +455,36 @@ static int gpufpga_stream_look(struct gpufpga_chan *ch)
 	struct gpufpga_stream_state *st = ch->acq;
 
 	return st->resident ? gpufpga_resident_look(ch, st) : gpufpga_stream_collect(ch, false);
+}
+
+/**
+ * gpufpga_resident_order - relaxed ordering off while resident streams run
+ * @dev: the device
+ * @start: a resident stream starts (true) or ends (false)
+ *
+ * With relaxed ordering a result may pass its slot's data. The first
+ * resident stream turns it off, if it was on; the last one to end turns
+ * it on again.
+ *
+ * Context: any; takes dev->devctl_lock, which serialises the driver's
+ * read-modify-writes of Device Control.
+ */
+static void gpufpga_resident_order(struct gpufpga_dev *dev, bool start)
+{
+	unsigned long flags;
+	u16 ctl;
+
+	spin_lock_irqsave(&dev->devctl_lock, flags);
+	if (start && !dev->resident_streams++ &&
+	    !pcie_capability_read_word(dev->pdev, PCI_EXP_DEVCTL, &ctl) &&
+	    ctl & PCI_EXP_DEVCTL_RELAX_EN) {
+		pcie_capability_clear_word(dev->pdev, PCI_EXP_DEVCTL, PCI_EXP_DEVCTL_RELAX_EN);
+		dev->relaxed_off = true;
+	} else if (!start && !--dev->resident_streams && dev->relaxed_off) {
+		pcie_capability_set_word(dev->pdev, PCI_EXP_DEVCTL, PCI_EXP_DEVCTL_RELAX_EN);
+		dev->relaxed_off = false;
+	}
+	spin_unlock_irqrestore(&dev->devctl_lock, flags);
 }
 
 /*
@@ -453,6 +529,8 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	if (error)
 		trace_gpufpga_error(dev->id, "stream", error, status);
 	trace_gpufpga_stream_end(dev->id, ch->index, st->seq, error, status);
+	if (st->resident)
+		gpufpga_resident_order(dev, false);
 	gpufpga_stream_idle_slots(st);
 	gpufpga_fill_event(ch, st, st->end, GPUFPGA_EVENT_STREAM_END, 0, 0, 0, error, status);
 	st->end = NULL;
@@ -654,7 +732,18 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	ch->quiet = false;
 	ch->acq = st;
 	gpufpga_chan_attach(ch, &gpufpga_stream_user);
-	gpufpga_chan_run(ch, XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN, st->ndescs);
+	/*
+	 * Only now, every check passed: a start that fails leaves a consumer
+	 * word another stream may share, and the ordering, as they were.
+	 * The writeback is the resident stream's position (gpufpga_resident_reached).
+	 */
+	if (st->resident) {
+		gpufpga_resident_set_consumed(st, 0);
+		gpufpga_resident_order(dev, true);
+		WRITE_ONCE(*ch->wb, 0);
+	}
+	gpufpga_chan_run(ch, XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN |
+			 (st->resident ? XDMA_CTRL_POLL_MODE_WB : 0), st->ndescs);
 	trace_gpufpga_stream_start(dev->id, ch->index, st->nslots, st->ndescs, st->bytes);
 	mod_delayed_work(gpufpga_wq, &ch->work, msecs_to_jiffies(gpufpga_timeout_ms));
 }
@@ -766,7 +855,6 @@ static int gpufpga_resident_pins(struct gpufpga_file *f, struct gpufpga_stream_s
 	off = m->offset + a->consumer.offset;
 	st->consumer_page = m->host.pages[off >> PAGE_SHIFT];
 	st->consumer_off = offset_in_page(off);
-	gpufpga_resident_set_consumed(st, 0);
 	return 0;
 }
 
@@ -816,16 +904,6 @@ static int gpufpga_stream_named(struct gpufpga_stream_state *st, struct gpufpga_
  * the function may run resident streams its writes go without relaxed
  * ordering, which the PCIe spec has on at reset. Process context.
  */
-static void gpufpga_resident_strict_order(struct gpufpga_dev *dev)
-{
-	u16 ctl;
-
-	if (pcie_capability_read_word(dev->pdev, PCI_EXP_DEVCTL, &ctl) ||
-	    !(ctl & PCI_EXP_DEVCTL_RELAX_EN))
-		return;
-	pcie_capability_clear_word(dev->pdev, PCI_EXP_DEVCTL, PCI_EXP_DEVCTL_RELAX_EN);
-	dev_info(&dev->pdev->dev, "relaxed ordering off: GPU-resident results must follow their data\n");
-}
 
 /*
  * Checks a start's GPU-resident fields, and picks the default coalescing:
@@ -914,8 +992,6 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	mutex_unlock(&f->lock);
 	if (ret)
 		goto err;
-	if (st->resident)
-		gpufpga_resident_strict_order(f->dev);
 
 	mutex_lock(&ch->mutex);
 	mutex_lock(&ch->build_mutex);

@@ -221,10 +221,13 @@ func TestResidentConsumerStallsAndCrawls(t *testing.T) {
 
 // The same on a card whose completed count lags the results it writes
 // (the consumer can publish a fill the driver's count does not have yet),
-// and on one with every quirk: nothing ends with ErrConsumer, and every
-// frame is accounted for.
+// on one whose count lags until its next completion whatever is read (with
+// coalesce equal to nslots, the engine's only interrupting fill is beyond
+// the credits a count one short would grant: the driver must not stop its
+// poll on that count), and on one with every quirk: nothing stalls,
+// nothing ends with ErrConsumer, and every frame is accounted for.
 func TestResidentUnderQuirks(t *testing.T) {
-	for _, q := range []xdmamodel.Quirk{xdmamodel.QuirkLateCount, xdmamodel.AllQuirks} {
+	for _, q := range []xdmamodel.Quirk{xdmamodel.QuirkLateCount, xdmamodel.QuirkStickyCount, xdmamodel.AllQuirks} {
 		t.Run(q.String(), func(t *testing.T) {
 			withQuirks(t, q)
 			residentStall(t, 2)

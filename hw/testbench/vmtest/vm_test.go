@@ -22,7 +22,7 @@ func TestRig(t *testing.T) {
 			pkgs = append(pkgs, "github.com/gpufpga/gpufpga/"+strings.TrimPrefix(p, "./"))
 		}
 	}
-	Run(t, Options{TestTimeout: 150 * time.Second, VMTimeout: 10 * time.Minute}, pkgs...)
+	Run(t, Options{TestTimeout: 300 * time.Second, VMTimeout: 15 * time.Minute}, pkgs...)
 }
 
 // rigPackages are the guest test packages of the rig, run in path order.

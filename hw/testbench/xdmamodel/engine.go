@@ -431,7 +431,9 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 			return ^uint32(0)
 		}
 		v := c.completed
-		c.catchUpCount() // this read missed them; the next sees them
+		if c.engine.quirks&QuirkStickyCount == 0 {
+			c.catchUpCount() // this read missed them; the next sees them
+		}
 		return v
 	case xdma.RegAlignments:
 		return c.engine.align.Encode()
@@ -459,7 +461,9 @@ func (c *channel) readChannel(reg uint32, version int) uint32 {
 // returns when clear is set. Under the quirks a read may see BUSY after the
 // stop, and bits held back appear for the next read.
 func (c *channel) readStatus(clear bool) uint32 {
-	c.catchUpCount()
+	if c.engine.quirks&QuirkStickyCount == 0 {
+		c.catchUpCount()
+	}
 	v := c.status
 	if c.busy && !c.idleWithoutCredits() || c.lateBusy > 0 {
 		v |= xdma.CtrlRun // BUSY
@@ -1069,7 +1073,7 @@ func (e *Engine) complete(c *channel, eop bool) {
 	d := c.cur.d
 	c.active = false
 	result := c.dir == xdma.C2H && c.cfg.Stream && d.Src != 0 && c.control&xdma.CtrlStreamWBDisable == 0
-	if result && e.quirks&QuirkLateCount != 0 {
+	if result && e.quirks&(QuirkLateCount|QuirkStickyCount) != 0 {
 		c.catchUpCount() // the count lags by the last completion only
 		c.countLag++
 	} else {
@@ -1113,7 +1117,10 @@ func (e *Engine) fail(c *channel, bits uint32) {
 // interrupt enable (control bit 2) as well as the writeback enable.
 func (e *Engine) writeback(c *channel, failed bool) {
 	// Control bits 1-23 enable the status bits at the same positions.
-	if c.control&xdma.CtrlPollModeWB == 0 || c.control&xdma.StatDescCompleted == 0 {
+	// PG195 can be read as tying the writeback to ie_descriptor_completed
+	// as well; QuirkWBWithoutIE is the reading Xilinx's driver relies on.
+	if c.control&xdma.CtrlPollModeWB == 0 ||
+		c.control&xdma.StatDescCompleted == 0 && e.quirks&QuirkWBWithoutIE == 0 {
 		return
 	}
 	if c.programmed&progWBLo == 0 {

@@ -40,8 +40,18 @@ const (
 	// before the count does. The completion's status bit and interrupt
 	// come as without the quirk, and the poll-mode writeback has it.
 	QuirkLateCount
+	// QuirkStickyCount is QuirkLateCount's harsher reading: the count
+	// leaves the last completion out until the channel completes its next
+	// descriptor, whatever is read meanwhile, and after a halt for good.
+	// Only the results (and the poll-mode writeback) tell of that fill.
+	QuirkStickyCount
+	// QuirkWBWithoutIE writes the poll-mode writeback with
+	// ie_descriptor_completed (control bit 2) clear, as Xilinx's own
+	// driver relies on in poll mode; without it the model is strict and
+	// writes it only with both bits set.
+	QuirkWBWithoutIE
 
-	quirkLast = QuirkLateCount
+	quirkLast = QuirkWBWithoutIE
 )
 
 // SplitSteps is how many engine steps the stop lags the completion by
@@ -65,6 +75,8 @@ var quirkNames = []struct {
 	{QuirkIdleWithoutCredits, "idle-without-credits"},
 	{QuirkLateInterrupt, "late-interrupt"},
 	{QuirkLateCount, "late-count"},
+	{QuirkStickyCount, "sticky-count"},
+	{QuirkWBWithoutIE, "wb-without-ie"},
 }
 
 // AllQuirks has every Quirk set.

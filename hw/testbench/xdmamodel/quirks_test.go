@@ -242,3 +242,27 @@ func TestQuirkLateCount(t *testing.T) {
 		})
 	}
 }
+
+// TestQuirkStickyCount: the count leaves the last completion out whatever
+// is read, until the next descriptor completes.
+func TestQuirkStickyCount(t *testing.T) {
+	r := newRig(t, 1)
+	must(t, r.e.SetQuirks(xdmamodel.QuirkStickyCount))
+	r.source.packets = append(r.source.packets, make([]byte, 4096), make([]byte, 4096))
+	segs := r.segments(t, 0, 8192, sgl.Limits{MaxSegment: 4096})
+	c, err := xdma.BuildChain(r.desc, descBase, segs, xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: resBase})
+	must(t, err)
+	xdma.Start(r.e, xdma.C2H, 1, c, xdma.ControlDefault)
+	r.e.RunUntilIdle()
+	ch := xdma.Base(xdma.TargetC2H, 1)
+	for i := 0; i < 3; i++ {
+		r.e.ReadReg(ch + xdma.RegStatus)
+		if n := r.e.ReadReg(ch + xdma.RegCompletedCount); n != 1 {
+			t.Fatalf("read %d: count %d, want 1 of the 2 completed", i, n)
+		}
+	}
+	result := r.desc[resBase-descBase+xdma.ResultSize:]
+	if binary.LittleEndian.Uint32(result)>>16 != xdma.ResultMagic {
+		t.Fatal("the second descriptor's result is not written")
+	}
+}
