@@ -396,14 +396,16 @@ struct gpufpga_completion {
  * descriptor takes one packet or slot-full; a slot of several must be
  * filled whole, so a packet (TLAST) that ends short of a descriptor's end
  * before the slot's last descriptor ends the stream with -EPROTO rather
- * than leave a hole in the slot: make packets as long as slots there. A filled slot belongs to user space until released: the engine
- * stops at it rather than overwrite it, and data the FPGA cannot deliver
+ * than leave a hole in the slot: make packets as long as slots there. A
+ * filled slot belongs to user space until released: the engine stops at
+ * it rather than overwrite it, and data the FPGA cannot deliver
  * meanwhile is lost upstream, where the FPGA counts it. The stream ends
  * (a STREAM_END record) on STOP, on close, when a pin is revoked, or on an
  * engine error.
  *
  * Each stream has an id, never 0 and never reused while the module is
- * loaded, which its SLOT and STREAM_END records carry and which
+ * loaded, which its SLOT and STREAM_END records carry (0 for a stream
+ * started with ABI 1's first number, below) and which
  * STREAM_RELEASE and STREAM_STOP must name: a release or stop meant for a
  * stream that has ended fails with -ENOENT, even when another stream
  * (of the same file, on the same channel) runs by then. ABI 1's first
@@ -422,14 +424,21 @@ struct gpufpga_completion {
  * holds the layout and the consumer's rules. Each slot must be a single
  * descriptor: one bus-contiguous run. The results live where the slots
  * do, so that the engine's writes reach both by one path: pins of the
- * same kind, for GPU pins of the same GPU, for dma-bufs of the same
- * exporter. The driver sets consumer->consumed to 0, and turns the
- * function's relaxed ordering off (PCIe Device Control), before the
- * stream starts: a result must not pass its data. A consumer that
+ * same kind, for GPU pins of the same GPU (by a known UUID), for dma-bufs
+ * of one exporter whose bus addresses fall in one PCI function's BARs
+ * (where an IOMMU translates, the driver cannot tell, and refuses). Once
+ * every check has passed, the driver sets consumer->consumed to 0 and
+ * turns the function's relaxed ordering off (PCIe Device Control) while
+ * resident streams run: a result must not pass its data. A consumer that
  * publishes more than the engine was let fill, or goes back, ends the
- * stream with -ERANGE. STREAM_END's @seq is the fills the engine
- * completed. INFO's @features has GPUFPGA_FEATURE_RESIDENT where the
- * driver runs such streams.
+ * stream with -ERANGE; an engine count that moves past the credits
+ * granted, with -EIO. STREAM_END's @seq is the fills the engine has
+ * certainly made: those its count register, its poll-mode writeback or
+ * the consumer's count shows. The kernel cannot see the GPU's ordering of
+ * peer writes (CUDA's GPU_DIRECT_RDMA_WRITES_ORDERING): user space must
+ * refuse this mode below CU_GPU_DIRECT_RDMA_WRITES_ORDERING_OWNER, as
+ * pkg/stream's CUDA memory does. INFO's @features has
+ * GPUFPGA_FEATURE_RESIDENT where the driver runs such streams.
  *
  * @channel:	a C2H stream channel with nothing queued or running.
  * @nslots:	1 to min(max_descs, 1023) (the engine's credit counter), which
@@ -491,7 +500,8 @@ struct gpufpga_stream {
  * @stream:	the stream's id (gpufpga_stream.id, or a SLOT record's @id).
  *
  * Errors: -EINVAL (not a C2H stream channel, @nslots 0 or over 1023, a bad
- * or repeated index, @stream 0 for a stream started with an id), -ENOENT
+ * or repeated index, @stream 0 for a stream started with an id, a
+ * GPU-resident stream, whose consumer releases through its count), -ENOENT
  * (no stream of this file with that id on the channel: it ended, as after
  * its STREAM_END, or another runs there now), -ENOMEM.
  */
