@@ -161,7 +161,10 @@ type worker struct {
 }
 
 func (w *worker) fd() int {
-	if w.rng.IntN(4) == 0 {
+	// The unprivileged worker's files are its own: the driver grants
+	// revocable pins by the opener's capability, and a file opened with
+	// it would open NVIDIA's window to this worker.
+	if !w.unpriv && w.rng.IntN(4) == 0 {
 		// One the dup2 thread replaces, maybe while this call runs.
 		return int(w.z.slots[w.rng.IntN(dupSlots)].Load())
 	}
@@ -606,6 +609,20 @@ func (w *worker) reopen() {
 	w.fds[i] = nfd
 }
 
+// reopenUnprivileged replaces the worker's files with ones it opens
+// itself, without CAP_SYS_RAWIO.
+func (w *worker) reopenUnprivileged() {
+	for i, old := range w.fds {
+		fd, err := unix.Open(w.z.path(), unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			w.z.t.Errorf("reopen without CAP_SYS_RAWIO: %v", err)
+			continue
+		}
+		unix.Close(old)
+		w.fds[i] = fd
+	}
+}
+
 func (w *worker) free() {
 	i := w.rng.IntN(len(w.allocs))
 	if w.allocs[i] != nil {
@@ -783,6 +800,7 @@ func TestConcurrentABIFuzz(t *testing.T) {
 				if err := dropCapability(unix.CAP_SYS_RAWIO); err != nil {
 					errs <- err
 				}
+				w.reopenUnprivileged()
 			}
 			for {
 				n := z.ops.Add(1)

@@ -20,15 +20,29 @@ func TestRevocablePinsNeedRawIO(t *testing.T) {
 	d := openDev(t)
 	g := openGPU(t)
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
+	// The opener's capability counts, not the caller's: a file opened
+	// without it pins revocably nowhere, one opened with it everywhere.
 	withoutCapability(t, unix.CAP_SYS_RAWIO, func() {
 		p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+		if err != nil {
+			t.Fatalf("revocable pin on a file opened with CAP_SYS_RAWIO: %v", err)
+		}
+		if err := p.Unpin(); err != nil {
+			t.Fatal(err)
+		}
+		u, err := p2p.Open(devPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		p, err = u.PinGPU(a.VA, a.Size, p2p.PinOptions{})
 		if !errors.Is(err, p2p.ErrPermission) || !errors.Is(err, unix.EPERM) {
 			if err == nil {
 				p.Unpin()
 			}
 			t.Fatalf("revocable pin without CAP_SYS_RAWIO: %v, want EPERM", err)
 		}
-		p, err = d.PinGPU(a.VA, a.Size, p2p.PinOptions{Persistent: true})
+		p, err = u.PinGPU(a.VA, a.Size, p2p.PinOptions{Persistent: true})
 		if err != nil {
 			t.Fatalf("persistent pin without CAP_SYS_RAWIO: %v", err)
 		}
@@ -39,7 +53,12 @@ func TestRevocablePinsNeedRawIO(t *testing.T) {
 	restore := setParam(t, "nv_revocable_pins", "1")
 	defer restore()
 	withoutCapability(t, unix.CAP_SYS_RAWIO, func() {
-		p, err := d.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+		u, err := p2p.Open(devPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
+		p, err := u.PinGPU(a.VA, a.Size, p2p.PinOptions{})
 		if err != nil {
 			t.Fatalf("revocable pin with nv_revocable_pins=1: %v", err)
 		}

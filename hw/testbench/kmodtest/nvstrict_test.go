@@ -246,7 +246,7 @@ func lockdepDeps(name string) ([]string, error) {
 // its persistent pins succeed or find the memory gone (EINVAL), and the
 // kernel log stays clean.
 func TestNVFreeRacesUnprivilegedPins(t *testing.T) {
-	d := openDev(t)
+	setup(t)
 	g := openGPU(t)
 	var cur sync.Mutex
 	a := alloc(t, g, 1<<20, simgpu.Fragmented)
@@ -275,11 +275,17 @@ func TestNVFreeRacesUnprivilegedPins(t *testing.T) {
 	}()
 	counts := map[string]int{}
 	withoutCapability(t, unix.CAP_SYS_RAWIO, func() {
+		// Opened without the capability: the opener's is what counts.
+		u, err := p2p.Open(devPath)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Close()
 		for i := range 400 {
 			cur.Lock()
 			va, size := a.VA, a.Size
 			cur.Unlock()
-			p, err := d.PinGPU(va, size, p2p.PinOptions{Persistent: i%2 == 1})
+			p, err := u.PinGPU(va, size, p2p.PinOptions{Persistent: i%2 == 1})
 			switch {
 			case i%2 == 0 && errors.Is(err, unix.EPERM):
 				counts["revocable EPERM"]++
