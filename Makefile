@@ -234,8 +234,10 @@ examples-c:
 	printf '#include <gpufpga/gpufpga.h>\n#include <gpufpga/gpufpga_resident.h>\n' | \
 		$(CXX) -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Ibuild/include -
 
+# cgo's objects go to a temporary directory, not pkg/p2p/_obj.
 godefs:
-	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -godefs types_linux.go) | gofmt > ztypes_linux.go
+	@set -e; obj=$$(mktemp -d); trap 'rm -rf "$$obj"' EXIT; \
+	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -objdir "$$obj" -godefs types_linux.go | sed "s| -objdir $$obj||") | gofmt > ztypes_linux.go
 
 # amd64 and arm64 (GH200/GB200 hosts), and the guest tests' build tag.
 lint: examples-c
