@@ -29,7 +29,7 @@ SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
-.PHONY: tree-check examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: tree-check fresh-root test-phases examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -284,10 +284,20 @@ deb-check:
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
 TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu debug-kernel vmtest-debug
+test-phases:
+	@echo $(TEST_PHASES)
 test:
 	@set -e; for p in $(TEST_PHASES); do \
 		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \
 		echo "== make $$p: $$(( $$(date +%s) - s )) s"; done
+
+# make test (or FRESH_TARGETS) from a clean clone of HEAD in a new Debian
+# 12 root holding only a new machine's image packages and Go, each phase
+# timed (as root; hw/fresh-root/fresh-root.sh). Nothing of this machine's
+# caches or hand-installed packages is there: a missing install step fails.
+FRESH_TARGETS ?= test
+fresh-root:
+	hw/fresh-root/fresh-root.sh $(FRESH_TARGETS)
 
 # The rig's QEMU alone (hw/testbench/qemu/build-qemu.sh; cached).
 qemu:
