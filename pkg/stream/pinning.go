@@ -102,10 +102,10 @@ func choosePinning(info p2p.Info, gpuExports bool, want Pinning) (Pinning, error
 		return PinP2P, nil
 	case PinDmabuf:
 		if !gpuExports {
-			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)", ErrConfig)
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)", ErrUnsupported)
 		}
 		if !dmabuf {
-			return 0, fmt.Errorf("%w: pinning through a dma-buf: the gpufpga driver does not import them", ErrConfig)
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the gpufpga driver does not import them", ErrUnsupported)
 		}
 		return PinDmabuf, nil
 	case PinP2P:
@@ -158,7 +158,7 @@ func PinGPU(d *p2p.Device, b GPUBuffer, n uint64, p Pinning) (*p2p.Pin, error) {
 	}
 	exp, ok := b.(DmabufBuffer)
 	if !ok {
-		return nil, fmt.Errorf("%w: this GPU's buffers cannot be exported as dma-bufs", ErrConfig)
+		return nil, fmt.Errorf("%w: this GPU's buffers cannot be exported as dma-bufs", ErrUnsupported)
 	}
 	// The whole buffer: exporters take whole GPU pages.
 	f, err := exp.ExportDmabuf(0, b.Size())

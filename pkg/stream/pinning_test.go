@@ -4,6 +4,7 @@ package stream
 
 import (
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/gpufpga/gpufpga/pkg/p2p"
@@ -51,14 +52,16 @@ func TestSelectMode(t *testing.T) {
 		{"compat with a pinning", gpuKinds, true, Compat, PinDmabuf, 0, 0,
 			"stream: bad configuration: pinning dma-buf is for a ring in GPU memory, not compat mode's"},
 		{"dma-buf the GPU cannot export", gpuKinds, false, Auto, PinDmabuf, 0, 0,
-			"stream: bad configuration: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)"},
+			"stream: bad configuration: not supported here: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)"},
 		{"dma-buf the driver cannot import", p2p.Info{PinKinds: []p2p.PinKind{p2p.KindGPU}}, true, Direct, PinDmabuf, 0, 0,
-			"stream: bad configuration: pinning through a dma-buf: the gpufpga driver does not import them"},
+			"stream: bad configuration: not supported here: pinning through a dma-buf: the gpufpga driver does not import them"},
 		{"no such mode", gpuKinds, true, Mode(7), PinAuto, 0, 0, "stream: bad configuration: Mode(7)"},
 	} {
 		m, p, err := SelectMode(tc.info, tc.exports, tc.mode, tc.want)
 		if tc.errMatch != "" {
-			if !errors.Is(err, ErrConfig) || err.Error() != tc.errMatch {
+			// What the host lacks is told apart from a bad request.
+			unsupported := strings.Contains(tc.errMatch, ": not supported here: ")
+			if !errors.Is(err, ErrConfig) || errors.Is(err, ErrUnsupported) != unsupported || err.Error() != tc.errMatch {
 				t.Errorf("%s: %v, want %q", tc.name, err, tc.errMatch)
 			}
 			continue

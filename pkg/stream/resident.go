@@ -115,7 +115,7 @@ func (c *Config) validateResident() error {
 		return errResidentCompat
 	}
 	if _, ok := c.GPU.(ResidentGPU); !ok {
-		return fmt.Errorf("%w: this GPU cannot run a resident consumer", ErrConfig)
+		return fmt.Errorf("%w: this GPU cannot run a resident consumer", ErrUnsupported)
 	}
 	if c.Coalesce < 0 || c.Coalesce > c.Slots {
 		return fmt.Errorf("%w: coalescing %d fills of %d slots: want 0 (the driver picks) to %d", ErrConfig, c.Coalesce, c.Slots, c.Slots)

@@ -205,6 +205,11 @@ type inflight struct {
 // ErrConfig reports a configuration that cannot run.
 var ErrConfig = errors.New("stream: bad configuration")
 
+// ErrUnsupported reports a configuration that this host cannot run: the
+// GPU, its driver or the gpufpga driver lacks what it needs. It matches
+// ErrConfig too.
+var ErrUnsupported = fmt.Errorf("%w: not supported here", ErrConfig)
+
 // Start allocates the ring, starts the channel and delivers filled slots
 // until ctx ends, Stop is called, or the stream fails. A resident session
 // also allocates the results in GPU memory, pinned as the ring is, and the
@@ -296,7 +301,7 @@ func (c *Config) validate() error {
 	if c.Check == CheckGPU {
 		// A resident session's consumer checks frames itself.
 		if _, ok := c.GPU.(GPUChecking); !ok && !c.Resident {
-			return fmt.Errorf("%w: this GPU cannot check frames (CUDA can)", ErrConfig)
+			return fmt.Errorf("%w: this GPU cannot check frames (CUDA can)", ErrUnsupported)
 		}
 		if c.FrameSize <= 0 || c.SlotSize%uint64(c.FrameSize) != 0 {
 			return fmt.Errorf("%w: checking on the GPU needs slots of whole frames: %d-byte slots, %d-byte frames",
@@ -348,7 +353,7 @@ func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 			// Direct mode: copying every slot back would halve the
 			// bandwidth the checker is there to prove.
 			s.free()
-			return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+			return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrUnsupported)
 		}
 		s.readBack, s.scratch = rb, make([]byte, cfg.SlotSize)
 	}

@@ -212,6 +212,10 @@ its fills per engine interrupt (0: the driver picks).
 			if err := streamResident(resident, coalesce, slots, sm, out); err != nil {
 				return err
 			}
+			if resident && mem == memCUDA && ck != checkAuto && ck != stream.CheckGPU {
+				// cudamem's consumer would refuse it once the ring is pinned.
+				return usageErr("--resident on --mem cuda checks frames on the GPU, where they land: --check gpu (or auto), not %v", ck)
+			}
 			if resident && mem == memCUDA && frameSize == 0 {
 				return usageErr("--resident on --mem cuda checks frames on the GPU: give --frame-size")
 			}
