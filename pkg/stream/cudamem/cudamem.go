@@ -386,7 +386,8 @@ func (k *checker) Close() error {
 // on d: after cuda.CheckPeerRange has found it pinnable (one allocation,
 // GPUDirect RDMA capable: its errors say what to change), through a
 // dma-buf or nvidia_p2p as via resolves (stream.ChoosePinning), which it
-// returns. g's context must not be current on another thread.
+// returns; through nvidia_p2p persistently where the caller may not pin
+// revocably (stream.PinNVP2P). g's context must not be current on another thread.
 func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*p2p.Pin, stream.Pinning, error) {
 	if err := g.Lock(); err != nil {
 		return nil, 0, err
@@ -401,7 +402,7 @@ func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*
 		return nil, 0, err
 	}
 	if via == stream.PinP2P {
-		p, err := d.PinGPU(ptr, size, p2p.PinOptions{})
+		p, err := stream.PinNVP2P(d, ptr, size) // persistently where revocable pins are refused
 		return p, via, err
 	}
 	// Exports are of whole GPU pages, which allocations are made of.
