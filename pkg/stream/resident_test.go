@@ -3,7 +3,9 @@
 package stream
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,5 +69,24 @@ func TestResidentDrain(t *testing.T) {
 	}
 	if err := s.drain(c, 0); err != nil {
 		t.Fatalf("nothing to consume: %v", err)
+	}
+}
+
+// A resident session's end keeps every error it met, not the first.
+func TestResidentEndErrJoinsAll(t *testing.T) {
+	errStream, errCons := errors.New("stream failed"), errors.New("kernel trapped")
+	drain := fmt.Errorf("%w: 3 of 8 fills consumed", ErrUnconsumed)
+	err := residentEndErr(errStream, errCons, drain, context.Canceled)
+	for _, want := range []error{errStream, errCons, ErrUnconsumed, context.Canceled} {
+		if !errors.Is(err, want) {
+			t.Errorf("%v: does not match %v", err, want)
+		}
+	}
+	const msg = "stream failed\nstream: resident consumer: kernel trapped\nstream: the resident consumer left fills unconsumed: 3 of 8 fills consumed\ncontext canceled"
+	if err.Error() != msg {
+		t.Errorf("%q, want %q", err, msg)
+	}
+	if err := residentEndErr(nil, nil, nil, nil); err != nil {
+		t.Errorf("a clean end: %v", err)
 	}
 }

@@ -182,7 +182,11 @@ type Session struct {
 	freeErr  error
 	// releases holds ReleaseAfter's slots in the order given, for the
 	// one goroutine that waits for their work (releaser); room for every
-	// slot. Closed by Close, under mu, which releasesClosed records.
+	// slot. Sent on and closed (by Close, which releasesClosed records)
+	// under relMu, so that a ReleaseAfter racing Close never sends on
+	// the closed channel. relMu is never held with mu: the releaser
+	// takes mu and never relMu.
+	relMu          sync.Mutex
 	releases       chan pendingRelease
 	releasesClosed bool
 	releaserOnce   sync.Once
@@ -572,21 +576,21 @@ func (s *Session) Release(slot int) error {
 // and releases each in turn: at most one thread waits, however many
 // slots are out. If done or the release fails, the session ends with that
 // error, and the later slots' work is still waited for but not released.
-// It must not be called concurrently with or after Close, which waits for
-// the releases already handed to it.
+// Close waits for the releases handed over before it; one that comes
+// after Close, or loses a race with it, waits for done and releases
+// nothing (the session's memory is gone).
 func (s *Session) ReleaseAfter(slot int, done Copy) {
 	s.releaserOnce.Do(func() { go s.releaser() })
-	s.mu.Lock()
-	closed := s.releasesClosed
-	s.mu.Unlock()
-	if closed {
-		// Misuse after Close: own the work's completion, release nothing.
+	s.relMu.Lock()
+	if s.releasesClosed {
+		s.relMu.Unlock()
 		done.Wait()
 		return
 	}
 	// Never blocks while the consumer hands back only slots it holds:
 	// there is room for all of them.
 	s.releases <- pendingRelease{slot: slot, done: done}
+	s.relMu.Unlock()
 }
 
 // releaser waits for the work of ReleaseAfter's slots and releases them.
@@ -632,12 +636,12 @@ func (s *Session) Close() error {
 	}
 	// No release may follow the free: the releaser finishes the ones
 	// handed to it first.
-	s.mu.Lock()
+	s.relMu.Lock()
 	if !s.releasesClosed {
 		s.releasesClosed = true
 		close(s.releases)
 	}
-	s.mu.Unlock()
+	s.relMu.Unlock()
 	s.releaserOnce.Do(func() { close(s.releaserDone) })
 	<-s.releaserDone
 	s.once.Do(func() { s.freeErr = s.free() })

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"flag"
@@ -189,6 +190,25 @@ func TestExitCodeByCause(t *testing.T) {
 	var out bytes.Buffer
 	if code := Main([]string{"--help"}, &out, &out); code != ExitOK || !strings.Contains(out.String(), exitHelp) {
 		t.Errorf("--help: exit %d, without the exit codes:\n%s", code, out.String())
+	}
+}
+
+// A session ended by an interrupt or --duration alone exits cleanly; one
+// whose end met another error beside it does not.
+func TestStoppedByContext(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.Canceled, true},
+		{fmt.Errorf("stream: %w", context.DeadlineExceeded), true},
+		{errors.Join(context.Canceled), true},
+		{errors.Join(stream.ErrUnconsumed, context.Canceled), false},
+		{stream.ErrUnconsumed, false},
+	} {
+		if got := stoppedByContext(tc.err); got != tc.want {
+			t.Errorf("%v: %v, want %v", tc.err, got, tc.want)
+		}
 	}
 }
 

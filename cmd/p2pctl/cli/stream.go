@@ -331,7 +331,7 @@ its fills per engine interrupt (0: the driver picks).
 				case f, ok := <-s.Filled():
 					if !ok {
 						l := streamLine(s.Stats(), true)
-						if err := s.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+						if err := s.Err(); err != nil && !stoppedByContext(err) {
 							l.Error = err.Error()
 							emit(l)
 							return err
@@ -384,4 +384,19 @@ its fills per engine interrupt (0: the driver picks).
 	cmd.Flags().IntVar(&coalesce, "coalesce", 0, "--resident: fills per engine interrupt, 1 to --slots (0: the driver picks)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while streaming (e.g. :9464)")
 	return cmd
+}
+
+// stoppedByContext reports whether err, a session's end, is an interrupt's
+// or --duration's and nothing else: a resident session's joins every
+// error its end met, and one beside the context's is a failure.
+func stoppedByContext(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !stoppedByContext(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -36,7 +36,8 @@ type GPU struct {
 	// host is the memory RegisterHost page-locked: the only memory
 	// CopyIn copies from, since the copy engines read it after CopyIn
 	// returns.
-	host []*cuda.HostBuffer
+	host   []*cuda.HostBuffer
+	closed bool // under mu: Close ran
 }
 
 var (
@@ -94,8 +95,17 @@ func Open(ordinal int) (*GPU, error) {
 func (c *GPU) Device() *cuda.Device { return c.dev }
 
 // Close destroys the copy streams and events, and releases the device if
-// Open opened it.
+// Open opened it. A second Close does nothing: after the first, failed or
+// not, nothing of the GPU is left to release (a failure to make its
+// context current means that the context is gone, and them with it).
 func (c *GPU) Close() error {
+	c.mu.Lock()
+	closed := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if closed {
+		return nil
+	}
 	if err := c.dev.Lock(); err != nil {
 		return err
 	}
