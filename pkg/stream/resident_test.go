@@ -90,3 +90,19 @@ func TestResidentEndErrJoinsAll(t *testing.T) {
 		t.Errorf("a clean end: %v", err)
 	}
 }
+
+// Latencies fall in the bucket whose bound is the first at or above them;
+// those above every bound in the last.
+func TestLatencyHistogram(t *testing.T) {
+	if LatencyBound(0) != 10*time.Microsecond || LatencyBound(4) != 250*time.Microsecond || LatencyBound(LatencyBuckets-2) != 500*time.Millisecond {
+		t.Fatalf("bounds %v %v %v", LatencyBound(0), LatencyBound(4), LatencyBound(LatencyBuckets-2))
+	}
+	var h LatencyHistogram
+	for _, d := range []time.Duration{0, 10 * time.Microsecond, 10*time.Microsecond + 1, 300 * time.Microsecond, time.Hour} {
+		h.observe(d)
+	}
+	want := [LatencyBuckets]uint64{0: 2, 1: 1, 5: 1, LatencyBuckets - 1: 1}
+	if h.Counts != want || h.Sum != 320*time.Microsecond+1+time.Hour {
+		t.Fatalf("counts %v sum %v, want %v", h.Counts, h.Sum, want)
+	}
+}

@@ -132,15 +132,48 @@ type Stats struct {
 	Slots       uint64
 	Elapsed     time.Duration // to now, or to the end of the session
 	GBps        float64
-	Held        int           // slots the consumer holds now
-	MaxHeld     int           // most slots held at once
-	SlotLatency time.Duration // mean, driver seeing a slot to the consumer getting it
+	Held        int              // slots the consumer holds now
+	MaxHeld     int              // most slots held at once
+	SlotLatency time.Duration    // mean, driver seeing a slot to the consumer getting it
+	Latency     LatencyHistogram // every slot's latency, as SlotLatency measures it
 	Frames      frame.Stats
 	// Resident: a GPU-resident session, whose Slots, Bytes and Frames are
-	// what its consumer took (Held, MaxHeld and SlotLatency stay 0), and
+	// what its consumer took (Held, MaxHeld, SlotLatency and Latency stay 0), and
 	// Fills the fills the engine made, known once the session ended.
 	Resident bool
 	Fills    uint64
+}
+
+// LatencyBuckets is how many buckets a LatencyHistogram has, the last
+// unbounded.
+const LatencyBuckets = 16
+
+// LatencyHistogram counts slot latencies: Counts[i] those at most
+// LatencyBound(i) and above LatencyBound(i-1), bounds from 10 µs to 500 ms
+// in steps of 1, 2.5 and 5; the last bucket those above 500 ms.
+type LatencyHistogram struct {
+	Counts [LatencyBuckets]uint64
+	Sum    time.Duration
+}
+
+// LatencyBound returns the upper bound of bucket i of a LatencyHistogram,
+// for i below LatencyBuckets-1.
+func LatencyBound(i int) time.Duration {
+	steps := [3]time.Duration{10, 25, 50}
+	d := steps[i%3] * time.Microsecond
+	for range i / 3 {
+		d *= 10
+	}
+	return d
+}
+
+func (h *LatencyHistogram) observe(d time.Duration) {
+	i := 0
+	for i < LatencyBuckets-1 && d > LatencyBound(i) {
+		i++
+	}
+	h.Counts[i]++
+	h.Sum += d
 }
 
 // Source fills a ring's slots in order and takes them back: the driver's
@@ -175,7 +208,6 @@ type Session struct {
 	stats    Stats
 	started  time.Time
 	ended    time.Time // when the last slot was delivered, once the session ended
-	latency  time.Duration
 	err      error
 	done     chan struct{}
 	once     sync.Once
@@ -504,8 +536,8 @@ func (s *Session) deliver() {
 		s.stats.Slots++
 		s.stats.Held++
 		s.stats.MaxHeld = max(s.stats.MaxHeld, s.stats.Held)
-		s.latency += p2p.SlotClock() - sl.Time
-		s.stats.SlotLatency = s.latency / time.Duration(s.stats.Slots)
+		s.stats.Latency.observe(p2p.SlotClock() - sl.Time)
+		s.stats.SlotLatency = s.stats.Latency.Sum / time.Duration(s.stats.Slots)
 		s.mu.Unlock()
 		f.Ready = time.Now()
 		s.filled <- f
