@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -410,4 +412,24 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// interruptible returns cmd's context, cancelled by the first SIGINT or
+// SIGTERM: every long command (transfer, bench, pin --hold, stream,
+// trace) then stops, prints what it did and exits 0. A second signal
+// kills p2pctl, as it would a program that handles none.
+func interruptible(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // the default action again, for the next signal
+	}()
+	return ctx, stop
+}
+
+// interrupted reports whether err ended a command because ctx, an
+// interruptible context, was cancelled: what the command did so far is
+// its result then.
+func interrupted(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil
 }

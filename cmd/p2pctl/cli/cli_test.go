@@ -11,9 +11,11 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
@@ -208,6 +210,39 @@ func TestStoppedByContext(t *testing.T) {
 	} {
 		if got := stoppedByContext(tc.err); got != tc.want {
 			t.Errorf("%v: %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Every long command stops on SIGINT or SIGTERM alike, through one
+// context; what it did is then its result.
+func TestInterruptible(t *testing.T) {
+	cmd := &cobra.Command{}
+	cmd.SetContext(context.Background())
+	ctx, stop := interruptible(cmd)
+	defer stop()
+	if interrupted(ctx, errors.New("EIO")) {
+		t.Fatal("a failure before any signal taken for an interrupt")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGTERM did not cancel the command's context within 10 s")
+	}
+	if !interrupted(ctx, context.Canceled) || interrupted(ctx, nil) {
+		t.Fatal("the cancelled context's error not taken for an interrupt")
+	}
+}
+
+// Shell completion, as cobra writes it.
+func TestCompletion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		var out, errOut bytes.Buffer
+		if code := Main([]string{"completion", sh}, &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "p2pctl") {
+			t.Errorf("completion %s: exit %d, %d bytes, stderr %q", sh, code, out.Len(), errOut.String())
 		}
 	}
 }

@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -276,7 +274,7 @@ its fills per engine interrupt (0: the driver picks).
 				}
 				defer rec.Close()
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			if duration > 0 {
 				var cancel context.CancelFunc
