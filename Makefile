@@ -29,7 +29,7 @@ SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
-.PHONY: examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: tree-check fresh-root test-phases examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -234,11 +234,21 @@ examples-c:
 	printf '#include <gpufpga/gpufpga.h>\n#include <gpufpga/gpufpga_resident.h>\n' | \
 		$(CXX) -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Ibuild/include -
 
+# cgo's objects go to a temporary directory, not pkg/p2p/_obj.
 godefs:
-	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -godefs types_linux.go) | gofmt > ztypes_linux.go
+	@set -e; obj=$$(mktemp -d); trap 'rm -rf "$$obj"' EXIT; \
+	cd pkg/p2p && (echo '//go:build linux'; echo; $(GO) tool cgo -objdir "$$obj" -godefs types_linux.go | sed "s| -objdir $$obj||") | gofmt > ztypes_linux.go
+
+# Nothing foreign in the tree: no committed ELF file (a binary, an
+# object) but the BPF objects pkg/trace generates on purpose.
+tree-check:
+	@elf=$$(git ls-files -z | while IFS= read -r -d '' f; do \
+		[ -f "$$f" ] && [ "$$(head -c4 -- "$$f" | tr -d '\0')" = $$'\177ELF' ] && echo "$$f"; \
+	done | grep -v '^pkg/trace/[^/]*_bpfel\.o$$'); \
+	if [ -n "$$elf" ]; then echo "lint: committed ELF files (only pkg/trace's generated BPF objects belong in the tree):"; echo "$$elf"; exit 1; fi
 
 # amd64 and arm64 (GH200/GB200 hosts), and the guest tests' build tag.
-lint: examples-c
+lint: tree-check examples-c
 	@fmt=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$fmt" ]; then echo "gofmt needed:"; echo "$$fmt"; exit 1; fi
 	@sc=$$($(GO) tool -n staticcheck) || exit 1; \
 	for arch in amd64 arm64; do \
@@ -274,10 +284,20 @@ deb-check:
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
 TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu debug-kernel vmtest-debug
+test-phases:
+	@echo $(TEST_PHASES)
 test:
 	@set -e; for p in $(TEST_PHASES); do \
 		s=$$(date +%s); $(MAKE) --no-print-directory $$p; \
 		echo "== make $$p: $$(( $$(date +%s) - s )) s"; done
+
+# make test (or FRESH_TARGETS) from a clean clone of HEAD in a new Debian
+# 12 root holding only a new machine's image packages and Go, each phase
+# timed (as root; hw/fresh-root/fresh-root.sh). Nothing of this machine's
+# caches or hand-installed packages is there: a missing install step fails.
+FRESH_TARGETS ?= test
+fresh-root:
+	hw/fresh-root/fresh-root.sh $(FRESH_TARGETS)
 
 # The rig's QEMU alone (hw/testbench/qemu/build-qemu.sh; cached).
 qemu:

@@ -29,7 +29,6 @@ import (
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/gpucheck"
-	"github.com/gpufpga/gpufpga/pkg/resident"
 	"github.com/gpufpga/gpufpga/pkg/stream/cudamem"
 )
 
@@ -126,7 +125,7 @@ func main() {
 	reps := flag.Int("reps", 8, "frame checker and read baseline: timed repetitions, each verified")
 	out := flag.String("out", "-", "directory for a new result file named for date, GPU and revision; - for standard output")
 	res := flag.Bool("resident", false, "measure GPU-resident streams alone (pkg/resident), into a new DATE-GPU-REV-resident.json")
-	var rc resident.Config
+	var rc residentConfig
 	flag.IntVar(&rc.NSlots, "resident-slots", 64, "GPU-resident: slots in each ring")
 	flag.IntVar(&rc.Workers, "resident-workers", 16, "GPU-resident: the persistent kernel's worker blocks")
 	flag.DurationVar(&rc.Duration, "resident-time", time.Second, "GPU-resident: length of each throughput run")

@@ -81,3 +81,12 @@ func TestMedian(t *testing.T) {
 		}
 	}
 }
+
+func TestRate(t *testing.T) {
+	if r := rate(1000, 4096, time.Second); r.PerS != 1000 || r.GBps != 4.096e-3 || r.Bytes != 4096000 {
+		t.Errorf("rate = %+v", r)
+	}
+	if ratio(1, 0) != 0 || ratio(3, 2) != 1.5 {
+		t.Error("ratio")
+	}
+}

@@ -9,23 +9,22 @@ import (
 	"time"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
-	"github.com/gpufpga/gpufpga/pkg/resident"
 )
 
 // residentReport is gpubench -resident's document: the machine, then
 // pkg/resident's pass.
 type residentReport struct {
 	machine
-	GPUStart gpuState         `json:"gpu_at_start"`
-	GPUEnd   gpuState         `json:"gpu_at_end"`
-	Resident *resident.Report `json:"resident"`
-	Seconds  float64          `json:"seconds"`
+	GPUStart gpuState      `json:"gpu_at_start"`
+	GPUEnd   gpuState      `json:"gpu_at_end"`
+	Resident *residentPass `json:"resident"`
+	Seconds  float64       `json:"seconds"`
 }
 
 // runResident measures GPU-resident streams against the CPU-driven path
 // and the bare round trips (pkg/resident), into a new
 // DATE-GPU-REV-resident.json in out (or standard output with -).
-func runResident(cfg resident.Config, out string) error {
+func runResident(cfg residentConfig, out string) error {
 	runtime.LockOSThread()
 	t0 := time.Now()
 	g, err := cuda.OpenDevice(0)
@@ -43,7 +42,7 @@ func runResident(cfg resident.Config, out string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	r.Resident, err = resident.Measure(ctx, g, cfg)
+	r.Resident, err = measureResident(ctx, g, cfg)
 	r.GPUEnd = nvidiaSMI()
 	r.Seconds = time.Since(t0).Seconds()
 	if err != nil {
@@ -69,7 +68,7 @@ func runResident(cfg resident.Config, out string) error {
 }
 
 // printResident writes the table the README carries.
-func printResident(w *os.File, rep *resident.Report) {
+func printResident(w *os.File, rep *residentPass) {
 	fmt.Fprintf(w, "GPU_DIRECT_RDMA_WRITES_ORDERING %d (%s), FLUSH_WRITES_OPTIONS %d\n",
 		rep.RDMAWritesOrdering, rep.RDMAOrderingName, rep.RDMAFlushOptions)
 	fmt.Fprintf(w, "ping-pong p50 %.2f p99 %.2f us; launch+sync p50 %.2f p99 %.2f us; ping-pong after p50 %.2f p99 %.2f us\n",
@@ -77,7 +76,7 @@ func printResident(w *os.File, rep *resident.Report) {
 	for _, x := range rep.Runs {
 		for _, p := range []struct {
 			name string
-			p    resident.Path
+			p    residentPath
 		}{{"gpu-resident", x.Resident}, {"cpu-driven", x.CPUDriven}} {
 			fmt.Fprintf(w, "%7d %-11s %-12s alone %9.0f/s %6.2f GB/s | %9.0f/s %6.2f GB/s lost %d errors %d | cpu %8.0f ns/slot | rtt p50 %7.2f p99 %7.2f us\n",
 				x.SlotBytes, x.Producer, p.name, p.p.Alone.PerS, p.p.Alone.GBps, p.p.Throughput.PerS, p.p.Throughput.GBps,

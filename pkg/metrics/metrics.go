@@ -48,7 +48,7 @@ type Collector struct {
 	cfg Config
 
 	streamBytes, streamSlots, streamElapsed, streamHeld, streamMaxHeld, streamLatency *prometheus.Desc
-	frames, frameBytes, gaps, duplicates, crcFailures, streamInfo                     *prometheus.Desc
+	frames, frameBytes, gaps, duplicates, crcFailures, streamInfo, residentFills      *prometheus.Desc
 
 	devInfo, devState, pinned, maxPinnedTotal, resets, pcieErrors *prometheus.Desc
 }
@@ -65,16 +65,18 @@ func New(cfg Config) *Collector {
 		streamElapsed: d("stream_elapsed_seconds", "Time since the stream started, or its length once ended."),
 		streamHeld:    d("stream_slots_held", "Slots the consumer holds now."),
 		streamMaxHeld: d("stream_slots_held_max", "Most slots the consumer held at once."),
-		streamLatency: d("stream_slot_latency_seconds", "Mean time from the driver seeing a slot filled to the consumer getting it."),
+		streamLatency: d("stream_slot_latency_seconds", "Time from the driver seeing a slot filled to the consumer getting it."),
 		frames:        d("stream_frames_total", "Well-formed frames checked."),
 		frameBytes:    d("stream_frame_bytes_total", "Bytes of well-formed frames checked."),
 		gaps:          d("stream_frame_gaps_total", "Frames missing between consecutive sequence numbers."),
 		duplicates:    d("stream_frame_duplicates_total", "Frames at or behind the last sequence number seen."),
 		crcFailures:   d("stream_frame_crc_failures_total", "Frames that failed to parse or their CRC."),
-		streamInfo:    d("stream_info", "The stream's mode, pinning route and frame check (value 1).", "mode", "pinning", "check"),
-		devInfo:       d("device_info", "The driver's ABI and the XDMA IP version (value 1).", "abi", "ip_version"),
-		devState:      d("device_state", "Whether the device takes work: 0 ready, 1 recovering, 2 offline."),
-		pinned:        d("device_pinned_bytes", "Bytes pinned on the device by all its users."),
+		residentFills: d("stream_resident_fills_total",
+			"A GPU-resident stream's fills, which its consumer on the GPU takes: known once the stream ended, 0 before."),
+		streamInfo: d("stream_info", "The stream's mode, pinning route and frame check (value 1).", "mode", "pinning", "check"),
+		devInfo:    d("device_info", "The driver's ABI and the XDMA IP version (value 1).", "abi", "ip_version"),
+		devState:   d("device_state", "Whether the device takes work: 0 ready, 1 recovering, 2 offline."),
+		pinned:     d("device_pinned_bytes", "Bytes pinned on the device by all its users."),
 		maxPinnedTotal: d("device_pinned_bytes_limit",
 			"Most bytes the device lets its users pin (module parameter max_pinned_total)."),
 		resets:     d("device_resets_total", "Times the card lost its engine state since the driver bound it."),
@@ -86,7 +88,7 @@ func New(cfg Config) *Collector {
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	if c.cfg.Stream != nil {
 		for _, d := range []*prometheus.Desc{c.streamBytes, c.streamSlots, c.streamElapsed, c.streamHeld, c.streamMaxHeld,
-			c.streamLatency, c.frames, c.frameBytes, c.gaps, c.duplicates, c.crcFailures, c.streamInfo} {
+			c.streamLatency, c.frames, c.frameBytes, c.gaps, c.duplicates, c.crcFailures, c.streamInfo, c.residentFills} {
 			ch <- d
 		}
 	}
@@ -113,12 +115,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.streamElapsed, st.Elapsed.Seconds())
 		gauge(c.streamHeld, float64(st.Held))
 		gauge(c.streamMaxHeld, float64(st.MaxHeld))
-		gauge(c.streamLatency, st.SlotLatency.Seconds())
+		if !st.Resident {
+			// A resident stream's slots never pass the CPU.
+			ch <- latencyHistogram(c.streamLatency, st.Latency)
+		}
 		counter(c.frames, st.Frames.Frames)
 		counter(c.frameBytes, st.Frames.Bytes)
 		counter(c.gaps, st.Frames.Gaps)
 		counter(c.duplicates, st.Frames.Duplicates)
 		counter(c.crcFailures, st.Frames.CRCFailures)
+		if st.Resident {
+			counter(c.residentFills, st.Fills)
+		}
 		pinning := ""
 		if st.Mode == stream.Direct {
 			pinning = st.Pinning.String()
@@ -139,6 +147,19 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.resets, prometheus.CounterValue, float64(info.Resets))
 		ch <- prometheus.MustNewConstMetric(c.pcieErrors, prometheus.CounterValue, float64(info.Errors))
 	}
+}
+
+// latencyHistogram is h as a Prometheus histogram, in seconds.
+func latencyHistogram(d *prometheus.Desc, h stream.LatencyHistogram) prometheus.Metric {
+	buckets := make(map[float64]uint64, stream.LatencyBuckets-1)
+	var n uint64
+	for i, c := range h.Counts {
+		n += c
+		if i < stream.LatencyBuckets-1 {
+			buckets[stream.LatencyBound(i).Seconds()] = n // cumulative, as Prometheus counts
+		}
+	}
+	return prometheus.MustNewConstHistogram(d, n, h.Sum.Seconds(), buckets)
 }
 
 // Handler serves reg's metrics in Prometheus' text format; a metric that

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -86,7 +87,9 @@ func TestScrapeReportsStreamAndDevice(t *testing.T) {
 		Mode: stream.Direct, Pinning: stream.PinDmabuf, Check: stream.CheckGPU,
 		Bytes: 64 << 20, Slots: 1024, Elapsed: 2500 * time.Millisecond, Held: 3, MaxHeld: 7,
 		SlotLatency: 150 * time.Microsecond,
-		Frames:      frame.Stats{Frames: 1000, Bytes: 60 << 20, Gaps: 2, Duplicates: 1, CRCFailures: 4},
+		Latency: stream.LatencyHistogram{Counts: [stream.LatencyBuckets]uint64{3: 1000, 4: 20, 15: 4},
+			Sum: 1024 * 150 * time.Microsecond},
+		Frames: frame.Stats{Frames: 1000, Bytes: 60 << 20, Gaps: 2, Duplicates: 1, CRCFailures: 4},
 	}}
 	d := &fakeDevice{info: p2p.Info{ABIVersion: 1, IPVersion: 0x1fc20006, PinnedTotal: 1 << 30,
 		MaxPinnedTotal: 8 << 30, State: p2p.DeviceRecovering, Resets: 5, Errors: 6}}
@@ -99,7 +102,7 @@ func TestScrapeReportsStreamAndDevice(t *testing.T) {
 		"gpufpga_stream_elapsed_seconds":          2.5,
 		"gpufpga_stream_slots_held":               3,
 		"gpufpga_stream_slots_held_max":           7,
-		"gpufpga_stream_slot_latency_seconds":     150e-6,
+		"gpufpga_stream_slot_latency_seconds":     0, // a histogram, checked below
 		"gpufpga_stream_frames_total":             1000,
 		"gpufpga_stream_frame_bytes_total":        60 << 20,
 		"gpufpga_stream_frame_gaps_total":         2,
@@ -119,6 +122,9 @@ func TestScrapeReportsStreamAndDevice(t *testing.T) {
 		}
 	}
 	for name, w := range want {
+		if name == "gpufpga_stream_slot_latency_seconds" {
+			continue
+		}
 		v, labels := value(t, fams, name)
 		if v != w {
 			t.Errorf("%s = %v, want %v", name, v, w)
@@ -130,6 +136,22 @@ func TestScrapeReportsStreamAndDevice(t *testing.T) {
 	if fams["gpufpga_stream_bytes_total"].GetType() != dto.MetricType_COUNTER ||
 		fams["gpufpga_stream_slots_held"].GetType() != dto.MetricType_GAUGE {
 		t.Error("counters and gauges mixed up")
+	}
+	// The latency's distribution, not a lifetime mean: cumulative
+	// buckets, in seconds, and the slots above the last bound in +Inf.
+	lat := fams["gpufpga_stream_slot_latency_seconds"]
+	if lat.GetType() != dto.MetricType_HISTOGRAM || len(lat.Metric) != 1 {
+		t.Fatalf("slot latency: %v", lat)
+	}
+	h := lat.Metric[0].Histogram
+	if h.GetSampleCount() != 1024 || h.GetSampleSum() < 0.1535 || h.GetSampleSum() > 0.1537 || len(h.Bucket) != stream.LatencyBuckets {
+		t.Errorf("slot latency: %d slots, sum %v s, %d buckets", h.GetSampleCount(), h.GetSampleSum(), len(h.Bucket))
+	}
+	for _, b := range h.Bucket {
+		want := map[float64]uint64{10e-6: 0, 50e-6: 0, 100e-6: 1000, 250e-6: 1020, 0.5: 1020, math.Inf(1): 1024}
+		if w, ok := want[b.GetUpperBound()]; ok && b.GetCumulativeCount() != w {
+			t.Errorf("slot latency bucket le=%v: %d, want %d", b.GetUpperBound(), b.GetCumulativeCount(), w)
+		}
 	}
 	if _, l := value(t, fams, "gpufpga_stream_info"); l["mode"] != "direct" || l["pinning"] != "dma-buf" || l["check"] != "gpu" {
 		t.Errorf("stream_info labels %v", l)
@@ -146,6 +168,28 @@ func TestScrapeReportsStreamAndDevice(t *testing.T) {
 	}
 	if v, _ := value(t, fams, "gpufpga_device_resets_total"); v != 9 {
 		t.Errorf("second scrape: resets %v", v)
+	}
+}
+
+// A resident stream reports the engine's fills; its slots pass no CPU,
+// so it has no latency.
+func TestScrapeResidentStream(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(New(Config{Stream: &fakeStream{st: stream.Stats{Mode: stream.Direct, Resident: true, Slots: 70, Fills: 77}}}))
+	fams := scrape(t, reg)
+	if v, _ := value(t, fams, "gpufpga_stream_resident_fills_total"); v != 77 {
+		t.Errorf("resident fills %v, want 77", v)
+	}
+	if v, _ := value(t, fams, "gpufpga_stream_slots_total"); v != 70 {
+		t.Errorf("slots %v, want 70", v)
+	}
+	if f := fams["gpufpga_stream_slot_latency_seconds"]; f != nil {
+		t.Errorf("a resident stream's slot latency: %v", f)
+	}
+	reg = prometheus.NewRegistry()
+	reg.MustRegister(New(Config{Stream: &fakeStream{st: stream.Stats{Slots: 3}}}))
+	if f := scrape(t, reg)["gpufpga_stream_resident_fills_total"]; f != nil {
+		t.Errorf("resident fills of a stream that is not resident: %v", f)
 	}
 }
 

@@ -16,7 +16,9 @@ import (
 // pinned: the collector could hand it to other objects while the FPGA
 // still wrote it. Free unmaps the buffer only once no pin holds it.
 type HostBuffer struct {
-	d   *Device
+	d *Device
+	// mu guards mem and pins. Taken after d.hostMu, never before: see
+	// Device.hostMu.
 	mu  sync.Mutex
 	mem []byte // nil once freed
 	// pins are the buffer's live pins, by device and handle: not the
@@ -67,6 +69,9 @@ func (h *HostBuffer) Len() uint64 {
 // Free unmaps the buffer. It fails with ErrBusy while a pin of an open
 // Device holds it: unpin first. Freeing a freed buffer does nothing.
 func (h *HostBuffer) Free() error {
+	// hostMu first: see Device.hostMu.
+	h.d.hostMu.Lock()
+	defer h.d.hostMu.Unlock()
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.mem == nil {
@@ -80,9 +85,7 @@ func (h *HostBuffer) Free() error {
 	if n := len(h.pins); n > 0 {
 		return &Error{Op: "free", Err: unix.EBUSY, Kind: ErrBusy, Detail: fmt.Sprintf("host buffer with %d pins", n)}
 	}
-	h.d.hostMu.Lock()
 	delete(h.d.hosts, h)
-	h.d.hostMu.Unlock()
 	err := unix.Munmap(h.mem)
 	h.mem = nil
 	if err != nil {

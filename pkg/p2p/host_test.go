@@ -3,9 +3,11 @@
 package p2p
 
 import (
+	"context"
 	"errors"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -164,9 +166,87 @@ func TestLeakedPinIsUnpinned(t *testing.T) {
 	}
 	// The count follows the unpin in the cleanup.
 	for d.LeakedPins() != 1 {
-		runtime.Gosched()
+		select {
+		case <-deadline:
+			t.Fatalf("%d leaked pins counted, want 1", d.LeakedPins())
+		case <-time.After(time.Millisecond):
+		}
 	}
 	if err := h.Free(); err != nil {
 		t.Fatalf("Free after the leaked pin went: %v", err)
+	}
+}
+
+// handleDriver answers PIN with consecutive handles and everything else
+// with success, without blocking.
+type handleDriver struct{ next atomic.Uint64 }
+
+func (h *handleDriver) ioctl(req uintptr, arg unsafe.Pointer) error {
+	if req == iocPin {
+		(*pinArg)(arg).Handle = h.next.Add(1)
+	}
+	return nil
+}
+
+// Freeing one host buffer while another goroutine pins another of the same
+// device: two compat sessions starting and stopping at once. Free and
+// PinHost must take the device's and the buffer's locks in one order, or
+// both hang for good.
+func TestHostFreeRacesPin(t *testing.T) {
+	d := fakeDevice(t, (&handleDriver{}).ioctl)
+	keep, err := d.AllocHost(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const rounds = 2000
+	// Deadlocked goroutines never see this; it stops the other one when
+	// a round fails.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errs := make(chan error, 2)
+	go func() {
+		for i := 0; i < rounds && ctx.Err() == nil; i++ {
+			h, err := d.AllocHost(4096)
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := h.Free(); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	go func() {
+		for i := 0; i < rounds && ctx.Err() == nil; i++ {
+			p, err := d.PinHost(keep.Bytes())
+			if err != nil {
+				errs <- err
+				return
+			}
+			if err := p.Unpin(); err != nil {
+				errs <- err
+				return
+			}
+		}
+		errs <- nil
+	}()
+	deadline := time.After(30 * time.Second)
+	for range 2 {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-deadline:
+			// Nothing here may take the locks the goroutines hang on:
+			// no Free of keep on the way out.
+			buf := make([]byte, 1<<20)
+			t.Fatalf("pins and frees still running after 30s, deadlocked:\n%s", buf[:runtime.Stack(buf, true)])
+		}
+	}
+	if err := keep.Free(); err != nil {
+		t.Fatal(err)
 	}
 }

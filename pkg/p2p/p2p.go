@@ -76,6 +76,10 @@ type Device struct {
 	shut        atomic.Bool // closed, for ioctl, which may run under mu
 	leaked      atomic.Uint64
 
+	// hostMu guards hosts. Lock order: hostMu before any
+	// HostBuffer.mu, never the other way round (PinHost holds hostMu
+	// while it reads each buffer's range, Free holds both). hostMu and
+	// mu are never held together.
 	hostMu sync.Mutex
 	hosts  map[*HostBuffer]struct{} // from AllocHost, until their Free
 }

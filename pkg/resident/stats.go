@@ -63,21 +63,3 @@ type Throughput struct {
 	PerS    float64 `json:"slots_per_s"`
 	GBps    float64 `json:"gb_per_s"`
 }
-
-// rate makes a Throughput of n slots of size bytes in d.
-func rate(n uint64, size int, d time.Duration) Throughput {
-	t := Throughput{Slots: n, Bytes: n * uint64(size), Seconds: d.Seconds()}
-	if d > 0 {
-		t.PerS = float64(n) / d.Seconds()
-		t.GBps = float64(t.Bytes) / d.Seconds() / 1e9
-	}
-	return t
-}
-
-// ratio is a/b, 0 where b is 0.
-func ratio(a, b float64) float64 {
-	if b == 0 {
-		return 0
-	}
-	return a / b
-}

@@ -450,3 +450,46 @@ func TestReleaseAfterOneWaiter(t *testing.T) {
 		t.Fatalf("%d slots held after their releases", st.Held)
 	}
 }
+
+// doneWork is work that has finished.
+type doneWork struct{}
+
+func (doneWork) Wait() error { return nil }
+
+// ReleaseAfter racing Close (a consumer handing its last slot back while
+// a signal closes the session) neither panics nor releases after the
+// free: the slot is released, or its work only waited for.
+func TestReleaseAfterRacingClose(t *testing.T) {
+	for range 200 {
+		src := &orderSource{slots: make(chan p2p.Slot, 1), released: make(chan bool, 1)}
+		s, err := stream.Attach(context.Background(), stream.Config{SlotSize: 4096, Slots: 1, GPU: &simgpu.Local{}}, make([]byte, 4096), src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src.slots <- p2p.Slot{Index: 0, Bytes: 4096}
+		f := <-s.Filled()
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			s.ReleaseAfter(f.Slot, doneWork{})
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := s.Close(); err != nil {
+				t.Error(err)
+			}
+		}()
+		close(start)
+		done := make(chan struct{})
+		go func() { wg.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("ReleaseAfter and Close still running after 10 s")
+		}
+	}
+}

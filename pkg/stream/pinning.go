@@ -102,10 +102,10 @@ func choosePinning(info p2p.Info, gpuExports bool, want Pinning) (Pinning, error
 		return PinP2P, nil
 	case PinDmabuf:
 		if !gpuExports {
-			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)", ErrConfig)
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the GPU does not export them (that needs NVIDIA's open kernel modules, R515 or later, and a Turing or newer GPU)", ErrUnsupported)
 		}
 		if !dmabuf {
-			return 0, fmt.Errorf("%w: pinning through a dma-buf: the gpufpga driver does not import them", ErrConfig)
+			return 0, fmt.Errorf("%w: pinning through a dma-buf: the gpufpga driver does not import them", ErrUnsupported)
 		}
 		return PinDmabuf, nil
 	case PinP2P:
@@ -142,23 +142,51 @@ func SelectMode(info p2p.Info, gpuExports bool, mode Mode, want Pinning) (Mode, 
 	return Compat, PinAuto, nil
 }
 
+// PinNVP2P pins n bytes of GPU memory at va through nvidia_p2p: revocably
+// where the driver lets the caller (a cudaFree then ends what uses the
+// pin), else persistently (the free waits for the unpin).
+func PinNVP2P(d *p2p.Device, va, n uint64) (*p2p.Pin, error) {
+	return pinNVP2P(d.PinGPU, va, n)
+}
+
+// pinNVP2P is PinNVP2P through pin: Device.PinGPU, or a test's.
+func pinNVP2P(pin func(va, n uint64, o p2p.PinOptions) (*p2p.Pin, error), va, n uint64) (*p2p.Pin, error) {
+	p, err := pin(va, n, p2p.PinOptions{})
+	if !errors.Is(err, p2p.ErrPermission) {
+		return p, err
+	}
+	// Revocable pins are the driver's to grant (CAP_SYS_RAWIO or
+	// gpufpga's nv_revocable_pins); a persistent one is open to every
+	// user of the device, where the NVIDIA driver has persistent pins.
+	p, err = pin(va, n, p2p.PinOptions{Persistent: true})
+	if errors.Is(err, p2p.ErrPermission) {
+		return nil, &gpuPinPermError{err}
+	}
+	return p, err
+}
+
+// gpuPinPermError is a GPU pin refused both ways: its hint names the
+// cause, where p2p's names the device node's permissions.
+type gpuPinPermError struct{ err error }
+
+func (e *gpuPinPermError) Error() string { return e.err.Error() }
+func (e *gpuPinPermError) Unwrap() error { return e.err }
+
+// Hint says what lets the pin through.
+func (e *gpuPinPermError) Hint() string {
+	return "a revocable GPU pin needs CAP_SYS_RAWIO or gpufpga's nv_revocable_pins=1, and this NVIDIA driver has no persistent pins: " +
+		"grant either, or pin through a dma-buf (NVIDIA's open kernel modules)"
+}
+
 // PinGPU pins the first n bytes of b on d as p says (PinDmabuf or
-// PinP2P). PinP2P pins revocably where the driver lets the caller (a
-// cudaFree then ends the stream), else persistently (the free waits for
-// the unpin).
+// PinP2P, as PinNVP2P does).
 func PinGPU(d *p2p.Device, b GPUBuffer, n uint64, p Pinning) (*p2p.Pin, error) {
 	if p == PinP2P {
-		pin, err := d.PinGPU(b.Addr(), n, p2p.PinOptions{})
-		if errors.Is(err, p2p.ErrPermission) {
-			// Revocable pins are the driver's to grant (CAP_SYS_RAWIO
-			// or nv_revocable_pins); a persistent one is open to all.
-			pin, err = d.PinGPU(b.Addr(), n, p2p.PinOptions{Persistent: true})
-		}
-		return pin, err
+		return PinNVP2P(d, b.Addr(), n)
 	}
 	exp, ok := b.(DmabufBuffer)
 	if !ok {
-		return nil, fmt.Errorf("%w: this GPU's buffers cannot be exported as dma-bufs", ErrConfig)
+		return nil, fmt.Errorf("%w: this GPU's buffers cannot be exported as dma-bufs", ErrUnsupported)
 	}
 	// The whole buffer: exporters take whole GPU pages.
 	f, err := exp.ExportDmabuf(0, b.Size())

@@ -115,7 +115,7 @@ func (c *Config) validateResident() error {
 		return errResidentCompat
 	}
 	if _, ok := c.GPU.(ResidentGPU); !ok {
-		return fmt.Errorf("%w: this GPU cannot run a resident consumer", ErrConfig)
+		return fmt.Errorf("%w: this GPU cannot run a resident consumer", ErrUnsupported)
 	}
 	if c.Coalesce < 0 || c.Coalesce > c.Slots {
 		return fmt.Errorf("%w: coalescing %d fills of %d slots: want 0 (the driver picks) to %d", ErrConfig, c.Coalesce, c.Slots, c.Slots)
@@ -201,16 +201,7 @@ func (s *Session) endResident(ctx context.Context, st *p2p.Stream) {
 	drainErr := s.drain(cons, fills)
 	consErr := cons.Stop()
 	final := cons.Stats()
-	err := st.Err()
-	if err == nil && consErr != nil {
-		err = fmt.Errorf("stream: resident consumer: %w", consErr)
-	}
-	if err == nil {
-		err = drainErr
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
+	err := residentEndErr(st.Err(), consErr, drainErr, ctx.Err())
 	s.mu.Lock()
 	s.res.fills, s.res.final = fills, &final
 	if s.err == nil {
@@ -218,6 +209,16 @@ func (s *Session) endResident(ctx context.Context, st *p2p.Stream) {
 	}
 	s.ended = time.Now()
 	s.mu.Unlock()
+}
+
+// residentEndErr is why a resident session ended: every one of the
+// stream's, the consumer's, the drain's and the context's errors there
+// were, joined.
+func residentEndErr(streamErr, consErr, drainErr, ctxErr error) error {
+	if consErr != nil {
+		consErr = fmt.Errorf("stream: resident consumer: %w", consErr)
+	}
+	return errors.Join(streamErr, consErr, drainErr, ctxErr)
 }
 
 // drain waits until the consumer has consumed fills, ends, or makes no

@@ -3,7 +3,9 @@
 package stream
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -67,5 +69,40 @@ func TestResidentDrain(t *testing.T) {
 	}
 	if err := s.drain(c, 0); err != nil {
 		t.Fatalf("nothing to consume: %v", err)
+	}
+}
+
+// A resident session's end keeps every error it met, not the first.
+func TestResidentEndErrJoinsAll(t *testing.T) {
+	errStream, errCons := errors.New("stream failed"), errors.New("kernel trapped")
+	drain := fmt.Errorf("%w: 3 of 8 fills consumed", ErrUnconsumed)
+	err := residentEndErr(errStream, errCons, drain, context.Canceled)
+	for _, want := range []error{errStream, errCons, ErrUnconsumed, context.Canceled} {
+		if !errors.Is(err, want) {
+			t.Errorf("%v: does not match %v", err, want)
+		}
+	}
+	const msg = "stream failed\nstream: resident consumer: kernel trapped\nstream: the resident consumer left fills unconsumed: 3 of 8 fills consumed\ncontext canceled"
+	if err.Error() != msg {
+		t.Errorf("%q, want %q", err, msg)
+	}
+	if err := residentEndErr(nil, nil, nil, nil); err != nil {
+		t.Errorf("a clean end: %v", err)
+	}
+}
+
+// Latencies fall in the bucket whose bound is the first at or above them;
+// those above every bound in the last.
+func TestLatencyHistogram(t *testing.T) {
+	if LatencyBound(0) != 10*time.Microsecond || LatencyBound(4) != 250*time.Microsecond || LatencyBound(LatencyBuckets-2) != 500*time.Millisecond {
+		t.Fatalf("bounds %v %v %v", LatencyBound(0), LatencyBound(4), LatencyBound(LatencyBuckets-2))
+	}
+	var h LatencyHistogram
+	for _, d := range []time.Duration{0, 10 * time.Microsecond, 10*time.Microsecond + 1, 300 * time.Microsecond, time.Hour} {
+		h.observe(d)
+	}
+	want := [LatencyBuckets]uint64{0: 2, 1: 1, 5: 1, LatencyBuckets - 1: 1}
+	if h.Counts != want || h.Sum != 320*time.Microsecond+1+time.Hour {
+		t.Fatalf("counts %v sum %v, want %v", h.Counts, h.Sum, want)
 	}
 }

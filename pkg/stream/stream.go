@@ -132,15 +132,48 @@ type Stats struct {
 	Slots       uint64
 	Elapsed     time.Duration // to now, or to the end of the session
 	GBps        float64
-	Held        int           // slots the consumer holds now
-	MaxHeld     int           // most slots held at once
-	SlotLatency time.Duration // mean, driver seeing a slot to the consumer getting it
+	Held        int              // slots the consumer holds now
+	MaxHeld     int              // most slots held at once
+	SlotLatency time.Duration    // mean, driver seeing a slot to the consumer getting it
+	Latency     LatencyHistogram // every slot's latency, as SlotLatency measures it
 	Frames      frame.Stats
 	// Resident: a GPU-resident session, whose Slots, Bytes and Frames are
-	// what its consumer took (Held, MaxHeld and SlotLatency stay 0), and
+	// what its consumer took (Held, MaxHeld, SlotLatency and Latency stay 0), and
 	// Fills the fills the engine made, known once the session ended.
 	Resident bool
 	Fills    uint64
+}
+
+// LatencyBuckets is how many buckets a LatencyHistogram has, the last
+// unbounded.
+const LatencyBuckets = 16
+
+// LatencyHistogram counts slot latencies: Counts[i] those at most
+// LatencyBound(i) and above LatencyBound(i-1), bounds from 10 µs to 500 ms
+// in steps of 1, 2.5 and 5; the last bucket those above 500 ms.
+type LatencyHistogram struct {
+	Counts [LatencyBuckets]uint64
+	Sum    time.Duration
+}
+
+// LatencyBound returns the upper bound of bucket i of a LatencyHistogram,
+// for i below LatencyBuckets-1.
+func LatencyBound(i int) time.Duration {
+	steps := [3]time.Duration{10, 25, 50}
+	d := steps[i%3] * time.Microsecond
+	for range i / 3 {
+		d *= 10
+	}
+	return d
+}
+
+func (h *LatencyHistogram) observe(d time.Duration) {
+	i := 0
+	for i < LatencyBuckets-1 && d > LatencyBound(i) {
+		i++
+	}
+	h.Counts[i]++
+	h.Sum += d
 }
 
 // Source fills a ring's slots in order and takes them back: the driver's
@@ -175,14 +208,17 @@ type Session struct {
 	stats    Stats
 	started  time.Time
 	ended    time.Time // when the last slot was delivered, once the session ended
-	latency  time.Duration
 	err      error
 	done     chan struct{}
 	once     sync.Once
 	freeErr  error
 	// releases holds ReleaseAfter's slots in the order given, for the
 	// one goroutine that waits for their work (releaser); room for every
-	// slot. Closed by Close, under mu, which releasesClosed records.
+	// slot. Sent on and closed (by Close, which releasesClosed records)
+	// under relMu, so that a ReleaseAfter racing Close never sends on
+	// the closed channel. relMu is never held with mu: the releaser
+	// takes mu and never relMu.
+	relMu          sync.Mutex
 	releases       chan pendingRelease
 	releasesClosed bool
 	releaserOnce   sync.Once
@@ -204,6 +240,11 @@ type inflight struct {
 
 // ErrConfig reports a configuration that cannot run.
 var ErrConfig = errors.New("stream: bad configuration")
+
+// ErrUnsupported reports a configuration that this host cannot run: the
+// GPU, its driver or the gpufpga driver lacks what it needs. It matches
+// ErrConfig too.
+var ErrUnsupported = fmt.Errorf("%w: not supported here", ErrConfig)
 
 // Start allocates the ring, starts the channel and delivers filled slots
 // until ctx ends, Stop is called, or the stream fails. A resident session
@@ -296,7 +337,7 @@ func (c *Config) validate() error {
 	if c.Check == CheckGPU {
 		// A resident session's consumer checks frames itself.
 		if _, ok := c.GPU.(GPUChecking); !ok && !c.Resident {
-			return fmt.Errorf("%w: this GPU cannot check frames (CUDA can)", ErrConfig)
+			return fmt.Errorf("%w: this GPU cannot check frames (CUDA can)", ErrUnsupported)
 		}
 		if c.FrameSize <= 0 || c.SlotSize%uint64(c.FrameSize) != 0 {
 			return fmt.Errorf("%w: checking on the GPU needs slots of whole frames: %d-byte slots, %d-byte frames",
@@ -348,7 +389,7 @@ func newSession(cfg Config, mode Mode, pinning Pinning) (*Session, error) {
 			// Direct mode: copying every slot back would halve the
 			// bandwidth the checker is there to prove.
 			s.free()
-			return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrConfig)
+			return nil, fmt.Errorf("%w: the CPU cannot read this GPU's memory: check on the GPU", ErrUnsupported)
 		}
 		s.readBack, s.scratch = rb, make([]byte, cfg.SlotSize)
 	}
@@ -495,8 +536,8 @@ func (s *Session) deliver() {
 		s.stats.Slots++
 		s.stats.Held++
 		s.stats.MaxHeld = max(s.stats.MaxHeld, s.stats.Held)
-		s.latency += p2p.SlotClock() - sl.Time
-		s.stats.SlotLatency = s.latency / time.Duration(s.stats.Slots)
+		s.stats.Latency.observe(p2p.SlotClock() - sl.Time)
+		s.stats.SlotLatency = s.stats.Latency.Sum / time.Duration(s.stats.Slots)
 		s.mu.Unlock()
 		f.Ready = time.Now()
 		s.filled <- f
@@ -567,21 +608,21 @@ func (s *Session) Release(slot int) error {
 // and releases each in turn: at most one thread waits, however many
 // slots are out. If done or the release fails, the session ends with that
 // error, and the later slots' work is still waited for but not released.
-// It must not be called concurrently with or after Close, which waits for
-// the releases already handed to it.
+// Close waits for the releases handed over before it; one that comes
+// after Close, or loses a race with it, waits for done and releases
+// nothing (the session's memory is gone).
 func (s *Session) ReleaseAfter(slot int, done Copy) {
 	s.releaserOnce.Do(func() { go s.releaser() })
-	s.mu.Lock()
-	closed := s.releasesClosed
-	s.mu.Unlock()
-	if closed {
-		// Misuse after Close: own the work's completion, release nothing.
+	s.relMu.Lock()
+	if s.releasesClosed {
+		s.relMu.Unlock()
 		done.Wait()
 		return
 	}
 	// Never blocks while the consumer hands back only slots it holds:
 	// there is room for all of them.
 	s.releases <- pendingRelease{slot: slot, done: done}
+	s.relMu.Unlock()
 }
 
 // releaser waits for the work of ReleaseAfter's slots and releases them.
@@ -627,12 +668,12 @@ func (s *Session) Close() error {
 	}
 	// No release may follow the free: the releaser finishes the ones
 	// handed to it first.
-	s.mu.Lock()
+	s.relMu.Lock()
 	if !s.releasesClosed {
 		s.releasesClosed = true
 		close(s.releases)
 	}
-	s.mu.Unlock()
+	s.relMu.Unlock()
 	s.releaserOnce.Do(func() { close(s.releaserDone) })
 	<-s.releaserDone
 	s.once.Do(func() { s.freeErr = s.free() })

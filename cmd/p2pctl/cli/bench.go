@@ -3,8 +3,6 @@ package cli
 import (
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -32,6 +30,8 @@ type benchJSON struct {
 	Channel string     `json:"channel"`
 	Memory  string     `json:"memory"`
 	Rows    []benchRow `json:"results"`
+	// Interrupted: stopped by a signal; Rows are the sizes measured in full.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // p99Samples is the fewest samples whose 99th percentile is not their
@@ -85,7 +85,7 @@ from 100 transfers a size on, and the maximum).
 				return err
 			}
 			defer buf.close()
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			prog := &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count * len(list)}
 			defer prog.done()
@@ -97,6 +97,11 @@ from 100 transfers a size on, and the maximum).
 				for i := range count {
 					t0 := time.Now()
 					r, err := d.Transfer(ctx, p2p.Transfer{Dir: dir, Channel: idx, Segments: []p2p.Segment{{Pin: buf.pin, Len: n}}})
+					if interrupted(ctx, err) {
+						// The sizes measured in full are the result.
+						out.Interrupted = true
+						return g.emit(out, func(w io.Writer) { writeBench(w, out) })
+					}
 					if err != nil {
 						return err
 					}
@@ -158,4 +163,7 @@ func writeBench(w io.Writer, b benchJSON) {
 		fmt.Fprintf(tw, "%s\t%d\t%.3f GB/s\t%.0f µs\t%.0f µs\t%s\t%.0f µs\t\n", units.Bytes(r.Size), r.Count, r.GBps, r.EngineUs, r.P50us, p99, r.MaxUs)
 	}
 	tw.Flush()
+	if b.Interrupted {
+		fmt.Fprintf(w, "interrupted: %d sizes measured in full\n", len(b.Rows))
+	}
 }

@@ -9,9 +9,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime/debug"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -21,14 +23,25 @@ import (
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
-// Exit codes.
+// Exit codes, by cause (exitHelp, in p2pctl --help, says the same).
 const (
-	ExitOK     = 0
-	ExitError  = 1 // anything else
-	ExitUsage  = 2 // bad flags or arguments
-	ExitDevice = 3 // the device or driver refused or failed
-	ExitVerify = 4 // data did not verify
+	ExitOK          = 0
+	ExitError       = 1 // a runtime failure of anything else
+	ExitUsage       = 2 // bad flags or arguments
+	ExitDevice      = 3 // the device or driver refused or failed
+	ExitVerify      = 4 // data did not verify
+	ExitUnsupported = 5 // the host lacks a capability the command needs
 )
+
+const exitHelp = `Exit codes:
+  0  success; also a long command stopped by Ctrl-C or SIGTERM, after its summary
+  1  a runtime failure of anything else (a file, the network, a GPU kernel)
+  2  usage: bad flags or arguments, or flags that contradict each other
+  3  the device or the driver refused or failed (a pin, a transfer, a stream)
+  4  data did not verify (transfer --verify, frames lost or damaged)
+  5  this host lacks a capability the command needs (no CUDA driver, a GPU
+     that cannot export dma-bufs, DMA through bounce buffers or past the
+     IOMMU, no card memory size configured)`
 
 // Version overrides the version p2pctl reports, which is otherwise the
 // module version and VCS revision the binary was built from; set it with
@@ -154,6 +167,7 @@ func (o *Options) command(g *globals) *cobra.Command {
 	root := &cobra.Command{
 		Use:           "p2pctl",
 		Short:         "Operate gpufpga FPGA-GPU peer DMA devices",
+		Long:          "p2pctl operates gpufpga FPGA-GPU peer DMA devices.\n\n" + exitHelp,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// Runnable, so that a stray argument reaches Args rather than
@@ -183,6 +197,9 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ee):
 		return ee.code
+	case errors.Is(err, stream.ErrUnsupported), errors.Is(err, p2p.ErrBounceBuffers),
+		errors.Is(err, p2p.ErrIOMMUBypass), errors.Is(err, p2p.ErrNoCardMemory):
+		return ExitUnsupported
 	case errors.As(err, &pe), errors.Is(err, p2p.ErrNoDevice), errors.Is(err, p2p.ErrABI):
 		return ExitDevice
 	case errors.Is(err, stream.ErrConfig):
@@ -395,4 +412,24 @@ func isTerminal(w io.Writer) bool {
 	}
 	fi, err := f.Stat()
 	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+}
+
+// interruptible returns cmd's context, cancelled by the first SIGINT or
+// SIGTERM: every long command (transfer, bench, pin --hold, stream,
+// trace) then stops, prints what it did and exits 0. A second signal
+// kills p2pctl, as it would a program that handles none.
+func interruptible(cmd *cobra.Command) (context.Context, context.CancelFunc) {
+	ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ctx.Done()
+		stop() // the default action again, for the next signal
+	}()
+	return ctx, stop
+}
+
+// interrupted reports whether err ended a command because ctx, an
+// interruptible context, was cancelled: what the command did so far is
+// its result then.
+func interrupted(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil
 }

@@ -2,17 +2,25 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/gpufpga/gpufpga/pkg/cuda"
 	"github.com/gpufpga/gpufpga/pkg/frame"
+	"github.com/gpufpga/gpufpga/pkg/p2p"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
@@ -136,6 +144,11 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"stream", "--mem", "cuda", "--resident", "--coalesce", "17", "-d", none}, ExitUsage, "p2pctl: --coalesce 17: want 0 (the driver picks) to --slots (16)\n"},
 		{[]string{"stream", "--mem", "cuda", "--resident", "--slots", "8", "--coalesce", "-1", "-d", none}, ExitUsage, "p2pctl: --coalesce -1: want 0 (the driver picks) to --slots (8)\n"},
 		{[]string{"stream", "--mem", "cuda", "--resident", "-d", none}, ExitUsage, "p2pctl: --resident on --mem cuda checks frames on the GPU: give --frame-size\n"},
+		// Refused before the device is opened, let alone the ring pinned.
+		{[]string{"stream", "--mem", "cuda", "--resident", "--check", "cpu", "--frame-size", "4096", "-d", none}, ExitUsage,
+			"p2pctl: --resident on --mem cuda checks frames on the GPU, where they land: --check gpu (or auto), not cpu\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--check", "none", "--frame-size", "4096", "-d", none}, ExitUsage,
+			"p2pctl: --resident on --mem cuda checks frames on the GPU, where they land: --check gpu (or auto), not none\n"},
 		{[]string{"bench", "--sizes", "0,4K", "-d", none}, ExitUsage, `--sizes: "0": sizes must be more than 0`},
 		{[]string{"bench", "--sizes", "4K,,8K", "-d", none}, ExitUsage, `--sizes: "" is not a size`},
 		{[]string{"desc", "c2h0", "-d", none}, ExitDevice, none + " does not exist"},
@@ -150,6 +163,86 @@ func TestExitCodes(t *testing.T) {
 		}
 		if strings.Contains(errOut.String(), "goroutine") || strings.Count(errOut.String(), "\n") > 3 {
 			t.Errorf("%v: not a short message: %q", tc.args, errOut.String())
+		}
+	}
+}
+
+// Each cause has its exit code: a host lacking a capability is told apart
+// from a bad request (usage) and from a device that failed.
+func TestExitCodeByCause(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		code int
+	}{
+		{fmt.Errorf("stream: %w", stream.ErrUnsupported), ExitUnsupported},
+		{fmt.Errorf("%w: need slots", stream.ErrConfig), ExitUsage},
+		{&p2p.Error{Op: "pin", Err: unix.EINVAL, Kind: p2p.ErrBounceBuffers}, ExitUnsupported},
+		{&p2p.Error{Op: "pin", Err: unix.EINVAL, Kind: p2p.ErrIOMMUBypass}, ExitUnsupported},
+		{&p2p.Error{Op: "transfer", Err: unix.EIO, Kind: p2p.ErrHardware}, ExitDevice},
+		{p2p.ErrNoDevice, ExitDevice},
+		{cudaOpenErr(fmt.Errorf("open: %w", cuda.ErrNoDriver)), ExitUnsupported},
+		{cudaOpenErr(errors.New("cuInit: 999")), ExitDevice},
+		{verifyErr("1 gap"), ExitVerify},
+		{errors.New("write: disk full"), ExitError},
+	} {
+		if got := exitCode(tc.err); got != tc.code {
+			t.Errorf("%v: exit %d, want %d", tc.err, got, tc.code)
+		}
+	}
+	var out bytes.Buffer
+	if code := Main([]string{"--help"}, &out, &out); code != ExitOK || !strings.Contains(out.String(), exitHelp) {
+		t.Errorf("--help: exit %d, without the exit codes:\n%s", code, out.String())
+	}
+}
+
+// A session ended by an interrupt or --duration alone exits cleanly; one
+// whose end met another error beside it does not.
+func TestStoppedByContext(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want bool
+	}{
+		{context.Canceled, true},
+		{fmt.Errorf("stream: %w", context.DeadlineExceeded), true},
+		{errors.Join(context.Canceled), true},
+		{errors.Join(stream.ErrUnconsumed, context.Canceled), false},
+		{stream.ErrUnconsumed, false},
+	} {
+		if got := stoppedByContext(tc.err); got != tc.want {
+			t.Errorf("%v: %v, want %v", tc.err, got, tc.want)
+		}
+	}
+}
+
+// Every long command stops on SIGINT or SIGTERM alike, through one
+// context; what it did is then its result.
+func TestInterruptible(t *testing.T) {
+	cmd := &cobra.Command{}
+	cmd.SetContext(context.Background())
+	ctx, stop := interruptible(cmd)
+	defer stop()
+	if interrupted(ctx, errors.New("EIO")) {
+		t.Fatal("a failure before any signal taken for an interrupt")
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ctx.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGTERM did not cancel the command's context within 10 s")
+	}
+	if !interrupted(ctx, context.Canceled) || interrupted(ctx, nil) {
+		t.Fatal("the cancelled context's error not taken for an interrupt")
+	}
+}
+
+// Shell completion, as cobra writes it.
+func TestCompletion(t *testing.T) {
+	for _, sh := range []string{"bash", "zsh", "fish"} {
+		var out, errOut bytes.Buffer
+		if code := Main([]string{"completion", sh}, &out, &errOut); code != ExitOK || !strings.Contains(out.String(), "p2pctl") {
+			t.Errorf("completion %s: exit %d, %d bytes, stderr %q", sh, code, out.Len(), errOut.String())
 		}
 	}
 }

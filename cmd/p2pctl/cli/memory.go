@@ -125,7 +125,7 @@ func (o *Options) allocPinned(d *p2p.Device, kind string, size uint64, seed uint
 	case memCUDA:
 		var g *cuda.Device
 		if g, err = cuda.OpenDevice(0); err != nil {
-			return nil, &exitError{ExitDevice, err}
+			return nil, cudaOpenErr(err)
 		}
 		b.dev = g
 		if err := g.Do(func() error {
@@ -164,7 +164,7 @@ func (o *Options) openStreamGPU(kind string) (stream.GPU, func() error, error) {
 	if kind == memCUDA {
 		c, err := cudamem.Open(0)
 		if err != nil {
-			return nil, nil, &exitError{ExitDevice, err}
+			return nil, nil, cudaOpenErr(err)
 		}
 		return c, c.Close, nil
 	}
@@ -206,3 +206,13 @@ func (f *pinningFlag) Set(s string) error {
 }
 
 const pinHelp = "how GPU memory is pinned: auto (a dma-buf where the GPU exports them, else nvidia_p2p), dma-buf or nvidia-p2p"
+
+// cudaOpenErr is the exit a failure to open CUDA device 0 takes: a host
+// without a CUDA driver lacks a capability (ExitUnsupported); a driver
+// that failed is a device error.
+func cudaOpenErr(err error) error {
+	if errors.Is(err, cuda.ErrNoDriver) {
+		return &exitError{ExitUnsupported, err}
+	}
+	return &exitError{ExitDevice, err}
+}

@@ -4,9 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
-	"syscall"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
@@ -126,8 +123,11 @@ interrupted.
 				return err
 			}
 			if hold {
-				ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+				ctx, stop := interruptible(cmd)
 				defer stop()
+				if isTerminal(cmd.ErrOrStderr()) {
+					fmt.Fprintf(cmd.ErrOrStderr(), "holding the pin; Ctrl-C unpins it\n")
+				}
 				<-ctx.Done()
 			}
 			return nil

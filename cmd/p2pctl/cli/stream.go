@@ -7,8 +7,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -212,6 +210,10 @@ its fills per engine interrupt (0: the driver picks).
 			if err := streamResident(resident, coalesce, slots, sm, out); err != nil {
 				return err
 			}
+			if resident && mem == memCUDA && ck != checkAuto && ck != stream.CheckGPU {
+				// cudamem's consumer would refuse it once the ring is pinned.
+				return usageErr("--resident on --mem cuda checks frames on the GPU, where they land: --check gpu (or auto), not %v", ck)
+			}
 			if resident && mem == memCUDA && frameSize == 0 {
 				return usageErr("--resident on --mem cuda checks frames on the GPU: give --frame-size")
 			}
@@ -272,7 +274,7 @@ its fills per engine interrupt (0: the driver picks).
 				}
 				defer rec.Close()
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			if duration > 0 {
 				var cancel context.CancelFunc
@@ -327,7 +329,7 @@ its fills per engine interrupt (0: the driver picks).
 				case f, ok := <-s.Filled():
 					if !ok {
 						l := streamLine(s.Stats(), true)
-						if err := s.Err(); err != nil && !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+						if err := s.Err(); err != nil && !stoppedByContext(err) {
 							l.Error = err.Error()
 							emit(l)
 							return err
@@ -380,4 +382,19 @@ its fills per engine interrupt (0: the driver picks).
 	cmd.Flags().IntVar(&coalesce, "coalesce", 0, "--resident: fills per engine interrupt, 1 to --slots (0: the driver picks)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while streaming (e.g. :9464)")
 	return cmd
+}
+
+// stoppedByContext reports whether err, a session's end, is an interrupt's
+// or --duration's and nothing else: a resident session's joins every
+// error its end met, and one beside the context's is a failure.
+func stoppedByContext(err error) bool {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		for _, e := range j.Unwrap() {
+			if !stoppedByContext(e) {
+				return false
+			}
+		}
+		return true
+	}
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -194,7 +191,7 @@ watches every gpufpga device. Needs root.`,
 				}
 				opts.Device = n
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			if duration > 0 {
 				var cancel context.CancelFunc

@@ -5,8 +5,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"os"
-	"os/signal"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -47,6 +45,8 @@ type transferJSON struct {
 	Seconds  float64 `json:"seconds"`
 	GBps     float64 `json:"gb_per_s"`
 	Verified bool    `json:"verified"`
+	// Interrupted: stopped by a signal after Count transfers.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 func fill(b []byte, seed int) {
@@ -127,7 +127,7 @@ card memory at --card-addr, comparing every byte.
 			if verify && ch.Stream {
 				return usageErr("--verify checks memory-mapped channels; %s is a stream", channel)
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt)
+			ctx, stop := interruptible(cmd)
 			defer stop()
 			t := &transferRun{d: d, opts: g.opts, mem: mem, via: via.p, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
 			res, err := t.run(ctx, count, verify, &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count})
@@ -145,6 +145,9 @@ card memory at --card-addr, comparing every byte.
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%.1f ms\t%.3f GB/s\t%s\n", res.Channel, res.Memory, units.Bytes(res.Size),
 					res.Count, res.Seconds*1000, res.GBps, v)
 				tw.Flush()
+				if res.Interrupted {
+					fmt.Fprintf(w, "interrupted after %d of %d transfers\n", res.Count, count)
+				}
 			})
 		},
 	}
@@ -197,57 +200,71 @@ func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *pro
 		want, got = make([]byte, t.size), make([]byte, t.size)
 	}
 	for i := range count {
-		if verify && !t.ch.Stream {
-			src, dst := buf, other
-			if t.dir == p2p.C2H {
-				src, dst = other, buf
-			}
-			fill(want, i)
-			clear(got)
-			if err := src.write(want); err != nil {
+		bytes, took := res.Bytes, elapsed
+		if err := t.one(ctx, i, verify, buf, other, want, got, &res, &elapsed); err != nil {
+			if !interrupted(ctx, err) {
 				return res, err
 			}
-			if err := dst.write(got); err != nil {
-				return res, err
-			}
-			if t.dir == p2p.C2H {
-				if _, err := t.d.Transfer(ctx, t.xfer(p2p.H2C, src)); err != nil {
-					return res, err
-				}
-			}
-			r, err := t.d.Transfer(ctx, t.xfer(t.dir, buf))
-			if err != nil {
-				return res, err
-			}
-			elapsed += r.Duration
-			res.Bytes += r.Bytes
-			if t.dir == p2p.H2C {
-				if _, err := t.d.Transfer(ctx, t.xfer(p2p.C2H, dst)); err != nil {
-					return res, err
-				}
-			}
-			if err := dst.read(got); err != nil {
-				return res, err
-			}
-			if off := firstDiff(want, got); off >= 0 {
-				return res, verifyErr("transfer %d: byte %d differs after the round trip through card memory", i, off)
-			}
-		} else {
-			r, err := t.d.Transfer(ctx, t.xfer(t.dir, buf))
-			if err != nil {
-				return res, err
-			}
-			elapsed += r.Duration
-			res.Bytes += r.Bytes
+			// The transfers that completed are the result.
+			res.Count, res.Bytes, elapsed, res.Interrupted = i, bytes, took, true
+			break
 		}
 		prog.step(i + 1)
 	}
-	res.Verified = verify
+	res.Verified = verify && !res.Interrupted
 	res.Seconds = elapsed.Seconds()
 	if elapsed > 0 {
 		res.GBps = float64(res.Bytes) / elapsed.Seconds() / 1e9
 	}
 	return res, nil
+}
+
+// one runs transfer i, verified as asked, adding it to res and elapsed.
+func (t *transferRun) one(ctx context.Context, i int, verify bool, buf, other *buffer, want, got []byte, res *transferJSON, elapsed *time.Duration) error {
+	if !verify || t.ch.Stream {
+		r, err := t.d.Transfer(ctx, t.xfer(t.dir, buf))
+		if err != nil {
+			return err
+		}
+		*elapsed += r.Duration
+		res.Bytes += r.Bytes
+		return nil
+	}
+	src, dst := buf, other
+	if t.dir == p2p.C2H {
+		src, dst = other, buf
+	}
+	fill(want, i)
+	clear(got)
+	if err := src.write(want); err != nil {
+		return err
+	}
+	if err := dst.write(got); err != nil {
+		return err
+	}
+	if t.dir == p2p.C2H {
+		if _, err := t.d.Transfer(ctx, t.xfer(p2p.H2C, src)); err != nil {
+			return err
+		}
+	}
+	r, err := t.d.Transfer(ctx, t.xfer(t.dir, buf))
+	if err != nil {
+		return err
+	}
+	*elapsed += r.Duration
+	res.Bytes += r.Bytes
+	if t.dir == p2p.H2C {
+		if _, err := t.d.Transfer(ctx, t.xfer(p2p.C2H, dst)); err != nil {
+			return err
+		}
+	}
+	if err := dst.read(got); err != nil {
+		return err
+	}
+	if off := firstDiff(want, got); off >= 0 {
+		return verifyErr("transfer %d: byte %d differs after the round trip through card memory", i, off)
+	}
+	return nil
 }
 
 func firstDiff(a, b []byte) int {

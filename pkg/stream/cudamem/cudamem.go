@@ -36,7 +36,8 @@ type GPU struct {
 	// host is the memory RegisterHost page-locked: the only memory
 	// CopyIn copies from, since the copy engines read it after CopyIn
 	// returns.
-	host []*cuda.HostBuffer
+	host   []*cuda.HostBuffer
+	closed bool // under mu: Close ran
 }
 
 var (
@@ -94,8 +95,17 @@ func Open(ordinal int) (*GPU, error) {
 func (c *GPU) Device() *cuda.Device { return c.dev }
 
 // Close destroys the copy streams and events, and releases the device if
-// Open opened it.
+// Open opened it. A second Close does nothing: after the first, failed or
+// not, nothing of the GPU is left to release (a failure to make its
+// context current means that the context is gone, and them with it).
 func (c *GPU) Close() error {
+	c.mu.Lock()
+	closed := c.closed
+	c.closed = true
+	c.mu.Unlock()
+	if closed {
+		return nil
+	}
 	if err := c.dev.Lock(); err != nil {
 		return err
 	}
@@ -386,7 +396,8 @@ func (k *checker) Close() error {
 // on d: after cuda.CheckPeerRange has found it pinnable (one allocation,
 // GPUDirect RDMA capable: its errors say what to change), through a
 // dma-buf or nvidia_p2p as via resolves (stream.ChoosePinning), which it
-// returns. g's context must not be current on another thread.
+// returns; through nvidia_p2p persistently where the caller may not pin
+// revocably (stream.PinNVP2P). g's context must not be current on another thread.
 func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*p2p.Pin, stream.Pinning, error) {
 	if err := g.Lock(); err != nil {
 		return nil, 0, err
@@ -401,7 +412,7 @@ func Pin(d *p2p.Device, g *cuda.Device, ptr, size uint64, via stream.Pinning) (*
 		return nil, 0, err
 	}
 	if via == stream.PinP2P {
-		p, err := d.PinGPU(ptr, size, p2p.PinOptions{})
+		p, err := stream.PinNVP2P(d, ptr, size) // persistently where revocable pins are refused
 		return p, via, err
 	}
 	// Exports are of whole GPU pages, which allocations are made of.

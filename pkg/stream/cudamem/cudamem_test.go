@@ -24,6 +24,20 @@ func TestCopyInNeedsRegisteredMemory(t *testing.T) {
 	}
 }
 
+// Close is idempotent, as the rest of the project's Close methods are:
+// the second returns nil, whatever the first did (here: the device was
+// gone already).
+func TestCloseTwice(t *testing.T) {
+	g := &GPU{dev: new(cuda.Device)}
+	var ce *cuda.Error
+	if err := g.Close(); !errors.As(err, &ce) || ce.Code != int(cuda.ErrorInvalidContext) {
+		t.Fatalf("Close of a GPU without a context: %v", err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatalf("second Close: %v, want nil", err)
+	}
+}
+
 // countingPool counts the events given back to it.
 type countingPool struct {
 	mu       sync.Mutex

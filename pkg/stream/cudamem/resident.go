@@ -39,7 +39,7 @@ func (c *GPU) StartConsumer(r stream.ResidentRing) (stream.ResidentConsumer, err
 	}
 	if ord < cuda.RDMAOrderingOwner {
 		return nil, fmt.Errorf("%w: the GPU's GPUDirect RDMA writes ordering is %v: its kernels may see a slot's result before its data (p2pctl doctor: gpu.ordering)",
-			stream.ErrConfig, ord)
+			stream.ErrUnsupported, ord)
 	}
 	rc := &residentConsumer{word: (*uint64)(unsafe.Pointer(&r.Consumer[0])), frameSize: uint64(r.FrameSize)}
 	err = c.dev.Do(func() error {

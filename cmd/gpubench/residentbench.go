@@ -1,6 +1,7 @@
-//go:build linux
+package main
 
-package resident
+// The GPU-resident benchmark harness (gpubench -resident): pkg/resident's
+// consumers against the CPU-driven path and the bare round trips.
 
 import (
 	"context"
@@ -9,10 +10,11 @@ import (
 	"time"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/resident"
 )
 
-// Config is one measurement pass (Measure).
-type Config struct {
+// residentConfig is one measurement pass (measureResident).
+type residentConfig struct {
 	Sizes        []int         // slot sizes in bytes (default 4 KiB, 64 KiB, 1 MiB)
 	NSlots       int           // slots in each ring (default 64)
 	Workers      int           // the resident kernel's worker blocks (default 16)
@@ -21,7 +23,7 @@ type Config struct {
 	PingPongs    int           // bare round trips and launch+synchronize pairs (default 10000)
 }
 
-func (c *Config) defaults() {
+func (c *residentConfig) defaults() {
 	if len(c.Sizes) == 0 {
 		c.Sizes = []int{4 << 10, 64 << 10, 1 << 20}
 	}
@@ -42,27 +44,27 @@ func (c *Config) defaults() {
 	}
 }
 
-// Report is one pass: the bare round trips, then for each slot size and
+// residentPass is one pass: the bare round trips, then for each slot size and
 // producer the producer alone, the GPU-resident consumer and the
 // CPU-driven one on the same ring and producer.
-type Report struct {
-	Config             Config    `json:"config"`
-	RDMAWritesOrdering int       `json:"gpudirect_rdma_writes_ordering"`
-	RDMAOrderingName   string    `json:"gpudirect_rdma_writes_ordering_name"`
-	RDMAFlushOptions   int       `json:"gpudirect_rdma_flush_writes_options"`
-	PingPong           Latency   `json:"pingpong"`
-	LaunchSync         Latency   `json:"launch_sync"`
-	PingPongAfter      Latency   `json:"pingpong_after"`
-	Runs               []SizeRun `json:"runs"`
+type residentPass struct {
+	Config             residentConfig    `json:"config"`
+	RDMAWritesOrdering int               `json:"gpudirect_rdma_writes_ordering"`
+	RDMAOrderingName   string            `json:"gpudirect_rdma_writes_ordering_name"`
+	RDMAFlushOptions   int               `json:"gpudirect_rdma_flush_writes_options"`
+	PingPong           resident.Latency  `json:"pingpong"`
+	LaunchSync         resident.Latency  `json:"launch_sync"`
+	PingPongAfter      resident.Latency  `json:"pingpong_after"`
+	Runs               []residentSizeRun `json:"runs"`
 }
 
-// SizeRun is one slot size and producer.
-type SizeRun struct {
-	SlotBytes int    `json:"slot_bytes"`
-	Producer  string `json:"producer"` // cpu-store or copy-engine
-	Slots     string `json:"slots_in"` // host memory mapped into the GPU, or GPU memory
-	Resident  Path   `json:"gpu_resident"`
-	CPUDriven Path   `json:"cpu_driven"`
+// residentSizeRun is one slot size and producer.
+type residentSizeRun struct {
+	SlotBytes int          `json:"slot_bytes"`
+	Producer  string       `json:"producer"` // cpu-store or copy-engine
+	Slots     string       `json:"slots_in"` // host memory mapped into the GPU, or GPU memory
+	Resident  residentPath `json:"gpu_resident"`
+	CPUDriven residentPath `json:"cpu_driven"`
 	// Ratios against the baselines of the same run.
 	ResidentToAlone         float64 `json:"resident_gbps_to_producer_alone"`
 	CPUDrivenToAlone        float64 `json:"cpu_driven_gbps_to_producer_alone"`
@@ -72,35 +74,35 @@ type SizeRun struct {
 	CPUDrivenRTTToPingPong  float64 `json:"cpu_driven_rtt_p50_to_pingpong_p50"`
 }
 
-// Path is one consumer on its ring.
-type Path struct {
+// residentPath is one consumer on its ring.
+type residentPath struct {
 	// Results is where the ring's results are: host memory mapped into
 	// the GPU, or GPU memory (the GPU-resident path's with the copy
 	// engine; the CPU-driven path polls them from the host).
 	Results string `json:"results_in"`
 	// Alone is the producer on this ring with nothing consuming: its peak.
-	Alone      Throughput `json:"producer_alone"`
-	Throughput Throughput `json:"sustained"`
-	Lost       uint64     `json:"lost"` // produced and not consumed
-	Counters   Counters   `json:"counters"`
+	Alone      resident.Throughput `json:"producer_alone"`
+	Throughput resident.Throughput `json:"sustained"`
+	Lost       uint64              `json:"lost"` // produced and not consumed
+	Counters   resident.Counters   `json:"counters"`
 	// CPUPerSlot is the consumer's host thread's CPU time over the
 	// throughput run, per slot, in nanoseconds.
-	CPUPerSlot float64 `json:"consumer_cpu_ns_per_slot"`
-	RTT        Latency `json:"round_trip"`
+	CPUPerSlot float64          `json:"consumer_cpu_ns_per_slot"`
+	RTT        resident.Latency `json:"round_trip"`
 }
 
-// Measure makes one pass with the context current on the calling
+// measureResident makes one pass with the context current on the calling
 // goroutine. Every run's counters must account for every fill with no
-// error, or Measure fails with ErrLost or ErrData.
-func Measure(ctx context.Context, g *cuda.Device, cfg Config) (*Report, error) {
+// error, or measureResident fails with resident.ErrLost or resident.ErrData.
+func measureResident(ctx context.Context, g *cuda.Device, cfg residentConfig) (*residentPass, error) {
 	cfg.defaults()
-	rep := &Report{Config: cfg}
+	rep := &residentPass{Config: cfg}
 	ord, flush, err := g.RDMAOrdering()
 	if err != nil {
 		return nil, err
 	}
 	rep.RDMAWritesOrdering, rep.RDMAOrderingName, rep.RDMAFlushOptions = int(ord), ord.String(), int(flush)
-	k, err := LoadKernels(g)
+	k, err := resident.LoadKernels(g)
 	if err != nil {
 		return nil, err
 	}
@@ -112,14 +114,14 @@ func Measure(ctx context.Context, g *cuda.Device, cfg Config) (*Report, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ping-pong: %w", err)
 	}
-	rep.PingPong = Summarize(pp)
+	rep.PingPong = resident.Summarize(pp)
 	ls, err := k.LaunchSync(g, cfg.PingPongs)
 	if err != nil {
 		return nil, fmt.Errorf("launch and synchronize: %w", err)
 	}
-	rep.LaunchSync = Summarize(ls)
+	rep.LaunchSync = resident.Summarize(ls)
 	for _, size := range cfg.Sizes {
-		for _, where := range []Placement{SlotsHost, SlotsGPU} {
+		for _, where := range []resident.Placement{resident.SlotsHost, resident.SlotsGPU} {
 			run, err := measureRing(ctx, g, k, cfg, size, where)
 			if err != nil {
 				return rep, fmt.Errorf("%d-byte slots, %s: %w", size, run.Producer, err)
@@ -136,20 +138,22 @@ func Measure(ctx context.Context, g *cuda.Device, cfg Config) (*Report, error) {
 	if pp, err = k.PingPong(ctx, g, cfg.PingPongs); err != nil {
 		return rep, fmt.Errorf("ping-pong: %w", err)
 	}
-	rep.PingPongAfter = Summarize(pp)
+	rep.PingPongAfter = resident.Summarize(pp)
 	return rep, nil
 }
 
-func measureRing(ctx context.Context, g *cuda.Device, k *Kernels, cfg Config, size int, where Placement) (run SizeRun, err error) {
+func measureRing(ctx context.Context, g *cuda.Device, k *resident.Kernels, cfg residentConfig, size int, where resident.Placement) (run residentSizeRun, err error) {
 	run.SlotBytes = size
 	run.Producer, run.Slots = "cpu-store", "host memory mapped into the GPU"
-	if where == SlotsGPU {
+	if where == resident.SlotsGPU {
 		run.Producer, run.Slots = "copy-engine", "GPU memory"
 	}
-	resident := func(r *GPURing) (RingConsumer, error) { return k.StartResident(g, r, Resident{Workers: cfg.Workers}) }
-	cpu := func(r *GPURing) (RingConsumer, error) { return k.StartCPUDriven(g, r) }
+	gpuResident := func(r *resident.GPURing) (resident.RingConsumer, error) {
+		return k.StartResident(g, r, resident.Resident{Workers: cfg.Workers})
+	}
+	cpu := func(r *resident.GPURing) (resident.RingConsumer, error) { return k.StartCPUDriven(g, r) }
 	// The copy engine writes the resident path's results into GPU memory.
-	if run.Resident, err = measurePath(ctx, g, cfg, size, where, where == SlotsGPU, resident); err != nil {
+	if run.Resident, err = measurePath(ctx, g, cfg, size, where, where == resident.SlotsGPU, gpuResident); err != nil {
 		return run, fmt.Errorf("GPU-resident: %w", err)
 	}
 	if run.CPUDriven, err = measurePath(ctx, g, cfg, size, where, false, cpu); err != nil {
@@ -161,9 +165,9 @@ func measureRing(ctx context.Context, g *cuda.Device, k *Kernels, cfg Config, si
 // measurePath makes a ring and its producer and measures the producer
 // alone, then the consumer twice: sustained, and one fill at a time for
 // the round trips.
-func measurePath(ctx context.Context, g *cuda.Device, cfg Config, size int, where Placement, resultsInGPU bool,
-	start func(*GPURing) (RingConsumer, error)) (path Path, err error) {
-	r, err := NewGPURing(g, cfg.NSlots, size, where, resultsInGPU)
+func measurePath(ctx context.Context, g *cuda.Device, cfg residentConfig, size int, where resident.Placement, resultsInGPU bool,
+	start func(*resident.GPURing) (resident.RingConsumer, error)) (path residentPath, err error) {
+	r, err := resident.NewGPURing(g, cfg.NSlots, size, where, resultsInGPU)
 	if err != nil {
 		return path, err
 	}
@@ -172,46 +176,46 @@ func measurePath(ctx context.Context, g *cuda.Device, cfg Config, size int, wher
 	if resultsInGPU {
 		path.Results = "GPU memory"
 	}
-	var p Producer
-	if where == SlotsHost {
-		if p, err = NewHostProducer(r.Ring); err != nil {
+	var p resident.Producer
+	if where == resident.SlotsHost {
+		if p, err = resident.NewHostProducer(r.Ring); err != nil {
 			return path, err
 		}
 	} else {
-		cp, err := NewCopyProducer(g, r)
+		cp, err := resident.NewCopyProducer(g, r)
 		if err != nil {
 			return path, err
 		}
 		defer func() { err = errors.Join(err, cp.Close()) }()
 		p = cp
 	}
-	out, err := Produce(ctx, r.Ring, p, Run{Duration: cfg.Duration, Alone: true})
+	out, err := resident.Produce(ctx, r.Ring, p, resident.Run{Duration: cfg.Duration, Alone: true})
 	if err != nil {
 		return path, fmt.Errorf("producer alone: %w", err)
 	}
 	path.Alone = rate(out.Fills, size, out.Elapsed)
-	once := func(run Run) (Produced, Counters, error) {
+	once := func(run resident.Run) (resident.Produced, resident.Counters, error) {
 		if err := r.Reset(); err != nil {
-			return Produced{}, Counters{}, err
+			return resident.Produced{}, resident.Counters{}, err
 		}
 		c, err := start(r)
 		if err != nil {
-			return Produced{}, Counters{}, err
+			return resident.Produced{}, resident.Counters{}, err
 		}
-		out, perr := Produce(ctx, r.Ring, p, run)
+		out, perr := resident.Produce(ctx, r.Ring, p, run)
 		cnt, cerr := c.Stop()
 		if err := errors.Join(perr, cerr); err != nil {
 			return out, cnt, err
 		}
 		switch {
 		case cnt.Errors != 0:
-			return out, cnt, fmt.Errorf("%w: %d errors, the first at fill %d", ErrData, cnt.Errors, cnt.FirstError-1)
+			return out, cnt, fmt.Errorf("%w: %d errors, the first at fill %d", resident.ErrData, cnt.Errors, cnt.FirstError-1)
 		case cnt.Slots != out.Fills || r.Consumed() != out.Fills:
-			return out, cnt, fmt.Errorf("%w: %d fills produced, %d consumed, consumer index %d", ErrLost, out.Fills, cnt.Slots, r.Consumed())
+			return out, cnt, fmt.Errorf("%w: %d fills produced, %d consumed, consumer index %d", resident.ErrLost, out.Fills, cnt.Slots, r.Consumed())
 		}
 		return out, cnt, nil
 	}
-	out, cnt, err := once(Run{Duration: cfg.Duration})
+	out, cnt, err := once(resident.Run{Duration: cfg.Duration})
 	if err != nil {
 		return path, err
 	}
@@ -220,10 +224,28 @@ func measurePath(ctx context.Context, g *cuda.Device, cfg Config, size int, wher
 	if out.Fills > 0 {
 		path.CPUPerSlot = float64(cnt.CPU.Nanoseconds()) / float64(out.Fills)
 	}
-	out, _, err = once(Run{Fills: uint64(cfg.LatencyFills), Depth: 1})
+	out, _, err = once(resident.Run{Fills: uint64(cfg.LatencyFills), Depth: 1})
 	if err != nil {
 		return path, fmt.Errorf("round trips: %w", err)
 	}
-	path.RTT = Summarize(out.RoundTrips)
+	path.RTT = resident.Summarize(out.RoundTrips)
 	return path, nil
+}
+
+// rate makes a Throughput of n slots of size bytes in d.
+func rate(n uint64, size int, d time.Duration) resident.Throughput {
+	t := resident.Throughput{Slots: n, Bytes: n * uint64(size), Seconds: d.Seconds()}
+	if d > 0 {
+		t.PerS = float64(n) / d.Seconds()
+		t.GBps = float64(t.Bytes) / d.Seconds() / 1e9
+	}
+	return t
+}
+
+// ratio is a/b, 0 where b is 0.
+func ratio(a, b float64) float64 {
+	if b == 0 {
+		return 0
+	}
+	return a / b
 }
