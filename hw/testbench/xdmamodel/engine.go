@@ -23,6 +23,14 @@ type Sink interface {
 	Write(p []byte, eop bool) error
 }
 
+// ReadySink is a Sink that can hold the engine back, as tready low does on
+// the card: the engine moves at most Ready bytes to it per step, and
+// waits while Ready is 0.
+type ReadySink interface {
+	Sink
+	Ready() int
+}
+
 // ChannelConfig describes one channel of an engine.
 type ChannelConfig struct {
 	Stream bool   // AXI4-Stream rather than memory mapped
@@ -981,6 +989,13 @@ func (e *Engine) moveChunk(c *channel) bool {
 	eop := false
 	var err error
 	var errBits uint32
+	if rs, ok := c.cfg.Sink.(ReadySink); ok && c.dir == xdma.H2C && c.cfg.Stream {
+		n = min(n, uint64(max(rs.Ready(), 0)))
+		if n == 0 {
+			return false // the sink holds tready low
+		}
+		buf = buf[:n]
+	}
 	switch {
 	case c.dir == xdma.H2C:
 		if err = e.dataRead(c, e.cfg.Bus, d.Src+c.done, buf); err != nil {
