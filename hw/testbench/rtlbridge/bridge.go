@@ -237,6 +237,9 @@ func (b *Bridge) store(off int, v uint64) { b.word(off).Store(v) }
 
 // wait polls cond until it holds, the process exits or ctx ends.
 func (b *Bridge) wait(ctx context.Context, cond func() bool) error {
+	// Spin (yielding) for the first millisecond: a quantum's hand-off
+	// takes microseconds, and Go's timers sleep a millisecond or more.
+	start := time.Now()
 	for spins := 0; ; spins++ {
 		if cond() {
 			return nil
@@ -254,7 +257,7 @@ func (b *Bridge) wait(ctx context.Context, cond func() bool) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if spins < 256 {
+		if spins%64 != 0 || time.Since(start) < time.Millisecond {
 			runtime.Gosched()
 		} else {
 			time.Sleep(20 * time.Microsecond)
@@ -328,9 +331,15 @@ func (b *Bridge) Close() error {
 		b.store(offStop, 1)
 	}
 	if b.cmd != nil && b.cmd.Process != nil {
+		// A harness that connected stops at the flag; anything else is
+		// killed at once.
+		grace := 5 * time.Second
+		if b.mem == nil || b.load(offRTLState) != 1 {
+			grace = 0
+		}
 		select {
 		case <-b.done:
-		case <-time.After(5 * time.Second):
+		case <-time.After(grace):
 			_ = b.cmd.Process.Kill()
 			<-b.done
 		}

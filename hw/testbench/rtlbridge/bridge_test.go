@@ -110,7 +110,8 @@ func TestFreeRunning(t *testing.T) {
 // as bad and raises the design's user interrupt, which the IP's
 // acknowledgement clears.
 func TestH2CLoopback(t *testing.T) {
-	b := startBridge(t, rtlbridge.Options{Binary: buildExample(t, 256), Width: 256})
+	// A ring of 16 beats: the engine must wait for the design's tready.
+	b := startBridge(t, rtlbridge.Options{Binary: buildExample(t, 256), Width: 256, H2CDepth: 16})
 	r := newRig(t, b)
 	r.write(regIRQEnable, 1)
 	const n = 12
@@ -233,7 +234,7 @@ func TestStreamErrors(t *testing.T) {
 	}{
 		{"no-tvalid", 0, rtlbridge.ErrNoValid, "rtlbridge: no tvalid: c2h0: the engine waited 10240 cycles without a beat (beats so far: 0, cycle 10240)"},
 		{"tkeep-hole", 1, rtlbridge.ErrKeepHole, "rtlbridge: tkeep hole: c2h0 beat 1 (cycle 18): tkeep 0xf in the middle of a packet"},
-		{"no-tlast", 2, rtlbridge.ErrNoLast, "rtlbridge: no tlast: c2h0 packet ran 4104 bytes (beat 513, cycle 530) without tlast; Options.MaxPacket is 4096"},
+		{"no-tlast", 2, rtlbridge.ErrNoLast, "rtlbridge: no tlast: c2h0 packet ran 4104 bytes (beat 513, cycle 529) without tlast; Options.MaxPacket is 4096"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b := startBridge(t, rtlbridge.Options{Binary: bin, Width: 64, StallCycles: 10000, MaxPacket: 4096, C2HDepth: 1024})
