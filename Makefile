@@ -273,7 +273,7 @@ rtl:
 # synchronised, against the Go source in the same run, into results/.
 rtl-bench:
 	@mkdir -p results
-	@set -o pipefail; $(GO) test -count=1 -run '^$$' -bench CoSim -benchtime 1x ./hw/testbench/rtlbridge/ | \
+	@set -o pipefail; $(GO) test -count=1 -v -run '^$$' -bench CoSim -benchtime 1x ./hw/testbench/rtlbridge/ | \
 		tee results/$$(date -u +%Y-%m-%dT%H%MZ)-rtl-cosim-$$(git rev-parse --short=12 HEAD).txt
 
 # dkms.conf, as DKMS on a user's machine runs it, for both kernel series.

@@ -35,7 +35,7 @@ func BenchmarkCoSim(b *testing.B) {
 			br, err := rtlbridge.Start(b.Context(), rtlbridge.Options{Binary: bin, Width: 256, Mode: mode, Quantum: quantum, C2HDepth: int(2 * quantum)})
 			must(b, err)
 			defer br.Close()
-			r := newRig(b, br)
+			r := newRigMode(b, br, mode == rtlbridge.FreeRunning)
 			r.write(regPeriod, r.read(regGeometry)>>16+1) // back to back: the generator's limit
 			c0, f0, t0 := br.Cycle(), r.checker.Frames, time.Now()
 			for time.Since(t0) < window {

@@ -94,7 +94,7 @@ func TestSynchronisedDeterminism(t *testing.T) {
 // arrive whole, and the accounting balances.
 func TestFreeRunning(t *testing.T) {
 	b := startBridge(t, rtlbridge.Options{Binary: buildExample(t, 256), Width: 256, Mode: rtlbridge.FreeRunning, Quantum: 1024})
-	r := newRig(t, b)
+	r := newRigMode(t, b, true)
 	r.write(regPeriod, 40)
 	for range 4 {
 		r.batch(10000)
