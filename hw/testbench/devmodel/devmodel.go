@@ -53,10 +53,30 @@ type Config struct {
 	// guest selects another through the control mailbox; zero means
 	// xdmamodel.AnyAlignment.
 	Align xdma.Alignments
+	// User, when set, is the user's FPGA logic at the IP's user ports
+	// (hw/testbench/rtlbridge, free-running): it feeds the stream
+	// channel and answers the user BAR in place of the Go source, the
+	// checking sink and plain registers.
+	User *UserLogic
 	// QMP is the QMP socket of the QEMU that runs the rig, through which
 	// the control mailbox injects PCIe errors (QEMU's
 	// pcie_aer_inject_error); without one, injection is refused.
 	QMP string
+}
+
+// UserLogic is the user side of the XDMA IP: what its stream channels
+// meet and what its AXI-Lite master reaches. The rig's stream channel is
+// channel 1 (its channel 0 is memory mapped).
+type UserLogic struct {
+	C2H  xdmamodel.Source
+	H2C  xdmamodel.Sink
+	Regs UserRegisters
+}
+
+// UserRegisters is the AXI-Lite slave behind the user BAR.
+type UserRegisters interface {
+	ReadReg(ctx context.Context, addr uint32) (uint32, error)
+	WriteReg(ctx context.Context, addr, v uint32) error
 }
 
 // fpgaID is the xdma-model device's qdev id, which QEMU's monitor
@@ -157,9 +177,14 @@ func New(cfg Config) (*Rig, error) {
 	if r.ctl, err = newPort(filepath.Join(cfg.Dir, "ctl.sock"), rl.CtlMagic, 1); err != nil {
 		return nil, err
 	}
+	var src xdmamodel.Source = &r.source
+	var sink xdmamodel.Sink = r.sink
+	if cfg.User != nil {
+		src, sink = cfg.User.C2H, cfg.User.H2C
+	}
 	r.engine, err = xdmamodel.NewEngine(xdmamodel.Config{
-		H2C:   channels(channelLayout.h2c, nil, r.sink),
-		C2H:   channels(channelLayout.c2h, &r.source, nil),
+		H2C:   channels(channelLayout.h2c, nil, sink),
+		C2H:   channels(channelLayout.c2h, src, nil),
 		Bus:   &guestBus{r},
 		Card:  cardMemory(r.card),
 		Raise: r.raise,
@@ -411,6 +436,13 @@ func waitReadable(ctx context.Context, fd int) error {
 // register space, the user BAR plain registers, both 32 bits at a time (an
 // 8-byte access is two, not atomic against the engine's steps).
 func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
+	if bar == pciBarUser && r.cfg.User != nil {
+		v := r.userRead(addr)
+		if size == 8 {
+			v |= r.userRead(addr+4) << 32
+		}
+		return v
+	}
 	if bar == pciBarUser {
 		v := r.userWord(addr)
 		if size == 8 {
@@ -426,6 +458,13 @@ func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
 }
 
 func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
+	if bar == pciBarUser && r.cfg.User != nil {
+		r.userWrite(addr, uint32(v))
+		if size == 8 {
+			r.userWrite(addr+4, uint32(v>>32))
+		}
+		return
+	}
 	if bar == pciBarUser {
 		r.userRegs.Store(addr, uint32(v))
 		if size == 8 {
@@ -438,6 +477,24 @@ func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
 		r.engine.WriteReg(uint32(addr+4), uint32(v>>32))
 	}
 	r.wake()
+}
+
+// userRead reads a register of the user logic over AXI-Lite. A
+// transaction that fails (an error response, none, or a dead RTL process)
+// reads all ones, as a completer abort does, and fails the rig.
+func (r *Rig) userRead(addr uint64) uint64 {
+	v, err := r.cfg.User.Regs.ReadReg(context.Background(), uint32(addr))
+	if err != nil {
+		r.fail(fmt.Errorf("devmodel: user BAR read at %#x: %w", addr, err))
+		return 0xFFFFFFFF
+	}
+	return uint64(v)
+}
+
+func (r *Rig) userWrite(addr uint64, v uint32) {
+	if err := r.cfg.User.Regs.WriteReg(context.Background(), uint32(addr), v); err != nil {
+		r.fail(fmt.Errorf("devmodel: user BAR write at %#x: %w", addr, err))
+	}
 }
 
 // userWord reads a 32-bit register of the user BAR: what was written, or 0.
