@@ -90,7 +90,9 @@ func TestUserLogic(t *testing.T) {
 		}
 	}
 	q.write(t, pciBarUser, 0x14, 1) // SNAPSHOT
-	r64 := func(a uint64) uint64 { return uint64(q.read(t, pciBarUser, a)) | uint64(q.read(t, pciBarUser, a+4))<<32 }
+	r64 := func(a uint64) uint64 {
+		return uint64(q.read(t, pciBarUser, a)) | uint64(q.read(t, pciBarUser, a+4))<<32
+	}
 	gen, sent, dropped, queued := r64(0x20), r64(0x28), r64(0x30), uint64(q.read(t, pciBarUser, 0x38))
 	if gen != sent+dropped+queued || checker.Frames != slots || checker.Gaps > dropped || sent < slots {
 		t.Fatalf("design: generated %d, sent %d, dropped %d, queued %d; consumer %+v", gen, sent, dropped, queued, checker.Stats)
