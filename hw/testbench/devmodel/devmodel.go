@@ -71,6 +71,15 @@ type UserLogic struct {
 	C2H  xdmamodel.Source
 	H2C  xdmamodel.Sink
 	Regs UserRegisters
+	// Interrupts, when set, carries usr_irq_req to the engine's user
+	// interrupts and its acknowledgements back.
+	Interrupts UserInterrupts
+}
+
+// UserInterrupts is the user logic's usr_irq_req and usr_irq_ack.
+type UserInterrupts interface {
+	IRQ() uint32
+	AckIRQ(mask uint32)
 }
 
 // UserRegisters is the AXI-Lite slave behind the user BAR.
@@ -629,15 +638,26 @@ func (r *Rig) level(asserted bool) {
 
 // runEngine steps the engine while it progresses. A channel waiting for
 // the stream source is retried every millisecond: the source produces
-// frames by the clock.
+// frames by the clock. The user logic's interrupt requests are sampled
+// as often.
 func (r *Rig) runEngine(ctx context.Context) {
 	defer r.wg.Done()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	var irq UserInterrupts
+	if r.cfg.User != nil {
+		irq = r.cfg.User.Interrupts
+	}
 	for {
 		for r.engine.Step() {
 		}
-		if r.engine.Busy() {
+		if irq != nil {
+			if ack := r.engine.UserIRQ(irq.IRQ()); ack != 0 {
+				irq.AckIRQ(ack)
+			}
+		}
+		// The user logic's interrupt lines are polled, like the source.
+		if r.engine.Busy() || irq != nil {
 			select {
 			case <-ctx.Done():
 				return

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/rtlbridge"
+	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/sgl"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
@@ -43,7 +44,7 @@ func TestUserLogic(t *testing.T) {
 	}
 	defer b.Close()
 	rig, err := New(Config{Dir: t.TempDir(), GuestRAM: 16 << 20, VRAM: 1 << 20, CardMem: 1 << 20,
-		User: &UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b}})
+		User: &UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +97,36 @@ func TestUserLogic(t *testing.T) {
 	gen, sent, dropped, queued := r64(0x20), r64(0x28), r64(0x30), uint64(q.read(t, pciBarUser, 0x38))
 	if gen != sent+dropped+queued || checker.Frames != slots || checker.Gaps > dropped || sent < slots {
 		t.Fatalf("design: generated %d, sent %d, dropped %d, queued %d; consumer %+v", gen, sent, dropped, queued, checker.Stats)
+	}
+
+	// A corrupt frame sent over H2C makes the design raise its user
+	// interrupt 0: an edge on the vector the IRQ block maps it to and the
+	// legacy line, until the engine's acknowledgement drops the request.
+	q.send(t, pciOpMode, 0, 0, uint64(xdmamodel.InterruptMSIX))
+	irq := xdma.Base(xdma.TargetIRQ, 0)
+	regs.WriteReg(irq+xdma.RegUserVector, 5)
+	regs.WriteReg(irq+xdma.RegUserIntEnableW1S, 1)
+	q.write(t, pciBarUser, 0x58, 1) // the design's IRQ_ENABLE
+	const h2cDesc, h2cData = 0x20000, 0x200000
+	frame.Encode(rig.ram[h2cData:], 0, 0, 1000)
+	rig.ram[h2cData+500] ^= 1
+	hc, err := xdma.BuildChain(rig.ram[h2cDesc:h2cDesc+0x1000], h2cDesc, []sgl.Segment{{Addr: h2cData, Len: uint64(frame.Size(1000))}},
+		xdma.ChainSpec{Dir: xdma.H2C, Stream: true, EOP: xdma.EOPEach})
+	if err != nil {
+		t.Fatal(err)
+	}
+	xdma.Start(regs, xdma.H2C, 1, hc, xdma.ControlDefault)
+	if k, v := q.interrupt(t); k != pciIRQEdge || v != 5 {
+		t.Fatalf("interrupt message %d %d, want an edge on vector 5", k, v)
+	}
+	if k, v := q.interrupt(t); k != pciIRQLevel || v != 1 {
+		t.Fatalf("interrupt message %d %d, want INTx asserted", k, v)
+	}
+	if k, v := q.interrupt(t); k != pciIRQLevel || v != 0 {
+		t.Fatalf("interrupt message %d %d, want INTx deasserted once acknowledged", k, v)
+	}
+	if bad := q.read(t, pciBarUser, 0x4C); bad != 1 {
+		t.Fatalf("the design counted %d bad H2C frames, want 1", bad)
 	}
 	if err := rig.Err(); err != nil {
 		t.Fatal(err)
