@@ -30,7 +30,7 @@ SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
-.PHONY: rtl rtl-bench examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: rtl rtl-bench rtl-soak examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -268,6 +268,13 @@ RTL_INC    ?= hw/rtl/example
 RTL_PARAMS ?= DATA_WIDTH=256 PAYLOAD_BYTES=1000
 rtl:
 	@$(GO) run ./hw/testbench/cmd/rtl-build -top $(RTL_TOP) $(addprefix -I ,$(RTL_INC)) $(addprefix -G ,$(RTL_PARAMS)) $(RTL_FILES)
+
+# The example free-running against a consumer that pauses at random, for
+# RTL_SOAK batches of 16 frames (every frame consumed or dropped, each
+# drop a gap, checked at the end).
+RTL_SOAK ?= 20000
+rtl-soak:
+	$(GO) test -count=1 -run '^$$' -bench Soak -benchtime $(RTL_SOAK)x -timeout 0 ./hw/testbench/rtlbridge/
 
 # Co-simulation speed: the example at 256 bits, free-running and
 # synchronised, against the Go source in the same run, into results/.

@@ -106,3 +106,25 @@ func BenchmarkCoSim(b *testing.B) {
 	b.Logf("slowdown against the Go source (frames/s): free-running %.1fx, synchronised %.1fx, synchronised at 4096-cycle quanta %.1fx",
 		med["go-source"][1]/med["rtl-free-256"][1], med["go-source"][1]/med["rtl-sync-256"][1], med["go-source"][1]/med["rtl-sync-256-q4096"][1])
 }
+
+// BenchmarkSoak runs the example at 256 bits free-running for b.N batches
+// of 16 frames against a consumer that pauses at random, then checks that
+// every frame the design generated was consumed or dropped, each drop a
+// gap. `make rtl-soak` runs it long.
+func BenchmarkSoak(b *testing.B) {
+	br, err := rtlbridge.Start(b.Context(), rtlbridge.Options{Binary: buildExample(b, 256), Width: 256, Mode: rtlbridge.FreeRunning})
+	must(b, err)
+	defer br.Close()
+	r := newRigMode(b, br, true)
+	r.ctx = b.Context() // the soak's length is the caller's
+	r.write(regControl, 1)
+	r.write(regPeriod, 40)
+	b.ResetTimer()
+	r.slowConsumer(uint64(b.N), b.N)
+	b.StopTimer()
+	c := r.drain()
+	r.checkAccounts(c)
+	b.ReportMetric(float64(r.checker.Frames), "frames")
+	b.ReportMetric(float64(c.dropped), "dropped")
+	b.Logf("%s; generated %d, consumed %d, dropped %d", r.latencyReport(), c.generated, r.checker.Frames, c.dropped)
+}

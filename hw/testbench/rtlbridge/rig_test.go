@@ -96,6 +96,7 @@ type rig struct {
 	latency []uint64 // cycles from a frame's timestamp to the consumer's check
 	trace   hash.Hash
 	free    bool // the bridge is free-running
+	stopped bool // the generator is off
 }
 
 func newRig(t testing.TB, b *rtlbridge.Bridge) *rig {
@@ -179,7 +180,16 @@ func (r *rig) batch(maxTicks int) int {
 	r.e.RunUntilIdle()
 	end := r.b.Cycle() + uint64(maxTicks)*r.b.Quantum()
 	for i := 0; r.e.ReadReg(status)&xdma.CtrlRun != 0; i++ {
-		if i == maxTicks || r.free && r.b.Cycle() >= end {
+		// Free-running, a chain is stopped only once the generator
+		// is off and the design has had time to send all it held, so
+		// no packet is cut in two; the last beats are taken first.
+		if r.free && r.stopped && r.b.Cycle() >= end {
+			r.e.RunUntilIdle()
+			if r.e.ReadReg(status)&xdma.CtrlRun == 0 {
+				break
+			}
+		}
+		if !r.free && i == maxTicks || r.free && r.stopped && r.b.Cycle() >= end {
 			// Stop the chain; what has landed is still checked.
 			xdma.Halt(r.e, xdma.C2H, 0)
 			break
@@ -221,6 +231,7 @@ func (r *rig) batch(maxTicks int) int {
 func (r *rig) drain() counters {
 	r.t.Helper()
 	r.write(regPeriod, 0)
+	r.stopped = true
 	for range 100 {
 		r.batch(64)
 		if c := r.counters(); c.queued == 0 && c.sent == r.checker.Frames {
