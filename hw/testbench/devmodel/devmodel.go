@@ -74,6 +74,14 @@ type UserLogic struct {
 	// Interrupts, when set, carries usr_irq_req to the engine's user
 	// interrupts and its acknowledgements back.
 	Interrupts UserInterrupts
+	// Reset, when set, resets the user logic when the function resets
+	// (axi_aresetn follows the PCIe reset), after the engine.
+	Reset UserReset
+}
+
+// UserReset resets the user logic and flushes the IP's stream FIFOs.
+type UserReset interface {
+	Reset(ctx context.Context) error
 }
 
 // UserInterrupts is the user logic's usr_irq_req and usr_irq_ack.
@@ -515,7 +523,16 @@ func (r *Rig) userWord(addr uint64) uint64 {
 
 func (r *Rig) setMode(mode int) { r.engine.SetInterruptMode(xdmamodel.InterruptMode(mode)) }
 
-func (r *Rig) reset() { r.engine.Reset() }
+func (r *Rig) reset() {
+	r.engine.Reset()
+	if r.cfg.User != nil && r.cfg.User.Reset != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.cfg.User.Reset.Reset(ctx); err != nil {
+			r.fail(fmt.Errorf("devmodel: resetting the user logic: %w", err))
+		}
+	}
+}
 
 func split(v uint64) (uint32, uint32, uint32) { return 0, uint32(v), uint32(v >> 32) }
 

@@ -44,7 +44,7 @@ func TestUserLogic(t *testing.T) {
 	}
 	defer b.Close()
 	rig, err := New(Config{Dir: t.TempDir(), GuestRAM: 16 << 20, VRAM: 1 << 20, CardMem: 1 << 20,
-		User: &UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b}})
+		User: &UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +127,12 @@ func TestUserLogic(t *testing.T) {
 	}
 	if bad := q.read(t, pciBarUser, 0x4C); bad != 1 {
 		t.Fatalf("the design counted %d bad H2C frames, want 1", bad)
+	}
+	// A function reset resets the design with the engine.
+	q.write(t, pciBarUser, 0x0C, 2000)
+	q.send(t, pciOpReset, 0, 0, 0)
+	if p, bad := q.read(t, pciBarUser, 0x0C), q.read(t, pciBarUser, 0x4C); p != 0 || bad != 0 {
+		t.Fatalf("after a function reset the design's PERIOD is %d and bad-frame count %d, want 0 and 0", p, bad)
 	}
 	if err := rig.Err(); err != nil {
 		t.Fatal(err)

@@ -98,9 +98,10 @@ type Bridge struct {
 	axilMu  sync.Mutex
 	cmdTail uint64
 
-	c2h    *C2H
-	h2c    *H2C
-	ackSeq uint64
+	c2h      *C2H
+	h2c      *H2C
+	ackSeq   uint64
+	resetSeq uint64
 }
 
 // tail keeps the last bytes of the process's standard error.
@@ -414,6 +415,36 @@ func (b *Bridge) axil(ctx context.Context, op, addr, v uint32) (uint32, uint64, 
 		return 0, cyc, fmt.Errorf("%w: %s at %#x: response %s", ErrAXILite, name, addr, []string{"OKAY", "EXOKAY", "SLVERR", "DECERR"}[resp&3])
 	}
 	return rdata, cyc, nil
+}
+
+// Reset resets the user logic, as the IP's axi_aresetn does when the PCIe
+// function resets: it falls for 16 cycles at the next quantum, the beats
+// the rings hold are dropped (the IP's FIFOs are flushed), and a packet
+// in flight is forgotten. Call it with the engine's channels stopped (after
+// Engine.Reset), so that no Read or Write is in progress.
+func (b *Bridge) Reset(ctx context.Context) error {
+	if err := b.Err(); err != nil {
+		return err
+	}
+	b.resetSeq++
+	b.store(offResetSeq, b.resetSeq)
+	done := func() bool { return b.load(offResetAck) == b.resetSeq }
+	var err error
+	if b.opt.Mode == Synchronised {
+		err = b.waitRTL(ctx, "a reset", func() bool { return done() || b.Tick(ctx) != nil && done() })
+	} else {
+		err = b.waitRTL(ctx, "a reset", done)
+	}
+	if err != nil {
+		return err
+	}
+	c := b.c2h
+	c.head = max(c.head, b.load(offResetTail))
+	c.off, c.pkt = 0, 0
+	c.lastCycle = b.Cycle()
+	b.store(offC2HHead, c.head)
+	b.h2c.partial = b.h2c.partial[:0]
+	return nil
 }
 
 // IRQ returns usr_irq_req as of the last quantum.

@@ -30,6 +30,9 @@ const (
 	offIRQReq      = 704 // usr_irq_req as of the last quantum
 	offIRQAckSeq   = 768 // bumped for each acknowledgement pulse
 	offIRQAckMask  = 776
+	offResetSeq    = 832 // bumped for each reset of the user logic
+	offResetAck    = 896 // the reset the harness has carried out
+	offResetTail   = 904 // the C2H tail when it did: beats before it are stale
 	offRings       = 4096
 	magic          = 0x31304752424c5452 // "RTLBRG01"
 	cmdSize        = 32                 // op, addr, wdata, wstrb, resp, rdata (u32 each), cycle (u64)

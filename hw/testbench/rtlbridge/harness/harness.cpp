@@ -35,10 +35,12 @@ enum : size_t {
     OFF_RTL_STATE = 64, OFF_RTL_C2H_BITS = 72, OFF_RTL_H2C_BITS = 80, OFF_RTL_PID = 88,
     OFF_CYCLE = 128, OFF_GRANT = 192, OFF_STOP = 256, OFF_C2H_TAIL = 320, OFF_C2H_HEAD = 384,
     OFF_H2C_TAIL = 448, OFF_H2C_HEAD = 512, OFF_CMD_TAIL = 576, OFF_CMD_DONE = 640,
-    OFF_IRQ_REQ = 704, OFF_IRQ_ACK_SEQ = 768, OFF_IRQ_ACK_MASK = 776, OFF_RINGS = 4096,
+    OFF_IRQ_REQ = 704, OFF_IRQ_ACK_SEQ = 768, OFF_IRQ_ACK_MASK = 776,
+    OFF_RESET_SEQ = 832, OFF_RESET_ACK = 896, OFF_RESET_TAIL = 904, OFF_RINGS = 4096,
 };
 static const uint64_t MAGIC = 0x31304752424c5452ull; // "RTLBRG01"
 static const uint64_t AXIL_TIMEOUT = 10000;           // cycles before a transaction is abandoned
+static const unsigned RESET_CYCLES = 16;              // axi_aresetn low at start and after each reset
 
 static uint8_t *shm;
 static std::atomic<uint64_t> &word(size_t off) { return *reinterpret_cast<std::atomic<uint64_t> *>(shm + off); }
@@ -67,7 +69,11 @@ static void die(const char *msg) {
 // wait spins, then yields, then sleeps: the model may be on the same core.
 static void wait_step(unsigned &spins) {
     if (++spins < 64) {
+#if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
+#elif defined(__aarch64__)
+        asm volatile("yield");
+#endif
     } else if (spins < 4096) {
         sched_yield();
     } else {
@@ -105,7 +111,8 @@ int main(int argc, char **argv) {
     RTL_TOP top(&ctx);
     const size_t c2h_bytes = RTL_C2H_BITS / 8, h2c_bytes = RTL_H2C_BITS / 8;
 
-    uint64_t cycle = 0, c2h_tail = 0, h2c_head = 0, cmd_done = 0, irq_ack_seen = 0;
+    uint64_t cycle = 0, c2h_tail = 0, h2c_head = 0, cmd_done = 0, irq_ack_seen = 0, reset_seen = 0;
+    unsigned reset_left = RESET_CYCLES;
     // AXI-Lite master state: 0 idle, 1 write (aw and w out), 2 read.
     int axil = 0;
     bool aw_done = false, w_done = false;
@@ -131,6 +138,26 @@ int main(int argc, char **argv) {
             limit = cycle + quantum;
         }
         const uint64_t c2h_head = load(OFF_C2H_HEAD), h2c_tail = load(OFF_H2C_TAIL), cmd_tail = load(OFF_CMD_TAIL);
+        // A reset from the model (the PCIe function's): axi_aresetn falls
+        // for RESET_CYCLES, the H2C beats queued are dropped, a
+        // transaction in flight is abandoned, and the model is told
+        // where the C2H stream starts again.
+        const uint64_t reset_seq = load(OFF_RESET_SEQ);
+        if (reset_seq != reset_seen) {
+            reset_seen = reset_seq;
+            reset_left = RESET_CYCLES;
+            h2c_head = h2c_tail;
+            if (axil != 0) {
+                uint8_t *c = cmd_ring + (cmd_done % cmd_depth) * 32;
+                const uint32_t resp = 0x100, rdata = 0;
+                memcpy(c + 16, &resp, 4);
+                memcpy(c + 20, &rdata, 4);
+                memcpy(c + 24, &cycle, 8);
+                cmd_done++;
+                axil = 0;
+            }
+            store(OFF_RESET_TAIL, c2h_tail);
+        }
         const uint64_t ack_seq = load(OFF_IRQ_ACK_SEQ);
         if (ack_seq != irq_ack_seen) {
             irq_ack_seen = ack_seq;
@@ -139,7 +166,8 @@ int main(int argc, char **argv) {
         }
         for (; cycle < limit; cycle++) {
             // Inputs for this rising edge.
-            top.axi_aresetn = cycle >= 16;
+            top.axi_aresetn = reset_left == 0;
+            if (reset_left) reset_left--;
             top.s_axis_c2h_tready_0 = top.axi_aresetn && c2h_tail - c2h_head < c2h_depth;
             const bool h2c_have = top.axi_aresetn && h2c_head < h2c_tail;
             top.m_axis_h2c_tvalid_0 = h2c_have;
@@ -227,6 +255,7 @@ int main(int argc, char **argv) {
         store(OFF_H2C_HEAD, h2c_head);
         store(OFF_CMD_DONE, cmd_done);
         store(OFF_IRQ_REQ, static_cast<uint64_t>(top.usr_irq_req));
+        store(OFF_RESET_ACK, reset_seen);
         store(OFF_CYCLE, cycle);
         if (Verilated::gotFinish()) {
             fprintf(stderr, "rtl harness: the design called $finish at cycle %llu\n", (unsigned long long)cycle);
