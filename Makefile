@@ -19,7 +19,8 @@ KDIR ?= /lib/modules/$(KVER)/build
 DEB_PACKAGES := qemu-system-x86 linux-image-amd64 linux-headers-amd64 \
 	clang llvm libbpf-dev dwarves bpftool sparse gcc g++ libc6-dev make xz-utils zstd cpio \
 	linux-source-6.1 bc bison flex libelf-dev libssl-dev dkms adduser \
-	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev libfdt-dev zlib1g-dev python3
+	dpkg-dev meson ninja-build libglib2.0-dev libpixman-1-dev libcap-ng-dev libattr1-dev libfdt-dev zlib1g-dev python3 \
+	verilator
 # From bookworm-backports, pinned so that nothing else comes from there.
 BPO_PACKAGES := linux-headers-6.12-amd64
 BPO_LIST := /etc/apt/sources.list.d/gpufpga-backports.sources
@@ -29,7 +30,7 @@ SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
-.PHONY: tree-check fresh-root test-phases examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: tree-check fresh-root test-phases rtl rtl-bench rtl-soak examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -265,6 +266,32 @@ lint: tree-check examples-c
 
 unit:
 	$(GO) test -count=1 ./...
+
+# A user's FPGA logic in the loop (hw/testbench/rtlbridge): builds
+# RTL_TOP from RTL_FILES with the co-simulation harness into build/rtl
+# (cached by its inputs) and prints the binary. The default is the example
+# design at 256 bits. `make unit` runs the co-simulation tests (verilator
+# is required there).
+RTL_TOP    ?= gpufpga_example
+RTL_FILES  ?= hw/rtl/example/gpufpga_example.sv
+RTL_INC    ?= hw/rtl/example
+RTL_PARAMS ?= DATA_WIDTH=256 PAYLOAD_BYTES=1000
+rtl:
+	@$(GO) run ./hw/testbench/cmd/rtl-build -top $(RTL_TOP) $(addprefix -I ,$(RTL_INC)) $(addprefix -G ,$(RTL_PARAMS)) $(RTL_FILES)
+
+# The example free-running against a consumer that pauses at random, for
+# RTL_SOAK batches of 16 frames (every frame consumed or dropped, each
+# drop a gap, checked at the end).
+RTL_SOAK ?= 20000
+rtl-soak:
+	$(GO) test -count=1 -run '^$$' -bench Soak -benchtime $(RTL_SOAK)x -timeout 0 ./hw/testbench/rtlbridge/
+
+# Co-simulation speed: the example at 256 bits, free-running and
+# synchronised, against the Go source in the same run, into results/.
+rtl-bench:
+	@mkdir -p results
+	@set -o pipefail; $(GO) test -count=1 -v -run '^$$' -bench CoSim -benchtime 1x ./hw/testbench/rtlbridge/ | \
+		tee results/$$(date -u +%Y-%m-%dT%H%MZ)-rtl-cosim-$$(git rev-parse --short=12 HEAD).txt
 
 # dkms.conf, as DKMS on a user's machine runs it, for both kernel series.
 dkms-check:

@@ -8,7 +8,8 @@
 //	     4    2 version     1
 //	     6    2 header size 32
 //	     8    8 sequence    0, 1, 2, ... per source, never reused
-//	    16    8 timestamp   nanoseconds since the source started
+//	    16    8 timestamp   the source's clock: nanoseconds since the Go source
+//	                        started; an RTL source's user-clock cycle count
 //	    24    4 payload length in bytes
 //	    28    4 CRC32C (Castagnoli) of bytes 0-27 and the payload
 //

@@ -53,10 +53,47 @@ type Config struct {
 	// guest selects another through the control mailbox; zero means
 	// xdmamodel.AnyAlignment.
 	Align xdma.Alignments
+	// User, when set, is the user's FPGA logic at the IP's user ports
+	// (hw/testbench/rtlbridge, free-running): it feeds the stream
+	// channel and answers the user BAR in place of the Go source, the
+	// checking sink and plain registers.
+	User *UserLogic
 	// QMP is the QMP socket of the QEMU that runs the rig, through which
 	// the control mailbox injects PCIe errors (QEMU's
 	// pcie_aer_inject_error); without one, injection is refused.
 	QMP string
+}
+
+// UserLogic is the user side of the XDMA IP: what its stream channels
+// meet and what its AXI-Lite master reaches. The rig's stream channel is
+// channel 1 (its channel 0 is memory mapped).
+type UserLogic struct {
+	C2H  xdmamodel.Source
+	H2C  xdmamodel.Sink
+	Regs UserRegisters
+	// Interrupts, when set, carries usr_irq_req to the engine's user
+	// interrupts and its acknowledgements back.
+	Interrupts UserInterrupts
+	// Reset, when set, resets the user logic when the function resets
+	// (axi_aresetn follows the PCIe reset), after the engine.
+	Reset UserReset
+}
+
+// UserReset resets the user logic and flushes the IP's stream FIFOs.
+type UserReset interface {
+	Reset(ctx context.Context) error
+}
+
+// UserInterrupts is the user logic's usr_irq_req and usr_irq_ack.
+type UserInterrupts interface {
+	IRQ() uint32
+	AckIRQ(mask uint32)
+}
+
+// UserRegisters is the AXI-Lite slave behind the user BAR.
+type UserRegisters interface {
+	ReadReg(ctx context.Context, addr uint32) (uint32, error)
+	WriteReg(ctx context.Context, addr, v uint32) error
 }
 
 // fpgaID is the xdma-model device's qdev id, which QEMU's monitor
@@ -170,9 +207,14 @@ func New(cfg Config) (*Rig, error) {
 	if r.ctl, err = newPort(filepath.Join(cfg.Dir, "ctl.sock"), rl.CtlMagic, 1); err != nil {
 		return nil, err
 	}
+	var src xdmamodel.Source = &r.source
+	var sink xdmamodel.Sink = r.sink
+	if cfg.User != nil {
+		src, sink = cfg.User.C2H, cfg.User.H2C
+	}
 	r.engine, err = xdmamodel.NewEngine(xdmamodel.Config{
-		H2C:   channels(channelLayout.h2c, nil, r.sink),
-		C2H:   channels(channelLayout.c2h, &r.source, nil),
+		H2C:   channels(channelLayout.h2c, nil, sink),
+		C2H:   channels(channelLayout.c2h, src, nil),
 		Bus:   &guestBus{r},
 		Card:  cardMemory(r.card),
 		Raise: r.raise,
@@ -431,6 +473,13 @@ func waitReadable(ctx context.Context, fd int) error {
 // register space, the user BAR plain registers, both 32 bits at a time (an
 // 8-byte access is two, not atomic against the engine's steps).
 func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
+	if bar == pciBarUser && r.cfg.User != nil {
+		v := r.userRead(addr)
+		if size == 8 {
+			v |= r.userRead(addr+4) << 32
+		}
+		return v
+	}
 	if bar == pciBarUser {
 		v := r.userWord(addr)
 		if size == 8 {
@@ -446,6 +495,13 @@ func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
 }
 
 func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
+	if bar == pciBarUser && r.cfg.User != nil {
+		r.userWrite(addr, uint32(v))
+		if size == 8 {
+			r.userWrite(addr+4, uint32(v>>32))
+		}
+		return
+	}
 	if bar == pciBarUser {
 		r.userRegs.Store(addr, uint32(v))
 		if size == 8 {
@@ -460,6 +516,24 @@ func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
 	r.wake()
 }
 
+// userRead reads a register of the user logic over AXI-Lite. A
+// transaction that fails (an error response, none, or a dead RTL process)
+// reads all ones, as a completer abort does, and fails the rig.
+func (r *Rig) userRead(addr uint64) uint64 {
+	v, err := r.cfg.User.Regs.ReadReg(context.Background(), uint32(addr))
+	if err != nil {
+		r.fail(fmt.Errorf("devmodel: user BAR read at %#x: %w", addr, err))
+		return 0xFFFFFFFF
+	}
+	return uint64(v)
+}
+
+func (r *Rig) userWrite(addr uint64, v uint32) {
+	if err := r.cfg.User.Regs.WriteReg(context.Background(), uint32(addr), v); err != nil {
+		r.fail(fmt.Errorf("devmodel: user BAR write at %#x: %w", addr, err))
+	}
+}
+
 // userWord reads a 32-bit register of the user BAR: what was written, or 0.
 func (r *Rig) userWord(addr uint64) uint64 {
 	v, _ := r.userRegs.Load(addr)
@@ -469,11 +543,19 @@ func (r *Rig) userWord(addr uint64) uint64 {
 
 func (r *Rig) setMode(mode int) { r.engine.SetInterruptMode(xdmamodel.InterruptMode(mode)) }
 
-// reset is the function's reset: the engine back at its reset values, bus
-// mastering off, and the link down or up again as CtlFailReset asked.
+// reset is the function's reset: the engine and the user logic back at
+// their reset values, bus mastering off, and the link down or up again as
+// CtlFailReset asked.
 func (r *Rig) reset() {
 	r.engine.Reset()
 	r.master.Store(false)
+	if r.cfg.User != nil && r.cfg.User.Reset != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := r.cfg.User.Reset.Reset(ctx); err != nil {
+			r.fail(fmt.Errorf("devmodel: resetting the user logic: %w", err))
+		}
+	}
 	r.resetMu.Lock()
 	defer r.resetMu.Unlock()
 	switch {
@@ -616,15 +698,26 @@ func (r *Rig) level(asserted bool) {
 
 // runEngine steps the engine while it progresses. A channel waiting for
 // the stream source is retried every millisecond: the source produces
-// frames by the clock.
+// frames by the clock. The user logic's interrupt requests are sampled
+// as often.
 func (r *Rig) runEngine(ctx context.Context) {
 	defer r.wg.Done()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
+	var irq UserInterrupts
+	if r.cfg.User != nil {
+		irq = r.cfg.User.Interrupts
+	}
 	for {
 		for r.engine.Step() {
 		}
-		if r.engine.Busy() {
+		if irq != nil {
+			if ack := r.engine.UserIRQ(irq.IRQ()); ack != 0 {
+				irq.AckIRQ(ack)
+			}
+		}
+		// The user logic's interrupt lines are polled, like the source.
+		if r.engine.Busy() || irq != nil {
 			select {
 			case <-ctx.Done():
 				return

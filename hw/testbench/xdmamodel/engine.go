@@ -23,6 +23,14 @@ type Sink interface {
 	Write(p []byte, eop bool) error
 }
 
+// ReadySink is a Sink that can hold the engine back, as tready low does on
+// the card: the engine moves at most Ready bytes to it per step, and
+// waits while Ready is 0.
+type ReadySink interface {
+	Sink
+	Ready() int
+}
+
 // ChannelConfig describes one channel of an engine.
 type ChannelConfig struct {
 	Stream bool   // AXI4-Stream rather than memory mapped
@@ -130,6 +138,9 @@ type Engine struct {
 	halt          uint32 // descriptor halt, xdma.RegDescHalt layout
 	creditMode    uint32
 	pendingRaised uint32 // channel interrupts already delivered
+	userReq       uint32 // usr_irq_req from the user logic
+	userSent      uint32 // user interrupts delivered, their requests still high
+	userAck       uint32 // usr_irq_ack owed to the user logic
 	levelAsserted bool
 	// Messages still to send (QuirkLateInterrupt): vector -> steps left.
 	lateVectors   map[int]int
@@ -317,6 +328,7 @@ func (e *Engine) Reset() {
 		}
 	}
 	e.chanIntEnable, e.userIntEnable = 0, 0
+	e.userReq, e.userSent, e.userAck = 0, 0, 0
 	e.userVectors, e.chanVectors = [4]uint32{}, [2]uint32{}
 	e.halt, e.creditMode = 0, 0
 	e.irqMode = InterruptINTx
@@ -630,6 +642,10 @@ func (e *Engine) readIRQ(reg uint32) uint32 {
 		return e.userIntEnable
 	case xdma.RegChanIntEnable:
 		return e.chanIntEnable
+	case xdma.RegUserIntRequest:
+		return e.userReq
+	case xdma.RegUserIntPending:
+		return e.userReq & e.userIntEnable
 	case xdma.RegChanIntRequest:
 		return e.chanRequest()
 	case xdma.RegChanIntPending:
@@ -780,12 +796,41 @@ func (e *Engine) updateIRQ() {
 			e.lateVectors[vec] = LateIRQSteps
 		}
 	}
-	if asserted := pending != 0; asserted != e.levelAsserted {
+	// User interrupts (usr_irq_req): an enabled request that rises is
+	// sent once on its vector and acknowledged (usr_irq_ack); the user
+	// logic drops it before it can send another (PG195).
+	user := e.userReq & e.userIntEnable
+	fresh = user &^ e.userSent
+	e.userSent = e.userSent&e.userReq | fresh
+	for bit := uint32(0); fresh != 0; bit++ {
+		if fresh&(1<<bit) == 0 {
+			continue
+		}
+		fresh &^= 1 << bit
+		e.userAck |= 1 << bit
+		if e.cfg.Raise != nil {
+			reg := e.userVectors[bit/vectorsPerRegister]
+			e.cfg.Raise(int(reg >> (bit % vectorsPerRegister * vectorFieldBitStride) & vectorFieldMask))
+		}
+	}
+	if asserted := pending != 0 || user != 0; asserted != e.levelAsserted {
 		e.levelAsserted = asserted
 		if e.cfg.Level != nil {
 			e.cfg.Level(asserted)
 		}
 	}
+}
+
+// UserIRQ sets the user logic's usr_irq_req lines and returns the
+// usr_irq_ack pulses owed since the last call: one for each enabled
+// request the engine has sent as an interrupt.
+func (e *Engine) UserIRQ(req uint32) (ack uint32) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.userReq = req & 0xFFFF
+	e.updateIRQ()
+	ack, e.userAck = e.userAck, 0
+	return ack
 }
 
 // Busy reports whether any channel is running a chain, or has status bits
@@ -985,6 +1030,13 @@ func (e *Engine) moveChunk(c *channel) bool {
 	eop := false
 	var err error
 	var errBits uint32
+	if rs, ok := c.cfg.Sink.(ReadySink); ok && c.dir == xdma.H2C && c.cfg.Stream {
+		n = min(n, uint64(max(rs.Ready(), 0)))
+		if n == 0 {
+			return false // the sink holds tready low
+		}
+		buf = buf[:n]
+	}
 	switch {
 	case c.dir == xdma.H2C:
 		if err = e.dataRead(c, e.cfg.Bus, d.Src+c.done, buf); err != nil {

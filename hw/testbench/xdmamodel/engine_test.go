@@ -619,3 +619,34 @@ func TestEngineStallSurvivesIdleRunClear(t *testing.T) {
 		t.Fatalf("the armed stall did not hold the next chain: status %#x, busy %v", st, r.e.Busy())
 	}
 }
+
+// A user interrupt request that rises while enabled is sent once on its
+// vector and acknowledged; it is sent again only after it drops, and a
+// masked one waits, pending, for its enable.
+func TestEngineUserInterrupts(t *testing.T) {
+	var raised []int
+	e, err := xdmamodel.NewEngine(xdmamodel.Config{Bus: &busmem.Map{}, Raise: func(v int) { raised = append(raised, v) }})
+	must(t, err)
+	irq := xdma.Base(xdma.TargetIRQ, 0)
+	e.WriteReg(irq+xdma.RegUserVector, 7<<8) // user interrupt 1 on vector 7
+	if ack := e.UserIRQ(2); ack != 0 || len(raised) != 0 {
+		t.Fatalf("masked request: ack %#x, raised %v", ack, raised)
+	}
+	if v := e.ReadReg(irq + xdma.RegUserIntRequest); v != 2 {
+		t.Fatalf("user request register %#x, want 2", v)
+	}
+	if v := e.ReadReg(irq + xdma.RegUserIntPending); v != 0 {
+		t.Fatalf("user pending register %#x while masked", v)
+	}
+	e.WriteReg(irq+xdma.RegUserIntEnableW1S, 2)
+	if ack := e.UserIRQ(2); ack != 2 || !slices.Equal(raised, []int{7}) {
+		t.Fatalf("enabled request: ack %#x, raised %v; want ack 2 and vector 7", ack, raised)
+	}
+	if ack := e.UserIRQ(2); ack != 0 || len(raised) != 1 {
+		t.Fatalf("held request sent again: ack %#x, raised %v", ack, raised)
+	}
+	e.UserIRQ(0)
+	if ack := e.UserIRQ(2); ack != 2 || !slices.Equal(raised, []int{7, 7}) {
+		t.Fatalf("request raised again: ack %#x, raised %v", ack, raised)
+	}
+}
