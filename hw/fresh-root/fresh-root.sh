@@ -42,15 +42,6 @@ command -v debootstrap >/dev/null || {
 
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(test)
-phases=()
-for t in "${targets[@]}"; do
-	if [ "$t" = test ]; then
-		read -ra tp <<<"$(make -s -C "$repo" --no-print-directory test-phases)"
-		phases+=("${tp[@]}")
-	else
-		phases+=("$t")
-	fi
-done
 
 # The host's Debian mirror, else Debian's own.
 mirror=http://deb.debian.org/debian
@@ -151,11 +142,22 @@ cleanup() {
 	fi
 }
 trap cleanup EXIT
-echo "fresh-root: $root: make ${phases[*]} on $(git -C "$repo" rev-parse --short HEAD)"
+echo "fresh-root: $root: make ${targets[*]} on $(git -C "$repo" rev-parse --short HEAD)"
 timed "unpack the base root" tar -C "$root" -xf "$tarball" || exit 1
 host_config "$root"
 mkdir -p "$root/work" "$root/usr/local/go"
 timed "clone HEAD" git clone -q --no-local "$repo" "$root/work/gpufpga" || exit 1
+
+# test is the clone's TEST_PHASES, one make each.
+phases=()
+for t in "${targets[@]}"; do
+	if [ "$t" = test ]; then
+		read -ra tp <<<"$(make -s -C "$root/work/gpufpga" --no-print-directory test-phases)"
+		phases+=("${tp[@]}")
+	else
+		phases+=("$t")
+	fi
+done
 
 # Each phase in a mount namespace of its own, so that its mounts go when
 # it ends, whatever it leaves running.

@@ -315,8 +315,21 @@ func attachOrder(t *testing.T) (*stream.Session, *orderSource) {
 	}
 	t.Cleanup(func() { s.Close() })
 	src.slots <- p2p.Slot{Index: 0, Bytes: 4096}
-	<-s.Filled()
+	within(t, s.Filled())
 	return s, src
+}
+
+// within returns what ch delivers, failing t if nothing comes in 10 s.
+func within[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal("nothing arrived within 10 s")
+	}
+	var zero T
+	return zero
 }
 
 // ReleaseAfter hands the slot back only after the work reading it is done.
@@ -325,7 +338,7 @@ func TestReleaseAfterWaitsForTheWork(t *testing.T) {
 	w := work{src: src, open: make(chan struct{})}
 	s.ReleaseAfter(0, w)
 	close(w.open)
-	if done := <-src.released; !done {
+	if done := within(t, src.released); !done {
 		t.Fatal("slot released while the work on it still ran")
 	}
 	if s.Err() != nil {
@@ -434,14 +447,14 @@ func TestReleaseAfterOneWaiter(t *testing.T) {
 	var running, most atomic.Int32
 	w := gatedWork{gate: make(chan struct{}), running: &running, most: &most}
 	for range n {
-		f := <-s.Filled()
+		f := within(t, s.Filled())
 		s.ReleaseAfter(f.Slot, w)
 	}
 	// Time for waiters to pile up, had each slot its own.
 	time.Sleep(50 * time.Millisecond)
 	close(w.gate)
 	for range n {
-		<-src.released
+		within(t, src.released)
 	}
 	if m := most.Load(); m != 1 {
 		t.Fatalf("%d waits ran at once, want 1", m)
@@ -467,7 +480,7 @@ func TestReleaseAfterRacingClose(t *testing.T) {
 			t.Fatal(err)
 		}
 		src.slots <- p2p.Slot{Index: 0, Bytes: 4096}
-		f := <-s.Filled()
+		f := within(t, s.Filled())
 		start := make(chan struct{})
 		var wg sync.WaitGroup
 		wg.Add(2)
