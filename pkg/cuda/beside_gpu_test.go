@@ -249,7 +249,8 @@ func TestBesideAPersistentKernel(t *testing.T) {
 	}
 	var b *Buffer
 	var mod *Module
-	var reg *MappedBuffer
+	var reg, hm *MappedBuffer
+	var ns *Stream
 	ops := []op{
 		{"memset and sync on another non-blocking stream", true, func() error {
 			return errors.Join(s2.MemsetD8(spare.Ptr, 1, 4096), s2.Sync())
@@ -267,13 +268,10 @@ func TestBesideAPersistentKernel(t *testing.T) {
 			return other.s.Sync()
 		}},
 		{"synchronous copy on the legacy stream", true, func() error { return g.CopyHtoD(spare.Ptr, make([]byte, 4096)) }},
-		{"HostAllocMapped and its Free", true, func() error {
-			m, err := g.HostAllocMapped(4096)
-			if err != nil {
-				return err
-			}
-			return m.Free()
-		}},
+		{"HostAllocMapped", false, func() (err error) { hm, err = g.HostAllocMapped(4096); return err }},
+		{"cuMemFreeHost", false, func() error { return hm.Free() }},
+		{"NewNonBlockingStream", false, func() (err error) { ns, err = g.NewNonBlockingStream(); return err }},
+		{"cuStreamDestroy", false, func() error { return ns.Close() }},
 		{"HostRegisterMapped", true, func() (err error) { reg, err = g.HostRegisterMapped(page); return err }},
 		{"its unregistration", false, func() error { return reg.Free() }},
 		{"AllocAsync and FreeAsync on a non-blocking stream", false, func() error {
