@@ -92,7 +92,8 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 					break;
 				}
 		}
-		__syncthreads();
+		// Thread 0 may have spun: a barrier its warp reaches apart.
+		gpufpga_block_barrier();
 		if (!s_go)
 			break;
 		bad = gpufpga_process(gpufpga_slot(&r, k), len, k, state, out_depth ? out + (k % out_depth) * out_size : 0);

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -28,6 +29,9 @@ type wordRing struct {
 	word           *cuda.MappedBuffer
 	s              *cuda.Stream
 	src, res       *cuda.HostBuffer
+	// A failed test stops its producers before the ring goes.
+	quit      atomic.Bool
+	producers sync.WaitGroup
 }
 
 func newWordRing(t *testing.T, g *cuda.Device, nslots, size int) *wordRing {
@@ -56,6 +60,8 @@ func newWordRing(t *testing.T, g *cuda.Device, nslots, size int) *wordRing {
 	// Freed once every consumer of the test has stopped: a free waits
 	// for every kernel on the device.
 	t.Cleanup(func() {
+		w.quit.Store(true)
+		w.producers.Wait()
 		w.s.Sync()
 		w.s.Close()
 		for _, b := range []*cuda.Buffer{w.slots, w.results} {
@@ -81,7 +87,7 @@ func (w *wordRing) ring() StreamRing {
 func (w *wordRing) produce(from, to uint64, bad uint64, deadline time.Time) error {
 	for k := from; k < to; k++ {
 		for k >= uint64(w.nslots) && w.published() < k-uint64(w.nslots)+1 {
-			if time.Now().After(deadline) {
+			if time.Now().After(deadline) || w.quit.Load() {
 				return fmt.Errorf("fill %d: %d published", k, w.published())
 			}
 		}
@@ -101,6 +107,15 @@ func (w *wordRing) produce(from, to uint64, bad uint64, deadline time.Time) erro
 		}
 	}
 	return w.s.Sync()
+}
+
+// goProduce runs produce on a goroutine of its own, its error to errs.
+func (w *wordRing) goProduce(from, to, bad uint64, deadline time.Time, errs chan<- error) {
+	w.producers.Add(1)
+	go func() {
+		defer w.producers.Done()
+		errs <- w.produce(from, to, bad, deadline)
+	}()
 }
 
 func sumOf(k uint64, size int) uint64 {
@@ -146,7 +161,7 @@ func TestLinkedFunction(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	prod := make(chan error, 1)
-	go func() { prod <- w.produce(0, fills, bad, deadline) }()
+	w.goProduce(0, fills, bad, deadline, prod)
 	for k := uint64(0); k < fills; k++ {
 		for c.Published() <= k {
 			if time.Now().After(deadline) {
@@ -219,8 +234,8 @@ func TestConsumersBesideEachOther(t *testing.T) {
 	}
 	deadline := time.Now().Add(60 * time.Second)
 	errs := make(chan error, 2)
-	go func() { errs <- a.produce(0, fills, ^uint64(0), deadline) }()
-	go func() { errs <- b.produce(0, fills, ^uint64(0), deadline) }()
+	a.goProduce(0, fills, ^uint64(0), deadline, errs)
+	b.goProduce(0, fills, ^uint64(0), deadline, errs)
 	for range 2 {
 		if err := <-errs; err != nil {
 			stopAll()

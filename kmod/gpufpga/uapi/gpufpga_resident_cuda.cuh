@@ -92,6 +92,18 @@ __device__ static inline void gpufpga_st_release_gpu(void *p, unsigned long long
 	asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
+/*
+ * A barrier for the whole block that threads may reach apart: thread 0
+ * spins on the ring while the other threads of its warp wait here. The
+ * barrier __syncthreads() compiles to (bar.sync, barrier.sync.aligned)
+ * must be reached by a warp's threads together; one reached while a lane
+ * still spins lets the others through early, on stale shared memory.
+ */
+__device__ static inline void gpufpga_block_barrier(void)
+{
+	asm volatile("barrier.sync 0;" ::: "memory");
+}
+
 __device__ static inline void gpufpga_st_relaxed_sys32(void *p, unsigned int v)
 {
 	asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -157,7 +169,9 @@ __device__ static inline void gpufpga_release(const struct gpufpga_dev_ring *r, 
 /*
  * gpufpga_wait_fill for a whole block: thread 0 waits, every thread gets
  * the length. Every thread of the block must call it. Returns 0 once
- * the host asked the kernel to stop.
+ * the host asked the kernel to stop. A block that waits for anything
+ * else with one thread ends that wait with gpufpga_block_barrier(), not
+ * __syncthreads().
  */
 __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *r, unsigned long long k,
 						 unsigned long long *len)
@@ -165,12 +179,17 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
 	__shared__ unsigned long long s_len;
 	__shared__ int s_ok;
 
-	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+	int ok;
+
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
 		s_ok = gpufpga_wait_fill(r, k, &s_len, 0);
-	}
-	__syncthreads();
+	gpufpga_block_barrier();
 	*len = s_len;
-	return s_ok;
+	ok = s_ok;
+	/* s_len and s_ok are the next claim's: every thread has read them
+	 * before thread 0 can write them again. */
+	gpufpga_block_barrier();
+	return ok;
 }
 
 /*
@@ -180,7 +199,7 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
  */
 __device__ static inline void gpufpga_block_release(const struct gpufpga_dev_ring *r, unsigned long long k)
 {
-	__syncthreads();
+	gpufpga_block_barrier();
 	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
 		/* The barrier orders the block's reads before thread 0's
 		 * release at GPU scope. */

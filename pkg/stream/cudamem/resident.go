@@ -139,17 +139,15 @@ func (c *GPU) ResidentWord() ([]byte, func(), error) {
 
 // mappedWord returns the device address of the consumer word b: a
 // ResidentWord's, or b registered now, with the function that undoes it.
+// c.res.mu is held.
 func (c *GPU) mappedWord(b []byte) (uint64, func() error, error) {
 	p := uintptr(unsafe.Pointer(&b[0]))
-	c.res.mu.Lock()
 	for _, w := range c.res.allWords {
 		base := uintptr(unsafe.Pointer(&w.page[0]))
 		if p >= base && p+uintptr(len(b)) <= base+uintptr(len(w.page)) {
-			c.res.mu.Unlock()
 			return w.m.DevPtr + uint64(p-base), func() error { return nil }, nil
 		}
 	}
-	c.res.mu.Unlock()
 	m, err := c.dev.HostRegisterMapped(b)
 	if err != nil {
 		return 0, nil, err
