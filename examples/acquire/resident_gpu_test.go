@@ -87,7 +87,8 @@ func TestResidentMatchesLaunchPerSlot(t *testing.T) {
 		}
 		off := (k % (nslots + 1)) * slotSize
 		fill(src.Bytes()[off:off+slotSize], k)
-		if err := ps.CopyHtoD(ring.Addr()+(k%nslots)*slotSize, src, off, slotSize); err == nil {
+		err := ps.CopyHtoD(ring.Addr()+(k%nslots)*slotSize, src, off, slotSize)
+		if err == nil {
 			err = ps.CopyHtoD(results.Addr()+(k%nslots)*32, res, 0, 8)
 		}
 		if err != nil {

@@ -41,7 +41,9 @@ type Kernels struct {
 	pool                                   memPool
 }
 
-// LoadKernels JIT-compiles the PTX for g.
+// LoadKernels JIT-compiles the PTX for g. Loading waits for every kernel
+// running on the device, a persistent consumer's too: load once, before
+// the first consumer starts, and start every consumer from it.
 func LoadKernels(g *cuda.Device) (*Kernels, error) {
 	mod, err := g.LoadPTX(PTX)
 	if err != nil {
@@ -364,10 +366,13 @@ func (cfg Resident) chunks(size, workers int) int {
 	return min(max(size/cb, 1), workers)
 }
 
-// StartResident launches resident_consume on r, from a host thread of its
-// own that then sleeps until Stop: no CPU work per slot. The ring must be
-// reset (GPURing.Reset) and nothing may use the GPU's legacy default stream
-// while it runs (that would wait for the kernel).
+// StartResident launches resident_consume on r, on a non-blocking stream,
+// from a host thread of its own that then sleeps until Stop: no CPU work
+// per slot. The ring must be reset (GPURing.Reset). While it runs, what
+// waits for every kernel on the device (cuMemFree, cuMemFreeHost,
+// cuMemHostUnregister, module loads and unloads) waits for it; the
+// consumer's own memory comes from k and goes back to it, and is freed
+// by Close.
 func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingConsumer, error) {
 	return k.start(g, consumeArgs{slots: r.SlotsDev, slotSize: r.SlotSize, results: r.ResultsDev, nslots: r.NSlots,
 		consumer: r.ConsumerDev, nsrc: r.NSrc}, cfg)
@@ -414,7 +419,11 @@ func (c *FrameConsumer) Bytes() uint64 {
 // StartFrames launches resident_consume on a driver stream's ring in
 // frames mode: each fill's FRM1 frames are checked word by word, and gaps
 // in their sequence numbers counted, with no CPU work per slot. Start it
-// before the stream, with the results zeroed.
+// before the stream, with the results zeroed. It runs on a non-blocking
+// stream of its own, beside other consumers of k: it allocates from what
+// earlier ones ran on and loads nothing, so it waits for none of them;
+// while it runs, cuMemFree, cuMemFreeHost, cuMemHostUnregister and module
+// loads and unloads of the whole process wait for it.
 func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*FrameConsumer, error) {
 	switch {
 	case r.NSlots < 1 || r.Published == nil:

@@ -157,8 +157,11 @@ func (r *residentMem) free() error {
 
 func (c *Config) validateResident() error {
 	if !c.Resident {
-		if c.Coalesce != 0 || c.ResidentFunc != nil {
-			return fmt.Errorf("%w: coalescing and resident functions are for resident sessions", ErrConfig)
+		if c.Coalesce != 0 {
+			return fmt.Errorf("%w: coalescing is for resident sessions", ErrConfig)
+		}
+		if c.ResidentFunc != nil {
+			return fmt.Errorf("%w: a resident function is for resident sessions", ErrConfig)
 		}
 		return nil
 	}

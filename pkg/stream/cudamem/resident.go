@@ -355,9 +355,7 @@ func (rc *residentConsumer) release() error {
 	if rc.state != nil {
 		frees = append(frees, rc.state.Free)
 	}
-	for _, f := range frees {
-		rc.gpu.res.deferred = append(rc.gpu.res.deferred, f)
-	}
+	rc.gpu.res.deferred = append(rc.gpu.res.deferred, frees...)
 	if rc.gpu.res.running == 0 {
 		return rc.gpu.runDeferred()
 	}
