@@ -101,6 +101,9 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 		if (threadIdx.x == 0) {
 			c.slots++;
 			c.bytes += len;
+			// The host reads the bytes while the kernel runs: one
+			// posted write a fill.
+			st_volatile64(&ctl->c[blockIdx.x].bytes, c.bytes);
 			if (bad) {
 				if (c.errors == 0)
 					c.first_error = k + 1;

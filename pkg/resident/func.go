@@ -233,6 +233,21 @@ func (c *FuncConsumer) Done() <-chan struct{} { return c.run.t.done }
 // Published is how many fills the consumer has published.
 func (c *FuncConsumer) Published() uint64 { return c.publish() }
 
+// Bytes returns the bytes of the fills the workers have taken so far
+// (published or about to be); 0 once stopped.
+func (c *FuncConsumer) Bytes() uint64 {
+	c.run.mu.Lock()
+	defer c.run.mu.Unlock()
+	if c.run.freed {
+		return 0
+	}
+	var n uint64
+	for b := 1; b < maxBlocks; b++ {
+		n += atomic.LoadUint64((*uint64)(c.m.ctl.Ptr(uint64(64 + b*countersSize + 8))))
+	}
+	return n
+}
+
 // Record returns fill k's record, which the host may read once
 // Published() > k and until it calls Advance past k; nil without
 // records or once stopped.

@@ -271,7 +271,7 @@ func (c *GPU) StartConsumer(r stream.ResidentRing) (stream.ResidentConsumer, err
 			rc.release()
 			return nil, err
 		}
-		rc.stop, rc.done, rc.bytes = fcons.Stop, fcons.Done(), func() uint64 { return 0 }
+		rc.stop, rc.done, rc.bytes, rc.isFunc = fcons.Stop, fcons.Done(), fcons.Bytes, true
 	} else {
 		fr, err := k.StartFrames(c.dev, ring, resident.Resident{})
 		if err != nil {
@@ -293,6 +293,7 @@ type residentConsumer struct {
 	bytes     func() uint64
 	unmap     func() error // the word's registration, if its own
 	state     *cuda.Buffer // a function's state
+	isFunc    bool         // a function runs, not the frame check
 	word      *uint64
 	frameSize uint64
 
@@ -305,8 +306,8 @@ type residentConsumer struct {
 
 func (rc *residentConsumer) published() uint64 { return atomic.LoadUint64(rc.word) }
 
-// Stats reports the fills and bytes published while the kernel runs,
-// which writes its frame counts back only when it stops. CRCFailures
+// Stats reports the fills and bytes consumed while the kernel runs,
+// which writes its other counts back only when it stops. CRCFailures
 // counts the fills (or the parts several workers read) whose frames
 // failed their check; Bad, the fills a function found bad.
 func (rc *residentConsumer) Stats() stream.ConsumerStats {
@@ -317,7 +318,9 @@ func (rc *residentConsumer) Stats() stream.ConsumerStats {
 	}
 	c := rc.final
 	st := stream.ConsumerStats{Consumed: c.Published, Bytes: c.Bytes}
-	if rc.frameSize > 0 && rc.state == nil {
+	if rc.isFunc {
+		st.Bad = c.Errors
+	} else {
 		st.Frames = frame.Stats{Frames: c.Frames, Bytes: c.Frames * rc.frameSize, Gaps: c.Gaps, Duplicates: c.Duplicates, CRCFailures: c.Errors}
 	}
 	return st
