@@ -161,6 +161,8 @@ gpubin:
 	CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/cuda-resident.test ./examples/cuda-resident/
 	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx pkg/resident/func.ptx examples/acquire/framestats.ptx \
 		examples/cuda-resident/consumer.ptx $(BIN)/gpu/
+	@# cuda.test's TestLinkExternFunction reads them from its directory.
+	mkdir -p $(BIN)/gpu/testdata && cp pkg/cuda/testdata/link_*.ptx $(BIN)/gpu/testdata/
 
 # The same on a GPU machine that has Go.
 gputest: gpubin
@@ -189,6 +191,8 @@ ptx:
 	$(PTXCC) $(PTXFLAGS) -include examples/acquire/clang_cuda.h examples/acquire/framestats.cu -o examples/acquire/framestats.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/func.cu -o pkg/resident/func.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/testdata/sum.cu -o pkg/resident/testdata/sum.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/cuda/testdata/link_caller.cu -o pkg/cuda/testdata/link_caller.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/cuda/testdata/link_user.cu -o pkg/cuda/testdata/link_user.ptx
 	$(PTXCC) $(PTXFLAGS) -include examples/acquire/clang_cuda.h examples/acquire/framestats_func.cu -o examples/acquire/framestats_func.ptx
 	mkdir -p build/include/gpufpga && cp $(UAPI_HEADERS) build/include/gpufpga/
 	$(PTXCC) $(PTXFLAGS) -include examples/cuda-resident/clang_cuda.h -Ibuild/include examples/cuda-resident/consumer.cu -o examples/cuda-resident/consumer.ptx
