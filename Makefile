@@ -159,7 +159,11 @@ gpubin:
 		CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/$$(basename $$p).test ./pkg/$$p/ || exit 1; \
 	done
 	CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/acquire.test ./examples/acquire/
-	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx examples/acquire/framestats.ptx $(BIN)/gpu/
+	CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/cuda-resident.test ./examples/cuda-resident/
+	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx pkg/resident/func.ptx examples/acquire/framestats.ptx \
+		examples/cuda-resident/consumer.ptx $(BIN)/gpu/
+	@# cuda.test's TestLinkExternFunction reads them from its directory.
+	mkdir -p $(BIN)/gpu/testdata && cp pkg/cuda/testdata/link_*.ptx $(BIN)/gpu/testdata/
 
 # The same on a GPU machine that has Go.
 gputest: gpubin
@@ -186,6 +190,13 @@ ptx:
 	$(PTXCC) $(PTXFLAGS) -include pkg/gpucheck/clang_cuda.h pkg/gpucheck/framecheck.cu -o pkg/gpucheck/framecheck.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/resident.cu -o pkg/resident/resident.ptx
 	$(PTXCC) $(PTXFLAGS) -include examples/acquire/clang_cuda.h examples/acquire/framestats.cu -o examples/acquire/framestats.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/func.cu -o pkg/resident/func.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/testdata/sum.cu -o pkg/resident/testdata/sum.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/cuda/testdata/link_caller.cu -o pkg/cuda/testdata/link_caller.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/cuda/testdata/link_user.cu -o pkg/cuda/testdata/link_user.ptx
+	$(PTXCC) $(PTXFLAGS) -include examples/acquire/clang_cuda.h examples/acquire/framestats_func.cu -o examples/acquire/framestats_func.ptx
+	mkdir -p build/include/gpufpga && cp $(UAPI_HEADERS) build/include/gpufpga/
+	$(PTXCC) $(PTXFLAGS) -include examples/cuda-resident/clang_cuda.h -Ibuild/include examples/cuda-resident/consumer.cu -o examples/cuda-resident/consumer.ptx
 
 # NVIDIA's assembler takes the PTX for each architecture from Volta to
 # Hopper, with its registers and spills: ptxas 11.8 from Debian's non-free
@@ -195,9 +206,13 @@ PTXAS_DEB_DIR := build/cuda
 PTXAS ?= $(PTXAS_DEB_DIR)/usr/bin/ptxas
 ptxcheck: $(PTXAS)
 	@for a in sm_70 sm_75 sm_80 sm_86 sm_89 sm_90; do \
-		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx examples/acquire/framestats.ptx; do \
+		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx examples/acquire/framestats.ptx examples/cuda-resident/consumer.ptx; do \
 			echo "== ptxas -arch=$$a $$p"; \
 			$(PTXAS) -arch=$$a -v $$p -o /dev/null || exit 1; \
+		done; \
+		for p in pkg/resident/func.ptx pkg/resident/testdata/sum.ptx examples/acquire/framestats_func.ptx; do \
+			echo "== ptxas -c -arch=$$a $$p (linked with a function, or into the consumer)"; \
+			$(PTXAS) -c -arch=$$a -v $$p -o /dev/null || exit 1; \
 		done; \
 	done
 
@@ -225,8 +240,9 @@ bpf:
 # lint builds them; the guest suite runs static builds on the rig
 # (kmodtest's TestCStreamExample and TestCResidentExample).
 C_EXAMPLE_FLAGS := -std=c11 -O2 -Wall -Wextra -Werror
+UAPI_HEADERS := kmod/gpufpga/uapi/gpufpga.h kmod/gpufpga/uapi/gpufpga_resident.h kmod/gpufpga/uapi/gpufpga_resident_cuda.cuh
 c_example = mkdir -p build/include/gpufpga $(dir $(2)) && \
-	cp kmod/gpufpga/uapi/gpufpga.h kmod/gpufpga/uapi/gpufpga_resident.h build/include/gpufpga/ && \
+	cp $(UAPI_HEADERS) build/include/gpufpga/ && \
 	$(CC) $(C_EXAMPLE_FLAGS) $(1) -Ibuild/include -o $(2) examples/$(3)/$(3).c
 
 examples-c:
@@ -234,6 +250,10 @@ examples-c:
 	$(call c_example,,build/examples/c-resident,c-resident)
 	printf '#include <gpufpga/gpufpga.h>\n#include <gpufpga/gpufpga_resident.h>\n' | \
 		$(CXX) -x c++ -std=c++17 -fsyntax-only -Wall -Wextra -Werror -Ibuild/include -
+	@# The device-side header, as a CUDA program includes it (clang's CUDA
+	@# mode, no toolkit), and the example that uses it alone.
+	$(PTXCC) $(PTXFLAGS) -Wall -Wextra -Werror -include examples/cuda-resident/clang_cuda.h -Ibuild/include \
+		examples/cuda-resident/consumer.cu -o /dev/null
 
 # cgo's objects go to a temporary directory, not pkg/p2p/_obj.
 godefs:

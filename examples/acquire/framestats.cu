@@ -47,9 +47,13 @@ __device__ static inline void take(int x, int threshold, unsigned int i, long lo
 	}
 }
 
-extern "C" __global__ void __launch_bounds__(BLOCK)
-	framestats(const unsigned char *slot, unsigned long long len, unsigned int frame_size, int threshold,
-		   unsigned long long *out)
+// One frame's record, by every thread of a block of BLOCK threads (each
+// calls it, in step: it synchronises them). Its loads are volatile: a
+// persistent kernel reads a slot again after the FPGA rewrote it
+// (framestats_func.cu), and must not take an earlier fill's line from
+// the L1 cache.
+__device__ static void frame_stats(const unsigned char *f, unsigned int frame_size, int threshold,
+				   unsigned long long *rec)
 {
 	__shared__ long long s_sum[BLOCK];
 	__shared__ unsigned long long s_sq[BLOCK];
@@ -57,9 +61,7 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 	__shared__ unsigned int s_over[BLOCK], s_first[BLOCK];
 
 	const unsigned int t = threadIdx.x;
-	const unsigned char *f = slot + (unsigned long long)blockIdx.x * frame_size;
-	const unsigned int *h = (const unsigned int *)f;
-	unsigned long long *rec = out + (unsigned long long)blockIdx.x * RECORD_WORDS;
+	const volatile unsigned int *h = (const volatile unsigned int *)f;
 	unsigned long long seq = (unsigned long long)h[3] << 32 | h[2];
 	unsigned int n = 0; // samples
 	if (h[0] == MAGIC && (h[1] >> 16) == HEADER) {
@@ -74,14 +76,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 	int lo = 32767, hi = -32768;
 	unsigned int over = 0, first = 0xffffffffu;
 	// Two samples to a 32-bit load, a block's loads side by side.
-	const unsigned int *w = (const unsigned int *)(f + HEADER);
+	const volatile unsigned int *w = (const volatile unsigned int *)(f + HEADER);
 	for (unsigned int i = t; i < n / 2; i += BLOCK) {
 		unsigned int v = w[i];
 		take((short)(v & 0xffff), threshold, 2 * i, &sum, &sq, &lo, &hi, &over, &first);
 		take((short)(v >> 16), threshold, 2 * i + 1, &sum, &sq, &lo, &hi, &over, &first);
 	}
 	if ((n & 1) && t == 0) {
-		const unsigned short *last = (const unsigned short *)(f + HEADER) + (n - 1);
+		const volatile unsigned short *last = (const volatile unsigned short *)(f + HEADER) + (n - 1);
 		take((short)*last, threshold, n - 1, &sum, &sq, &lo, &hi, &over, &first);
 	}
 	s_sum[t] = sum;
@@ -112,4 +114,14 @@ extern "C" __global__ void __launch_bounds__(BLOCK)
 		rec[6] = s_over[0];
 		rec[7] = s_first[0] == 0xffffffffu ? ~0ull : s_first[0];
 	}
+	// The shared totals are the next frame's.
+	__syncthreads();
+}
+
+extern "C" __global__ void __launch_bounds__(BLOCK)
+	framestats(const unsigned char *slot, unsigned long long len, unsigned int frame_size, int threshold,
+		   unsigned long long *out)
+{
+	frame_stats(slot + (unsigned long long)blockIdx.x * frame_size, frame_size, threshold,
+		    out + (unsigned long long)blockIdx.x * RECORD_WORDS);
 }

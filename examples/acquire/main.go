@@ -11,6 +11,11 @@
 // magnitude reaches -threshold. framestats.cu says what a kernel of your
 // own receives and writes.
 //
+// With -resident, the stream is GPU-resident: framestats runs as a
+// function inside the GPU's persistent consumer (framestats_func.cu,
+// linked by the driver), on every fill as it lands, with no kernel
+// launch and no CPU work per slot, and prints the same statistics.
+//
 // Ctrl-C stops the stream, waits for the kernels in flight, prints the
 // summary and frees the ring; a second Ctrl-C kills the program. On a
 // terminal, progress is shown on standard error.
@@ -52,6 +57,7 @@ type options struct {
 	check     bool
 	show      int
 	every     bool
+	resident  bool
 }
 
 func main() {
@@ -70,6 +76,7 @@ func main() {
 	flag.BoolVar(&o.check, "check", true, "check every frame's header, CRC and sequence on the GPU too")
 	flag.IntVar(&o.show, "show", 10, "triggered frames to print")
 	flag.BoolVar(&o.every, "v", false, "print every frame's statistics")
+	flag.BoolVar(&o.resident, "resident", false, "GPU-resident: framestats runs inside the GPU's persistent consumer on every fill (no launch per slot; not with -ptx; frames are not checked)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, unix.SIGTERM)
@@ -83,6 +90,9 @@ func main() {
 
 func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 	kc := KernelConfig{Name: o.kernel, FrameSize: o.frameSize, Threshold: o.threshold, Depth: o.depth}
+	if o.resident && o.ptx != "" {
+		return fmt.Errorf("%w: -resident runs framestats as the consumer's function: not with -ptx", ErrKernel)
+	}
 	if o.ptx != "" {
 		var err error
 		if kc.PTX, err = LoadPTXFile(o.ptx); err != nil {
@@ -100,10 +110,10 @@ func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 	}
 	defer gpu.Close()
 	check := stream.CheckNone
-	if o.check {
+	if o.check && !o.resident {
 		check = stream.CheckGPU
 	}
-	s, err := stream.Start(ctx, stream.Config{
+	cfg := stream.Config{
 		Device:    d,
 		Channel:   o.channel,
 		SlotSize:  o.slotSize,
@@ -112,26 +122,11 @@ func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 		GPU:       gpu,
 		Check:     check,
 		FrameSize: o.frameSize,
-	})
-	if err != nil {
-		return err
 	}
-	// Last: the releases handed to the session finish, the pins go, the
-	// ring is freed.
-	defer s.Close()
-	p, err := NewPipeline(gpu, o.slotSize, kc)
-	if err != nil {
-		return err
-	}
-	// Before the session's Close: the kernels in flight end first.
-	defer p.Close()
-
 	con := newConsole(stdout, stderr)
 	sum := newSummary(o.threshold)
-	progressCtx, stopProgress := context.WithCancel(ctx)
-	progressDone := con.progress(progressCtx, func() string { return progressLine(s.Stats(), sum) })
 	shown := 0
-	err = Consume(s, p, o.total, func(r Record) {
+	record := func(r Record) {
 		sum.add(r)
 		switch {
 		case o.every:
@@ -143,7 +138,35 @@ func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 				con.printf("(further triggers are counted, not printed)\n")
 			}
 		}
-	})
+	}
+	if o.resident {
+		cfg.Mode, cfg.Resident = stream.Direct, true
+		if cfg.ResidentFunc, err = ResidentFunc(o.slotSize, o.frameSize, o.threshold, record); err != nil {
+			return err
+		}
+	}
+	s, err := stream.Start(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	// Last: the releases handed to the session finish, the pins go, the
+	// ring is freed.
+	defer s.Close()
+	progressCtx, stopProgress := context.WithCancel(ctx)
+	progressDone := con.progress(progressCtx, func() string { return progressLine(s.Stats(), sum) })
+	if o.resident {
+		err = ConsumeResident(s, o.total)
+	} else {
+		var p *Pipeline
+		if p, err = NewPipeline(gpu, o.slotSize, kc); err != nil {
+			stopProgress()
+			<-progressDone
+			return err
+		}
+		err = Consume(s, p, o.total, record)
+		// Before the session's Close: the kernels in flight end first.
+		err = errors.Join(err, p.Close())
+	}
 	stopProgress()
 	<-progressDone
 	if err != nil {

@@ -114,15 +114,17 @@ pack "$pkg"
 
 # gpufpga-dev: the ABI for C, C++ (CUDA) and bindings from other languages,
 # as <gpufpga/gpufpga.h> and <gpufpga/gpufpga_resident.h>, which include
-# only <linux/ioctl.h> and <linux/types.h>; and the C example.
+# only <linux/ioctl.h> and <linux/types.h>; the device side of a resident
+# consumer for CUDA, <gpufpga/gpufpga_resident_cuda.cuh>; and the examples.
 pkg=$stage/gpufpga-dev
 doc=$pkg/usr/share/doc/gpufpga-dev
 mkdir -p "$pkg/DEBIAN"
-for h in gpufpga.h gpufpga_resident.h; do
+for h in gpufpga.h gpufpga_resident.h gpufpga_resident_cuda.cuh; do
 	install -D -m 644 "kmod/gpufpga/uapi/$h" "$pkg/usr/include/gpufpga/$h"
 done
 install -D -m 644 examples/c-stream/c-stream.c "$doc/examples/c-stream.c"
 install -D -m 644 examples/c-resident/c-resident.c "$doc/examples/c-resident.c"
+install -D -m 644 examples/cuda-resident/consumer.cu "$doc/examples/cuda-resident.cu"
 cat >"$pkg/DEBIAN/control" <<CONTROL
 Package: gpufpga-dev
 Version: $DEB_VERSION

@@ -132,3 +132,48 @@ func TestFailedPushCallsNothing(t *testing.T) {
 		t.Fatalf("the driver saw %v", c)
 	}
 }
+
+// The mapped-memory calls bind their context as every other call does:
+// HostAllocMapped and HostRegisterMapped push the device's context for
+// each driver call and pop it after, so neither needs Lock.
+func TestMappedCallsBindTheirContext(t *testing.T) {
+	d, r := recordingDriver(t)
+	host := make([]byte, 4096)
+	d.fns[cuMemHostAlloc] = purego.NewCallback(func(p unsafe.Pointer, size, flags uintptr) uintptr {
+		*(*unsafe.Pointer)(p) = unsafe.Pointer(&host[0])
+		return r.add(cuMemHostAlloc, size)
+	})
+	d.fns[cuMemHostRegister_v2] = purego.NewCallback(func(p, size, flags uintptr) uintptr { return r.add(cuMemHostRegister_v2, size) })
+	d.fns[cuMemHostGetDevicePointer_v2] = purego.NewCallback(func(p unsafe.Pointer, host, flags uintptr) uintptr {
+		*(*uint64)(p) = 0x20000
+		return r.add(cuMemHostGetDevicePointer_v2, host)
+	})
+	g := &Device{drv: d, ctx: 0x3333}
+	m, err := g.HostAllocMapped(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg, err := g.HostRegisterMapped(make([]byte, 4096))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.DevPtr != 0x20000 || reg.DevPtr != 0x20000 {
+		t.Fatalf("device pointers %#x, %#x", m.DevPtr, reg.DevPtr)
+	}
+	calls := r.take()
+	var got []sym
+	for _, c := range calls {
+		got = append(got, c.fn)
+	}
+	push, pop := cuCtxPushCurrent_v2, cuCtxPopCurrent_v2
+	want := []sym{push, cuMemHostAlloc, pop, push, cuMemHostGetDevicePointer_v2, pop,
+		push, cuMemHostRegister_v2, pop, push, cuMemHostGetDevicePointer_v2, pop}
+	if !slices.Equal(got, want) {
+		t.Fatalf("driver calls %v, want %v", got, want)
+	}
+	for i := 0; i < len(calls); i += 3 {
+		if calls[i].arg != 0x3333 || calls[i].tid != calls[i+1].tid || calls[i+1].tid != calls[i+2].tid {
+			t.Errorf("call %d: pushed %#x on threads %d, %d, %d", i/3, calls[i].arg, calls[i].tid, calls[i+1].tid, calls[i+2].tid)
+		}
+	}
+}

@@ -168,6 +168,12 @@ const (
 	cuMemSetAccess
 	cuMemUnmap
 	cuPointerGetAttribute
+	cuMemHostGetDevicePointer_v2
+	cuLinkCreate_v2
+	cuLinkAddData_v2
+	cuLinkComplete
+	cuLinkDestroy
+	cuCtxGetCurrent
 	numSyms
 )
 
@@ -229,6 +235,12 @@ var symNames = [numSyms]string{
 	cuMemSetAccess:                "cuMemSetAccess",
 	cuMemUnmap:                    "cuMemUnmap",
 	cuPointerGetAttribute:         "cuPointerGetAttribute",
+	cuMemHostGetDevicePointer_v2:  "cuMemHostGetDevicePointer_v2",
+	cuLinkCreate_v2:               "cuLinkCreate_v2",
+	cuLinkAddData_v2:              "cuLinkAddData_v2",
+	cuLinkComplete:                "cuLinkComplete",
+	cuLinkDestroy:                 "cuLinkDestroy",
+	cuCtxGetCurrent:               "cuCtxGetCurrent",
 }
 
 // Driver is the loaded libcuda, its functions bound at Open. It holds no
@@ -626,11 +638,26 @@ type Stream struct {
 	release releaseOnce
 }
 
-// NewStream creates a stream.
-func (g *Device) NewStream() (*Stream, error) {
+// NewStream creates a stream, which synchronises with the legacy
+// default stream: work there waits for it, and it for work there.
+func (g *Device) NewStream() (*Stream, error) { return g.newStream(0) }
+
+const streamNonBlocking = 0x1 // CU_STREAM_NON_BLOCKING
+
+// NewNonBlockingStream creates a stream that does not synchronise with
+// the legacy default stream (CU_STREAM_NON_BLOCKING): a persistent kernel
+// launched on it does not hold up the synchronous copies and memsets of
+// the rest of the process, nor do they wait for it. Calls that wait for
+// the whole device (cuMemFree, cuModuleLoadData, cuCtxSynchronize) still
+// wait for it.
+func (g *Device) NewNonBlockingStream() (*Stream, error) { return g.newStream(streamNonBlocking) }
+
+func (g *Device) newStream(flags uintptr) (*Stream, error) {
 	s := &Stream{dev: g}
-	err := g.call(cuStreamCreate, uintptr(unsafe.Pointer(&s.s)), 0)
-	return s, err
+	if err := g.call(cuStreamCreate, uintptr(unsafe.Pointer(&s.s)), flags); err != nil {
+		return nil, err
+	}
+	return s, nil
 }
 
 // Close destroys the stream, once.

@@ -6,8 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // Host memory mapped into the GPU, and what the device says of the order
@@ -80,19 +78,20 @@ type MappedBuffer struct {
 }
 
 // HostAllocMapped allocates size bytes of page-locked host memory mapped
-// into the device, zeroed. The context must be current.
+// into the device, zeroed. Like every call of the package, it binds the
+// device's context itself.
 func (g *Device) HostAllocMapped(size uint64) (*MappedBuffer, error) {
 	if size == 0 {
 		return nil, invalid(cuMemHostAlloc, "zero bytes")
 	}
 	var p unsafe.Pointer
-	if err := g.drv.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable|memHostAllocDeviceMap); err != nil {
+	if err := g.call(cuMemHostAlloc, uintptr(unsafe.Pointer(&p)), uintptr(size), memHostAllocPortable|memHostAllocDeviceMap); err != nil {
 		return nil, err
 	}
 	h := &HostBuffer{b: unsafe.Slice((*byte)(p), size), dev: g, release: cuMemFreeHost}
 	clear(h.b)
 	m := &MappedBuffer{HostBuffer: h}
-	if err := g.drv.callNamed("cuMemHostGetDevicePointer_v2", uintptr(unsafe.Pointer(&m.DevPtr)), uintptr(p), 0); err != nil {
+	if err := g.call(cuMemHostGetDevicePointer_v2, uintptr(unsafe.Pointer(&m.DevPtr)), uintptr(p), 0); err != nil {
 		h.Free()
 		return nil, err
 	}
@@ -104,18 +103,18 @@ const hostRegisterDeviceMap = 0x2 // CU_MEMHOSTREGISTER_DEVICEMAP
 // HostRegisterMapped page-locks existing host memory and maps it into the
 // device (cuMemHostRegister with DEVICEMAP): memory another driver reads
 // too, such as a GPU-resident stream's consumer word, which gpufpga pins.
-// Free unregisters it; b must stay mapped until then. The context must be
-// current.
+// Free unregisters it; b must stay mapped until then. It binds the
+// device's context itself.
 func (g *Device) HostRegisterMapped(b []byte) (*MappedBuffer, error) {
 	if len(b) == 0 {
 		return nil, invalid(cuMemHostRegister_v2, "zero bytes")
 	}
 	p := unsafe.Pointer(&b[0])
-	if err := g.drv.call(cuMemHostRegister_v2, uintptr(p), uintptr(len(b)), hostRegisterPortable|hostRegisterDeviceMap); err != nil {
+	if err := g.call(cuMemHostRegister_v2, uintptr(p), uintptr(len(b)), hostRegisterPortable|hostRegisterDeviceMap); err != nil {
 		return nil, err
 	}
 	m := &MappedBuffer{HostBuffer: &HostBuffer{b: b, dev: g, release: cuMemHostUnregister}}
-	if err := g.drv.callNamed("cuMemHostGetDevicePointer_v2", uintptr(unsafe.Pointer(&m.DevPtr)), uintptr(p), 0); err != nil {
+	if err := g.call(cuMemHostGetDevicePointer_v2, uintptr(unsafe.Pointer(&m.DevPtr)), uintptr(p), 0); err != nil {
 		m.Free()
 		return nil, err
 	}
@@ -129,20 +128,4 @@ func (m *MappedBuffer) Ptr(off uint64) unsafe.Pointer {
 		return nil
 	}
 	return unsafe.Pointer(&m.b[off])
-}
-
-// callNamed calls a driver function the package's table does not hold,
-// looked up by name each time: for set-up calls, not for a hot path.
-//
-//go:uintptrescapes
-func (d *Driver) callNamed(name string, args ...uintptr) error {
-	fn, err := purego.Dlsym(d.lib, name)
-	if err != nil || fn == 0 {
-		return &Error{Op: name, Code: int(ErrorNotFound), Msg: "not in this driver (too old?)"}
-	}
-	r, _, _ := purego.SyscallN(fn, args...)
-	if code := int(int32(r)); code != 0 {
-		return &Error{Op: name, Code: code, Msg: d.errorString(code)}
-	}
-	return nil
 }

@@ -33,13 +33,17 @@ const (
 	countersSize = 64  // struct counters
 )
 
-// Kernels is the loaded module. The context must be current to load it.
+// Kernels is the loaded module, and the memory its persistent consumers
+// ran on, kept for the next (memPool): nothing is freed until Close.
 type Kernels struct {
 	mod                                    *cuda.Module
 	consume, checkSlot, pingpong, nullKern *cuda.Function
+	pool                                   memPool
 }
 
-// LoadKernels JIT-compiles the PTX for g.
+// LoadKernels JIT-compiles the PTX for g. Loading waits for every kernel
+// running on the device, a persistent consumer's too: load once, before
+// the first consumer starts, and start every consumer from it.
 func LoadKernels(g *cuda.Device) (*Kernels, error) {
 	mod, err := g.LoadPTX(PTX)
 	if err != nil {
@@ -58,8 +62,10 @@ func LoadKernels(g *cuda.Device) (*Kernels, error) {
 	return k, nil
 }
 
-// Close unloads the module.
-func (k *Kernels) Close() error { return k.mod.Close() }
+// Close frees the consumers' memory and unloads the module. Both wait
+// for every kernel running on the device: close the kernels once every
+// consumer of the process has stopped.
+func (k *Kernels) Close() error { return errors.Join(k.pool.free(), k.mod.Close()) }
 
 // Placement is where a ring's slots are.
 type Placement int
@@ -360,10 +366,13 @@ func (cfg Resident) chunks(size, workers int) int {
 	return min(max(size/cb, 1), workers)
 }
 
-// StartResident launches resident_consume on r, from a host thread of its
-// own that then sleeps until Stop: no CPU work per slot. The ring must be
-// reset (GPURing.Reset) and nothing may use the GPU's legacy default stream
-// while it runs (that would wait for the kernel).
+// StartResident launches resident_consume on r, on a non-blocking stream,
+// from a host thread of its own that then sleeps until Stop: no CPU work
+// per slot. The ring must be reset (GPURing.Reset). While it runs, what
+// waits for every kernel on the device (cuMemFree, cuMemFreeHost,
+// cuMemHostUnregister, module loads and unloads) waits for it; the
+// consumer's own memory comes from k and goes back to it, and is freed
+// by Close.
 func (k *Kernels) StartResident(g *cuda.Device, r *GPURing, cfg Resident) (RingConsumer, error) {
 	return k.start(g, consumeArgs{slots: r.SlotsDev, slotSize: r.SlotSize, results: r.ResultsDev, nslots: r.NSlots,
 		consumer: r.ConsumerDev, nsrc: r.NSrc}, cfg)
@@ -410,7 +419,11 @@ func (c *FrameConsumer) Bytes() uint64 {
 // StartFrames launches resident_consume on a driver stream's ring in
 // frames mode: each fill's FRM1 frames are checked word by word, and gaps
 // in their sequence numbers counted, with no CPU work per slot. Start it
-// before the stream, with the results zeroed.
+// before the stream, with the results zeroed. It runs on a non-blocking
+// stream of its own, beside other consumers of k: it allocates from what
+// earlier ones ran on and loads nothing, so it waits for none of them;
+// while it runs, cuMemFree, cuMemFreeHost, cuMemHostUnregister and module
+// loads and unloads of the whole process wait for it.
 func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*FrameConsumer, error) {
 	switch {
 	case r.NSlots < 1 || r.Published == nil:
@@ -430,22 +443,31 @@ func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*Fram
 // p2p.Stream.Fills, once it has ended), or when ctx ends first
 // (ErrStalled), and returns its counters.
 func (c *FrameConsumer) Stop(ctx context.Context, fills uint64) (Counters, error) {
-	var waitErr error
-	if c.published() < fills {
-		tick := time.NewTicker(100 * time.Microsecond)
-		for c.published() < fills && waitErr == nil {
-			select {
-			case <-ctx.Done():
-				waitErr = fmt.Errorf("%w: %d of %d fills consumed: %w", ErrStalled, c.published(), fills, ctx.Err())
-			case <-c.Done():
-				waitErr = fmt.Errorf("%w: %d of %d fills consumed when the kernel ended", ErrStalled, c.published(), fills)
-			case <-tick.C:
-			}
-		}
-		tick.Stop()
-	}
+	waitErr := waitPublished(ctx, c.published, c.Done(), fills)
 	cnt, err := c.run.Stop()
 	return cnt, errors.Join(waitErr, err)
+}
+
+// waitPublished waits until published() reaches fills, the kernel ends
+// (done) or ctx ends: ErrStalled for either.
+func waitPublished(ctx context.Context, published func() uint64, done <-chan struct{}, fills uint64) error {
+	if published() >= fills {
+		return nil
+	}
+	tick := time.NewTicker(100 * time.Microsecond)
+	defer tick.Stop()
+	for published() < fills {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%w: %d of %d fills consumed: %w", ErrStalled, published(), fills, ctx.Err())
+		case <-done:
+			if published() < fills {
+				return fmt.Errorf("%w: %d of %d fills consumed when the kernel ended", ErrStalled, published(), fills)
+			}
+		case <-tick.C:
+		}
+	}
+	return nil
 }
 
 // frameHeader is frame.HeaderSize: FRAME_HEADER in resident.cu.
@@ -471,41 +493,21 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 	if err != nil {
 		return nil, err
 	}
-	if w+1 > sms || w < 1 {
+	if w+1 > min(sms, maxBlocks) || w < 1 {
 		// Every block must be resident at once.
 		return nil, fmt.Errorf("%w: %d worker blocks and a publisher on %d multiprocessors", ErrConfig, w, sms)
 	}
-	// Device memory is allocated and zeroed, and host memory mapped,
-	// before the kernel starts, on the starting thread.
-	var (
-		ctl   *cuda.MappedBuffer // stop word, then counters
-		state *cuda.Buffer       // struct state and its six arrays
-		s     *cuda.Stream
-	)
-	cleanup := func() {
-		if s != nil {
-			s.Close()
-		}
-		if state != nil {
-			state.Free()
-		}
-		if ctl != nil {
-			ctl.Free()
-		}
-	}
-	if ctl, err = g.HostAllocMapped(uint64(64 + (w+1)*countersSize)); err != nil {
+	// The memory the kernel runs on comes from the pool, zeroed on the
+	// kernel's own stream: nothing here waits for another consumer's
+	// kernel running on the GPU.
+	m, err := k.pool.take(g, uint64(64+6*8*a.nslots), 0)
+	if err != nil {
 		return nil, err
 	}
-	stateSize := uint64(64 + 6*8*a.nslots)
-	if state, err = g.Alloc(stateSize); err != nil {
-		cleanup()
-		return nil, err
-	}
-	if err := g.CopyHtoD(state.Ptr, make([]byte, stateSize)); err != nil {
-		cleanup()
-		return nil, err
-	}
-	if s, err = g.NewStream(); err != nil {
+	ctl, state, s := m.ctl, m.state, m.s
+	cleanup := func() { k.pool.give(m) }
+	clear(ctl.Bytes())
+	if err := s.MemsetD8(state.Ptr, 0, state.Size); err != nil {
 		cleanup()
 		return nil, err
 	}

@@ -57,6 +57,51 @@ type ResidentRing struct {
 	// of the frames; it refuses a check it cannot make.
 	Check     Check
 	FrameSize int
+	// Func, if not nil, is the user's code to run on every fill in
+	// place of Check; a GPU that cannot run it refuses.
+	Func *ResidentFunc
+}
+
+// ResidentFunc is the user's code a resident consumer runs on every
+// fill: PTX (ISA 6.0 or later, sm_70 or later) that defines
+//
+//	extern "C" __device__ int gpufpga_process(const unsigned char *slot,
+//		unsigned long long len, unsigned long long k, void *state, void *out);
+//
+// which cudamem links into package resident's persistent consumer with
+// the driver's JIT linker (no CUDA toolkit; resident.FuncName says what
+// the function may do). Every thread of a 256-thread worker block calls
+// it once for fill k; a non-zero return counts the fill in
+// Stats.BadFills. While the consumer runs, what waits for every kernel
+// on the GPU (freeing memory, loading modules) waits for it: cudamem
+// loads the linked consumer once per GPU and function, and defers its
+// own frees until no consumer runs.
+type ResidentFunc struct {
+	Name string // names the PTX in errors
+	PTX  []byte
+	// State, if not empty, is copied to GPU memory that every call gets
+	// as state (parameters, running totals); it lives as long as the
+	// consumer.
+	State []byte
+	// OutSize and OutDepth: each fill's out is a record of OutSize bytes
+	// (a multiple of 8) in host memory; OnRecord gets fill k's, in fill
+	// order, once the fill is published, on a goroutine of the
+	// consumer's, and OutDepth of them may wait for it (the consumer
+	// holds fill k until fill k - OutDepth's was handed over). 0: none.
+	OutSize, OutDepth int
+	// OnRecord receives each record; it must not keep rec after it
+	// returns. Records still unread when the consumer stops are handed
+	// over before Stop returns.
+	OnRecord func(k uint64, rec []byte)
+}
+
+// ResidentWords is a ResidentGPU that supplies the consumer's word
+// itself: memory it mapped into the GPU once and keeps, so that no
+// mapping is undone while a consumer runs (CUDA's unregistration waits
+// for every kernel on the GPU). The session pins the word it gets, and
+// calls release once it has unpinned it.
+type ResidentWords interface {
+	ResidentWord() (word []byte, release func(), err error)
 }
 
 // ResidentConsumer is a running resident consumer.
@@ -75,6 +120,7 @@ type ConsumerStats struct {
 	Consumed uint64 // fills consumed and published
 	Bytes    uint64 // their lengths, summed
 	Frames   frame.Stats
+	Bad      uint64 // fills a ResidentFunc found bad
 }
 
 // residentMem is what a resident session holds beside the ring.
@@ -82,6 +128,8 @@ type residentMem struct {
 	results    GPUBuffer
 	resultsPin *p2p.Pin
 	word       *p2p.HostBuffer
+	wordMem    []byte // the consumer's word: word's, or the GPU's
+	wordFree   func() // gives the GPU's word back
 	wordPin    *p2p.Pin
 	cons       ResidentConsumer
 	final      *ConsumerStats // once the session ended
@@ -98,6 +146,9 @@ func (r *residentMem) free() error {
 	if r.word != nil {
 		errs = append(errs, r.word.Free())
 	}
+	if r.wordFree != nil {
+		r.wordFree()
+	}
 	if r.results != nil {
 		errs = append(errs, r.results.Free())
 	}
@@ -108,6 +159,9 @@ func (c *Config) validateResident() error {
 	if !c.Resident {
 		if c.Coalesce != 0 {
 			return fmt.Errorf("%w: coalescing is for resident sessions", ErrConfig)
+		}
+		if c.ResidentFunc != nil {
+			return fmt.Errorf("%w: a resident function is for resident sessions", ErrConfig)
 		}
 		return nil
 	}
@@ -122,6 +176,16 @@ func (c *Config) validateResident() error {
 	}
 	if c.DrainTimeout < 0 {
 		return fmt.Errorf("%w: drain timeout %v", ErrConfig, c.DrainTimeout)
+	}
+	if f := c.ResidentFunc; f != nil {
+		switch {
+		case c.Check != CheckNone:
+			return fmt.Errorf("%w: a resident function is the consumer's check: check %v, not %v", ErrConfig, CheckNone, c.Check)
+		case len(f.PTX) == 0:
+			return fmt.Errorf("%w: resident function %q has no PTX", ErrConfig, f.Name)
+		case f.OutSize < 0 || f.OutDepth < 0 || f.OutSize%8 != 0 || (f.OutSize == 0) != (f.OutDepth == 0) || (f.OutSize > 0) != (f.OnRecord != nil):
+			return fmt.Errorf("%w: resident function %q: %d records of %d bytes: none, or a depth, a multiple of 8 and OnRecord", ErrConfig, f.Name, f.OutDepth, f.OutSize)
+		}
 	}
 	return nil
 }
@@ -145,16 +209,23 @@ func (s *Session) startResident(ctx context.Context, pinning Pinning) error {
 	if r.resultsPin, err = PinGPU(d, r.results, n, pinning); err != nil {
 		return fmt.Errorf("stream: resident results of %d bytes, pinned through %v: %w", n, pinning, err)
 	}
-	if r.word, err = d.AllocHost(uint64(os.Getpagesize())); err != nil {
-		return fmt.Errorf("stream: resident consumer word: %w", err)
+	if w, ok := s.cfg.GPU.(ResidentWords); ok {
+		if r.wordMem, r.wordFree, err = w.ResidentWord(); err != nil {
+			return fmt.Errorf("stream: resident consumer word: %w", err)
+		}
+	} else {
+		if r.word, err = d.AllocHost(uint64(os.Getpagesize())); err != nil {
+			return fmt.Errorf("stream: resident consumer word: %w", err)
+		}
+		r.wordMem = r.word.Bytes()
 	}
-	word := r.word.Bytes()[:consumerSize]
-	if r.wordPin, err = d.PinHost(r.word.Bytes()); err != nil {
+	word := r.wordMem[:consumerSize]
+	if r.wordPin, err = d.PinHost(r.wordMem); err != nil {
 		return fmt.Errorf("stream: resident consumer word: %w", err)
 	}
 	if r.cons, err = s.cfg.GPU.(ResidentGPU).StartConsumer(ResidentRing{
 		Ring: s.gpu, SlotSize: s.cfg.SlotSize, Slots: s.cfg.Slots, Results: r.results,
-		Consumer: word, Check: s.cfg.Check, FrameSize: s.cfg.FrameSize,
+		Consumer: word, Check: s.cfg.Check, FrameSize: s.cfg.FrameSize, Func: s.cfg.ResidentFunc,
 	}); err != nil {
 		return fmt.Errorf("stream: starting the resident consumer: %w", err)
 	}
@@ -256,6 +327,6 @@ func (s *Session) residentStats(st *Stats) {
 		live := s.res.cons.Stats()
 		cs = &live
 	}
-	st.Slots, st.Bytes, st.Frames = cs.Consumed, cs.Bytes, cs.Frames
+	st.Slots, st.Bytes, st.Frames, st.BadFills = cs.Consumed, cs.Bytes, cs.Frames, cs.Bad
 	st.Fills = s.res.fills
 }

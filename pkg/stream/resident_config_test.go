@@ -23,6 +23,7 @@ func (*residentLocal) StartConsumer(stream.ResidentRing) (stream.ResidentConsume
 // Resident configurations are checked before anything is opened: those
 // that pass fail only for want of a device.
 func TestResidentConfig(t *testing.T) {
+	fn := func() *stream.ResidentFunc { return &stream.ResidentFunc{Name: "f.ptx", PTX: []byte(".version 6.0")} }
 	ok := func() stream.Config {
 		return stream.Config{SlotSize: 64 << 10, Slots: 8, GPU: &residentLocal{}, Check: stream.CheckCPU, Resident: true}
 	}
@@ -43,6 +44,27 @@ func TestResidentConfig(t *testing.T) {
 		{"coalesce negative", func(c *stream.Config) { c.Coalesce = -1 }, "coalescing -1 fills of 8 slots"},
 		{"coalesce not resident", func(c *stream.Config) { c.Resident, c.Coalesce = false, 4 }, "coalescing is for resident sessions"},
 		{"drain timeout", func(c *stream.Config) { c.DrainTimeout = -1 }, "drain timeout -1ns"},
+		{"function", func(c *stream.Config) { c.Check, c.ResidentFunc = stream.CheckNone, fn() }, "need a device"},
+		{"function with records", func(c *stream.Config) {
+			c.Check, c.ResidentFunc = stream.CheckNone, fn()
+			c.ResidentFunc.OutSize, c.ResidentFunc.OutDepth, c.ResidentFunc.OnRecord = 64, 4, func(uint64, []byte) {}
+		}, "need a device"},
+		{"function and a check", func(c *stream.Config) { c.ResidentFunc = fn() },
+			"a resident function is the consumer's check: check none, not cpu"},
+		{"function not resident", func(c *stream.Config) { c.Resident, c.Check, c.ResidentFunc = false, stream.CheckNone, fn() },
+			"a resident function is for resident sessions"},
+		{"function without PTX", func(c *stream.Config) {
+			c.Check, c.ResidentFunc = stream.CheckNone, fn()
+			c.ResidentFunc.PTX = nil
+		}, `resident function "f.ptx" has no PTX`},
+		{"records without OnRecord", func(c *stream.Config) {
+			c.Check, c.ResidentFunc = stream.CheckNone, fn()
+			c.ResidentFunc.OutSize, c.ResidentFunc.OutDepth = 64, 4
+		}, `resident function "f.ptx": 4 records of 64 bytes: none, or a depth, a multiple of 8 and OnRecord`},
+		{"records of odd size", func(c *stream.Config) {
+			c.Check, c.ResidentFunc = stream.CheckNone, fn()
+			c.ResidentFunc.OutSize, c.ResidentFunc.OutDepth, c.ResidentFunc.OnRecord = 12, 4, func(uint64, []byte) {}
+		}, `resident function "f.ptx": 4 records of 12 bytes`},
 	} {
 		cfg := ok()
 		tc.edit(&cfg)

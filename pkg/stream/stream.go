@@ -97,10 +97,16 @@ type Config struct {
 	// whole frames.
 	FrameSize int
 	// Resident runs a GPU-resident session: GPU must be a ResidentGPU,
-	// whose consumer checks the frames as Check says, and each slot must
-	// be one bus-contiguous run (one descriptor): a slot size that
-	// divides 64 KiB, a GPU page, always is.
+	// whose consumer checks the frames as Check says, or runs
+	// ResidentFunc on every fill, and each slot must be one
+	// bus-contiguous run (one descriptor): a slot size that divides
+	// 64 KiB, a GPU page, always is.
 	Resident bool
+	// ResidentFunc, in a resident session, is the user's code the
+	// consumer runs on every fill in place of a frame check (Check
+	// CheckNone): a device function linked into the GPU's persistent
+	// consumer (see ResidentFunc).
+	ResidentFunc *ResidentFunc
 	// Coalesce is a resident session's fills per engine interrupt, 1 to
 	// Slots; 0 lets the driver pick.
 	Coalesce int
@@ -142,6 +148,8 @@ type Stats struct {
 	// Fills the fills the engine made, known once the session ended.
 	Resident bool
 	Fills    uint64
+	// BadFills counts the fills a ResidentFunc found bad.
+	BadFills uint64
 }
 
 // LatencyBuckets is how many buckets a LatencyHistogram has, the last

@@ -143,7 +143,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"stream", "--mem", "cuda", "--resident", "--out", "/tmp/x", "-d", none}, ExitUsage, "p2pctl: --out records slots the CPU is handed: a --resident stream's stay on the GPU\n"},
 		{[]string{"stream", "--mem", "cuda", "--resident", "--coalesce", "17", "-d", none}, ExitUsage, "p2pctl: --coalesce 17: want 0 (the driver picks) to --slots (16)\n"},
 		{[]string{"stream", "--mem", "cuda", "--resident", "--slots", "8", "--coalesce", "-1", "-d", none}, ExitUsage, "p2pctl: --coalesce -1: want 0 (the driver picks) to --slots (8)\n"},
-		{[]string{"stream", "--mem", "cuda", "--resident", "-d", none}, ExitUsage, "p2pctl: --resident on --mem cuda checks frames on the GPU: give --frame-size\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "-d", none}, ExitUsage, "p2pctl: --resident on --mem cuda checks frames on the GPU: give --frame-size, or --resident-func\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident-func", "f.ptx", "-d", none}, ExitUsage, "p2pctl: --resident-func runs on a resident stream's consumer: give --resident\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--resident-func", "f.ptx", "--check", "gpu", "--frame-size", "4096", "-d", none}, ExitUsage, "p2pctl: --resident-func is the consumer's check: not with --check gpu\n"},
+		{[]string{"stream", "--mem", "cuda", "--resident", "--resident-func", "/nonexistent/f.ptx", "-d", none}, ExitUsage, "p2pctl: --resident-func: open /nonexistent/f.ptx: no such file or directory\n"},
 		// Refused before the device is opened, let alone the ring pinned.
 		{[]string{"stream", "--mem", "cuda", "--resident", "--check", "cpu", "--frame-size", "4096", "-d", none}, ExitUsage,
 			"p2pctl: --resident on --mem cuda checks frames on the GPU, where they land: --check gpu (or auto), not cpu\n"},

@@ -40,6 +40,8 @@ type streamJSON struct {
 	// GPU took, fills what the engine made (in the summary).
 	Resident bool   `json:"resident,omitempty"`
 	Fills    uint64 `json:"fills,omitempty"`
+	// Fills a --resident-func function found bad.
+	BadFills uint64 `json:"bad_fills,omitempty"`
 	Error    string `json:"error,omitempty"`
 }
 
@@ -47,7 +49,7 @@ func streamLine(st stream.Stats, summary bool) streamJSON {
 	out := streamJSON{Time: time.Now(), Summary: summary, Mode: st.Mode.String(), Seconds: st.Elapsed.Seconds(),
 		Bytes: st.Bytes, Slots: st.Slots, GBps: st.GBps, Held: st.Held, MaxHeld: st.MaxHeld,
 		LatencyUs: us(st.SlotLatency), Frames: st.Frames.Frames, Gaps: st.Frames.Gaps,
-		Duplicates: st.Frames.Duplicates, CRCFailures: st.Frames.CRCFailures, Resident: st.Resident, Fills: st.Fills}
+		Duplicates: st.Frames.Duplicates, CRCFailures: st.Frames.CRCFailures, Resident: st.Resident, Fills: st.Fills, BadFills: st.BadFills}
 	if st.Mode == stream.Direct {
 		out.Pinning = st.Pinning.String()
 	}
@@ -145,6 +147,7 @@ func newStreamCmd(g *globals) *cobra.Command {
 	var mode, mem, channel, out, check, metricsAddr string
 	var slots, coalesce int
 	var resident bool
+	var residentFunc string
 	var frameSize sizeValue
 	var slotSize sizeValue = 64 << 10
 	var duration, interval time.Duration
@@ -210,12 +213,26 @@ its fills per engine interrupt (0: the driver picks).
 			if err := streamResident(resident, coalesce, slots, sm, out); err != nil {
 				return err
 			}
-			if resident && mem == memCUDA && ck != checkAuto && ck != stream.CheckGPU {
+			var fn *stream.ResidentFunc
+			if residentFunc != "" {
+				if !resident {
+					return usageErr("--resident-func runs on a resident stream's consumer: give --resident")
+				}
+				if check != "auto" && check != "none" {
+					return usageErr("--resident-func is the consumer's check: not with --check %s", check)
+				}
+				ptx, err := os.ReadFile(residentFunc)
+				if err != nil {
+					return usageErr("--resident-func: %v", err)
+				}
+				fn = &stream.ResidentFunc{Name: residentFunc, PTX: ptx}
+			}
+			if resident && mem == memCUDA && fn == nil && ck != checkAuto && ck != stream.CheckGPU {
 				// cudamem's consumer would refuse it once the ring is pinned.
 				return usageErr("--resident on --mem cuda checks frames on the GPU, where they land: --check gpu (or auto), not %v", ck)
 			}
-			if resident && mem == memCUDA && frameSize == 0 {
-				return usageErr("--resident on --mem cuda checks frames on the GPU: give --frame-size")
+			if resident && mem == memCUDA && frameSize == 0 && fn == nil {
+				return usageErr("--resident on --mem cuda checks frames on the GPU: give --frame-size, or --resident-func")
 			}
 			if mem == memHost {
 				return usageErr("--mem %s: a stream's slots end up in GPU memory: want %s", mem, g.opts.streamKinds())
@@ -223,7 +240,7 @@ its fills per engine interrupt (0: the driver picks).
 			if out != "" && mem == memCUDA {
 				return usageErr("--out records CPU-visible memory: not with --mem %s", memCUDA)
 			}
-			if ck == checkAuto && mem == memCUDA && frameSize == 0 && sm == stream.Direct {
+			if ck == checkAuto && mem == memCUDA && frameSize == 0 && sm == stream.Direct && fn == nil {
 				return usageErr("checking frames in CUDA memory needs --frame-size (or --check none)")
 			}
 			if sm == stream.Compat {
@@ -255,6 +272,10 @@ its fills per engine interrupt (0: the driver picks).
 				return err
 			}
 			sm = cfg.Mode
+			if fn != nil {
+				ck = stream.CheckNone
+				cfg.ResidentFunc = fn
+			}
 			if ck == checkAuto {
 				// Where the frames can be read: on the GPU for CUDA
 				// memory written directly, else on the CPU.
@@ -379,6 +400,7 @@ its fills per engine interrupt (0: the driver picks).
 	cmd.Flags().StringVar(&out, "out", "", "record the slots' bytes to this file")
 	cmd.Flags().Var(&via, "pin", pinHelp+" (direct mode)")
 	cmd.Flags().BoolVar(&resident, "resident", false, "GPU-resident: a consumer on the GPU takes and gives back the slots (direct mode)")
+	cmd.Flags().StringVar(&residentFunc, "resident-func", "", "--resident: PTX defining extern \"C\" __device__ int gpufpga_process(slot, len, k, state, out), run on every fill on the GPU in place of the frame check (package resident)")
 	cmd.Flags().IntVar(&coalesce, "coalesce", 0, "--resident: fills per engine interrupt, 1 to --slots (0: the driver picks)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", "", "serve Prometheus metrics at http://ADDR/metrics while streaming (e.g. :9464)")
 	return cmd

@@ -38,6 +38,11 @@ type GPU struct {
 	// returns.
 	host   []*cuda.HostBuffer
 	closed bool // under mu: Close ran
+	// checkers are idle frame checkers, kept for the next session of
+	// their frame size: loading one's kernel waits for a running
+	// resident consumer, freeing its memory too.
+	checkers []*checker
+	res      residents
 }
 
 var (
@@ -94,10 +99,11 @@ func Open(ordinal int) (*GPU, error) {
 // Device returns the CUDA device.
 func (c *GPU) Device() *cuda.Device { return c.dev }
 
-// Close destroys the copy streams and events, and releases the device if
-// Open opened it. A second Close does nothing: after the first, failed or
-// not, nothing of the GPU is left to release (a failure to make its
-// context current means that the context is gone, and them with it).
+// Close frees what resident consumers and frame checkers kept, destroys
+// the copy streams and events, and releases the device if Open opened it.
+// No resident consumer may run: the frees would wait for it. A second
+// Close does nothing: after the first, failed or not, nothing of the GPU
+// is left to release.
 func (c *GPU) Close() error {
 	c.mu.Lock()
 	closed := c.closed
@@ -110,7 +116,11 @@ func (c *GPU) Close() error {
 		return err
 	}
 	defer c.dev.Unlock()
-	var errs []error
+	errs := []error{c.closeResidents()}
+	for _, k := range c.checkers {
+		errs = append(errs, k.s.Close(), k.chk.Close())
+	}
+	c.checkers = nil
 	for _, s := range c.streams {
 		errs = append(errs, s.Close())
 	}
@@ -156,17 +166,11 @@ func (c *GPU) RegisterHost(b []byte) (func() error, error) {
 	c.host = append(c.host, h)
 	c.mu.Unlock()
 	return func() error {
-		if err := c.dev.Lock(); err != nil {
-			return err
-		}
-		defer c.dev.Unlock()
-		if err := h.Free(); err != nil {
-			return err
-		}
 		c.mu.Lock()
 		c.host = slices.DeleteFunc(c.host, func(x *cuda.HostBuffer) bool { return x == h })
 		c.mu.Unlock()
-		return nil
+		// Unregistering waits for a running resident consumer.
+		return c.later(h.Free)
 	}, nil
 }
 
@@ -243,13 +247,9 @@ var (
 func (b *buffer) Addr() uint64 { return b.b.Ptr }
 func (b *buffer) Size() uint64 { return b.b.Size }
 
-func (b *buffer) Free() error {
-	if err := b.c.dev.Lock(); err != nil {
-		return err
-	}
-	defer b.c.dev.Unlock()
-	return b.b.Free()
-}
+// Free frees the buffer, once no resident consumer runs on the GPU
+// (cuMemFree would wait for it): at once, or when the last one stops.
+func (b *buffer) Free() error { return b.c.later(b.b.Free) }
 
 // ExportDmabuf implements stream.DmabufBuffer with
 // cuMemGetHandleForAddressRange.
@@ -347,8 +347,21 @@ func (cp *copyDone) Wait() error {
 }
 
 // NewFrameChecker implements stream.GPUChecking with package gpucheck's
-// kernel.
+// kernel. A checker closed before is taken again for its frame size:
+// loading the kernel waits for a running resident consumer, and so
+// would freeing its memory.
 func (c *GPU) NewFrameChecker(frameSize, maxFrames int) (stream.FrameChecker, error) {
+	c.mu.Lock()
+	for i, k := range c.checkers {
+		if k.chk.FrameSize() == frameSize && k.maxFrames == maxFrames {
+			c.checkers = slices.Delete(c.checkers, i, i+1)
+			k.idle = false
+			c.mu.Unlock()
+			k.chk.ResetStats()
+			return k, nil
+		}
+	}
+	c.mu.Unlock()
 	if err := c.dev.Lock(); err != nil {
 		return nil, err
 	}
@@ -362,13 +375,15 @@ func (c *GPU) NewFrameChecker(frameSize, maxFrames int) (stream.FrameChecker, er
 		chk.Close()
 		return nil, err
 	}
-	return &checker{c: c, chk: chk, s: s}, nil
+	return &checker{c: c, chk: chk, s: s, maxFrames: maxFrames}, nil
 }
 
 type checker struct {
-	c   *GPU
-	chk *gpucheck.Checker
-	s   *cuda.Stream
+	c         *GPU
+	chk       *gpucheck.Checker
+	s         *cuda.Stream
+	maxFrames int
+	idle      bool // in c.checkers; c.mu guards it
 }
 
 func (k *checker) Check(b stream.GPUBuffer, off, n uint64) error {
@@ -384,12 +399,16 @@ func (k *checker) Check(b stream.GPUBuffer, off, n uint64) error {
 
 func (k *checker) Stats() frame.Stats { return k.chk.Stats() }
 
+// Close keeps the checker for the next session of its frame size; the
+// GPU's Close frees it.
 func (k *checker) Close() error {
-	if err := k.c.dev.Lock(); err != nil {
-		return err
+	k.c.mu.Lock()
+	if !k.idle {
+		k.idle = true
+		k.c.checkers = append(k.c.checkers, k)
 	}
-	defer k.c.dev.Unlock()
-	return errors.Join(k.s.Close(), k.chk.Close())
+	k.c.mu.Unlock()
+	return nil
 }
 
 // Pin pins [ptr, ptr+size) of g's memory, allocated any way CUDA allows,

@@ -1,0 +1,67 @@
+package main
+
+import (
+	_ "embed"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/gpufpga/gpufpga/pkg/stream"
+)
+
+// framestatsFuncPTX is framestats_func.cu as `make ptx` compiled it: the
+// per-frame statistics as a function the GPU-resident consumer runs.
+//
+//go:embed framestats_func.ptx
+var framestatsFuncPTX []byte
+
+// residentDepth is how many fills' records may wait for the host.
+const residentDepth = 64
+
+// ResidentFunc returns framestats as a resident session's function
+// (acquire -resident): the GPU-resident consumer runs it on every fill as
+// the fill lands, with no launch and no CPU work per slot, and every
+// frame's record reaches fn, in order, on a goroutine of the consumer's.
+func ResidentFunc(slotSize uint64, frameSize, threshold int, fn func(Record)) (*stream.ResidentFunc, error) {
+	if frameSize <= headerBytes || frameSize%4 != 0 || slotSize%uint64(frameSize) != 0 {
+		return nil, fmt.Errorf("%w: frames of %d bytes in slots of %d: frames need a multiple of 4 bytes above the %d-byte header, and slots whole frames",
+			stream.ErrConfig, frameSize, slotSize, headerBytes)
+	}
+	perSlot := int(slotSize / uint64(frameSize))
+	state := make([]byte, 8) // struct framestats_state
+	binary.LittleEndian.PutUint32(state, uint32(frameSize))
+	binary.LittleEndian.PutUint32(state[4:], uint32(int32(threshold)))
+	return &stream.ResidentFunc{
+		Name: "framestats_func.ptx", PTX: framestatsFuncPTX, State: state,
+		OutSize: 8 + perSlot*recordBytes, OutDepth: residentDepth,
+		OnRecord: func(_ uint64, rec []byte) {
+			n := min(int(binary.LittleEndian.Uint64(rec)), perSlot)
+			for i := range n {
+				fn(decodeRecord(rec[8+i*recordBytes:]))
+			}
+		},
+	}, nil
+}
+
+// ConsumeResident waits for a resident session to end, stopping it once
+// limit bytes have come (0: none): its consumer hands the records over by
+// itself.
+func ConsumeResident(s *stream.Session, limit uint64) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	filled := s.Filled() // nothing comes: it closes when the session ends
+	for {
+		select {
+		case _, ok := <-filled:
+			if !ok {
+				return nil
+			}
+		case <-tick.C:
+			if limit > 0 && s.Stats().Bytes >= limit {
+				if err := s.Stop(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,238 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * A GPU-resident stream's consumer, written in CUDA: the device side of
+ * gpufpga_resident.h, for a persistent kernel of one's own (nvcc, or
+ * clang's CUDA mode). Installed as <gpufpga/gpufpga_resident_cuda.cuh>.
+ *
+ * The kernel: a grid of 1 + W blocks, all resident at once (W + 1 at most
+ * the GPU's multiprocessors). Block 0's thread 0 publishes; worker block
+ * w (1..W) takes fills k = w - 1, w - 1 + W, w - 1 + 2W, ...:
+ *
+ *	__global__ void my_consumer(struct gpufpga_dev_ring r)
+ *	{
+ *		unsigned long long k, len;
+ *
+ *		if (blockIdx.x == 0) {
+ *			if (threadIdx.x == 0)
+ *				gpufpga_publisher(&r);
+ *			return;
+ *		}
+ *		for (k = blockIdx.x - 1; gpufpga_block_claim(&r, k, &len); k += gridDim.x - 1) {
+ *			... every thread reads its part of gpufpga_slot(&r, k), len bytes ...
+ *			gpufpga_block_release(&r, k);
+ *		}
+ *	}
+ *
+ * The host side: the ring, results and consumer word of a resident
+ * stream (gpufpga.h's GPUFPGA_STREAM_RESIDENT); done[] and published in
+ * GPU memory, zero at launch; stop a word of host memory mapped into the
+ * GPU, zero at launch. Launch the kernel on a non-blocking stream
+ * (cuStreamCreate with CU_STREAM_NON_BLOCKING) before the stream starts;
+ * once the stream has ended and consumer->consumed has reached the fills
+ * it made (STREAM_END's seq), store 1 to stop and wait for the kernel.
+ * While the kernel runs, the CUDA calls that wait for the whole device
+ * (cuMemFree, cuMemFreeHost, cuMemHostUnregister, cuModuleLoadData,
+ * cuModuleUnload, cuCtxSynchronize) wait for it: allocate, load and free
+ * before it starts or after it stopped.
+ *
+ * The memory-ordering rules, each where it applies below:
+ *  - a result is read with acquire semantics at system scope
+ *    (ld.acquire.sys), status and length in one 64-bit load, and the slot
+ *    only after it: never read a slot, nor poll its result, ahead of the
+ *    fill's result (gpufpga_wait_fill);
+ *  - a slot's result is polled only once the fill before it in the same
+ *    slot (k - nslots) is published, whose status was cleared before that:
+ *    otherwise the old fill's status reads as the new one's;
+ *  - the status is cleared before the fill is published, and the fill is
+ *    published (st.release.sys, in order, never backwards) only once
+ *    every read of its slot is done: the driver then lets the engine
+ *    write the slot again (gpufpga_block_release, gpufpga_publisher).
+ * Requires sm_70 and PTX ISA 6.0 (ld.acquire, st.release and scopes).
+ */
+#ifndef _GPUFPGA_RESIDENT_CUDA_CUH
+#define _GPUFPGA_RESIDENT_CUDA_CUH
+
+#include "gpufpga_resident.h"
+
+/* A resident stream's ring as the kernel sees it: pass it by value. */
+struct gpufpga_dev_ring {
+	unsigned char *slots;			/* slot 0; slot i at i * slot_size */
+	unsigned long long slot_size;
+	struct gpufpga_slot_result *results;	/* nslots results */
+	unsigned long long nslots;
+	struct gpufpga_consumer *consumer;	/* host memory mapped into the GPU */
+	unsigned long long *done;		/* nslots words, GPU memory, zero at launch */
+	unsigned long long *published;		/* one word, GPU memory, zero at launch */
+	const unsigned int *stop;		/* host memory mapped into the GPU */
+};
+
+__device__ static inline unsigned long long gpufpga_ld_acquire_sys(const void *p)
+{
+	unsigned long long v;
+
+	asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline unsigned long long gpufpga_ld_acquire_gpu(const void *p)
+{
+	unsigned long long v;
+
+	asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline void gpufpga_st_release_sys(void *p, unsigned long long v)
+{
+	asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ static inline void gpufpga_st_release_gpu(void *p, unsigned long long v)
+{
+	asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+/*
+ * A barrier for the whole block that threads may reach apart: thread 0
+ * spins on the ring while the other threads of its warp wait here. The
+ * barrier __syncthreads() compiles to (bar.sync, barrier.sync.aligned)
+ * must be reached by a warp's threads together; one reached while a lane
+ * still spins lets the others through early, on stale shared memory.
+ */
+__device__ static inline void gpufpga_block_barrier(void)
+{
+	asm volatile("barrier.sync 0;" ::: "memory");
+}
+
+__device__ static inline void gpufpga_st_relaxed_sys32(void *p, unsigned int v)
+{
+	asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+/* Whether the host has asked the kernel to stop. */
+__device__ static inline int gpufpga_stopping(const struct gpufpga_dev_ring *r)
+{
+	unsigned int v;
+
+	asm volatile("ld.acquire.sys.u32 %0, [%1];" : "=r"(v) : "l"(r->stop) : "memory");
+	return v != 0;
+}
+
+/* Fill k's slot. Read it only after gpufpga_wait_fill(k) returned 1. */
+__device__ static inline const unsigned char *gpufpga_slot(const struct gpufpga_dev_ring *r, unsigned long long k)
+{
+	return r->slots + (k % r->nslots) * r->slot_size;
+}
+
+/*
+ * One thread waits for fill k: first until the fill before it in the
+ * slot is published (its status cleared), then for the result, with
+ * ld.acquire.sys: the slot's data is visible once it returns 1, with
+ * the fill's length in *len and its status (GPUFPGA_RESULT_EOP) in
+ * *status if not NULL. Returns 0 if the host asked the kernel to stop
+ * first.
+ */
+__device__ static inline int gpufpga_wait_fill(const struct gpufpga_dev_ring *r, unsigned long long k,
+					       unsigned long long *len, unsigned int *status)
+{
+	const struct gpufpga_slot_result *res = &r->results[k % r->nslots];
+	unsigned long long v;
+
+	while (k >= r->nslots && gpufpga_ld_acquire_gpu(r->published) < k - r->nslots + 1)
+		if (gpufpga_stopping(r))
+			return 0;
+	for (;;) {
+		v = gpufpga_ld_acquire_sys(res);
+		if ((unsigned int)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC)
+			break;
+		if (gpufpga_stopping(r))
+			return 0;
+	}
+	*len = v >> 32;
+	if (status)
+		*status = (unsigned int)v;
+	return 1;
+}
+
+/*
+ * One thread marks fill k consumed: its status cleared, then done (the
+ * release orders the clear, and every read of the slot this thread made
+ * or synchronised with, before the publisher sees it). Call it once all
+ * reads of the slot are done.
+ */
+__device__ static inline void gpufpga_release(const struct gpufpga_dev_ring *r, unsigned long long k)
+{
+	gpufpga_st_relaxed_sys32(&r->results[k % r->nslots].status, 0);
+	gpufpga_st_release_gpu(&r->done[k % r->nslots], k + 1);
+}
+
+/*
+ * gpufpga_wait_fill for a whole block: thread 0 waits, every thread gets
+ * the length. Every thread of the block must call it. Returns 0 once
+ * the host asked the kernel to stop. A block that waits for anything
+ * else with one thread ends that wait with gpufpga_block_barrier(), not
+ * __syncthreads().
+ */
+__device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *r, unsigned long long k,
+						 unsigned long long *len)
+{
+	__shared__ unsigned long long s_len;
+	__shared__ int s_ok;
+
+	int ok;
+
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+		s_ok = gpufpga_wait_fill(r, k, &s_len, 0);
+	gpufpga_block_barrier();
+	*len = s_len;
+	ok = s_ok;
+	/* s_len and s_ok are the next claim's: every thread has read them
+	 * before thread 0 can write them again. */
+	gpufpga_block_barrier();
+	return ok;
+}
+
+/*
+ * gpufpga_release for a whole block: once every thread is done reading
+ * (the barrier), thread 0 releases. Every thread of the block must call
+ * it.
+ */
+__device__ static inline void gpufpga_block_release(const struct gpufpga_dev_ring *r, unsigned long long k)
+{
+	gpufpga_block_barrier();
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+		/* The barrier orders the block's reads before thread 0's
+		 * release at GPU scope. */
+		asm volatile("fence.acq_rel.gpu;" ::: "memory");
+		gpufpga_release(r, k);
+	}
+}
+
+/*
+ * The publisher, one thread of a block that takes no fills: walks done[]
+ * in fill order and publishes how far every fill is done, to the
+ * driver (consumer->consumed, st.release.sys) and to the workers
+ * (published). It returns, with the count published, once the host asked
+ * the kernel to stop and nothing more is done: store stop only once
+ * everything produced has been published.
+ */
+__device__ static inline unsigned long long gpufpga_publisher(const struct gpufpga_dev_ring *r)
+{
+	unsigned long long pub = 0;
+
+	for (;;) {
+		unsigned long long was = pub;
+		int stopping = gpufpga_stopping(r);
+
+		while (gpufpga_ld_acquire_gpu(&r->done[pub % r->nslots]) == pub + 1)
+			pub++;
+		if (pub != was) {
+			gpufpga_st_release_sys(&r->consumer->consumed, pub);
+			gpufpga_st_release_gpu(r->published, pub);
+		} else if (stopping) {
+			return pub;
+		}
+	}
+}
+
+#endif /* _GPUFPGA_RESIDENT_CUDA_CUH */
