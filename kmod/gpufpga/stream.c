@@ -201,7 +201,7 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_stream_st
 	u64 seq = st->seq;
 
 	ev->rec.kind = kind;
-	ev->rec.id = st->named ? st->id : 0;	/* ABI 1's records carried 0 */
+	ev->rec.id = st->id;
 	ev->rec.slot = slot;
 	ev->rec.seq = seq;
 	ev->rec.bytes = bytes;
@@ -257,11 +257,9 @@ static u32 gpufpga_stream_completed(struct gpufpga_chan *ch, struct gpufpga_stre
  * it, and -EOVERFLOW when the client lets records pile up unread. Returns
  * the number of slots reported otherwise. A descriptor is taken only once
  * its result is written (its magic), as Xilinx's driver does: PG195 does
- * not order the count after the results. Once the engine is halted
- * (idle), results past the count are taken too: a card's count may lag
- * its results until a next completion that will not come.
+ * not order the count after the results.
  */
-static int gpufpga_stream_collect(struct gpufpga_chan *ch, bool halted)
+static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 {
 	int slots = 0;
 	int ret;
@@ -269,7 +267,7 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch, bool halted)
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u32 n, slot, d, status, len;
 
-	n = halted ? st->ndescs : gpufpga_stream_completed(ch, st);
+	n = gpufpga_stream_completed(ch, st);
 	rmb();	/* results written before the count moved */
 	for (; n; n--) {
 		slot = st->next_fill;
@@ -454,7 +452,7 @@ static int gpufpga_stream_look(struct gpufpga_chan *ch)
 {
 	struct gpufpga_stream_state *st = ch->acq;
 
-	return st->resident ? gpufpga_resident_look(ch, st) : gpufpga_stream_collect(ch, false);
+	return st->resident ? gpufpga_resident_look(ch, st) : gpufpga_stream_collect(ch);
 }
 
 /**
@@ -509,7 +507,7 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	st = ch->acq;
 	if (!READ_ONCE(dev->link_down)) {
 		collected = st->resident ? gpufpga_resident_drain(ch, st) :
-					  gpufpga_stream_collect(ch, stopped);
+					  gpufpga_stream_collect(ch);
 		if (collected < 0 && !error)
 			error = collected;
 	}

@@ -8,6 +8,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -284,12 +286,37 @@ func OpenRegisters() (*Registers, error) {
 			}
 			id := atomic.LoadUint32(word(mem, xdma.TargetConfig<<12))
 			if cfg, ok := xdma.DecodeIdentifier(id); ok && cfg.Target == xdma.TargetConfig {
+				// As a user-space driver does: the function masters
+				// the bus only with Bus Master Enable set.
+				if err := enableBusMaster(d.Path); err != nil {
+					syscall.Munmap(mem)
+					return nil, err
+				}
 				return &Registers{mem}, nil
 			}
 			syscall.Munmap(mem)
 		}
 	}
 	return nil, fmt.Errorf("%w: %04x:%04x", ErrNoDevice, rl.FPGAVendor, rl.FPGADevice)
+}
+
+// enableBusMaster sets Bus Master Enable in the command register of the
+// function at sysfs path dir.
+func enableBusMaster(dir string) error {
+	f, err := os.OpenFile(filepath.Join(dir, "config"), os.O_RDWR, 0)
+	if err != nil {
+		return fmt.Errorf("rigctl: %w", err)
+	}
+	defer f.Close()
+	var cmd [2]byte
+	if _, err := f.ReadAt(cmd[:], 4); err != nil {
+		return fmt.Errorf("rigctl: command register: %w", err)
+	}
+	cmd[0] |= 0x06 // memory space and bus master
+	if _, err := f.WriteAt(cmd[:], 4); err != nil {
+		return fmt.Errorf("rigctl: command register: %w", err)
+	}
+	return nil
 }
 
 // ReadReg implements xdma.Registers: one 32-bit load.

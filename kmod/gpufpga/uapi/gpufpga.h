@@ -404,8 +404,7 @@ struct gpufpga_completion {
  * engine error.
  *
  * Each stream has an id, never 0 and never reused while the module is
- * loaded, which its SLOT and STREAM_END records carry (0 for a stream
- * started with ABI 1's first number, below) and which
+ * loaded, which its SLOT and STREAM_END records carry and which
  * STREAM_RELEASE and STREAM_STOP must name: a release or stop meant for a
  * stream that has ended fails with -ENOENT, even when another stream
  * (of the same file, on the same channel) runs by then. ABI 1's first
