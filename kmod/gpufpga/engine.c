@@ -285,7 +285,7 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 	struct gpufpga_chan *ch;
 	int ci;
 
-	if (dev->dead)
+	if (READ_ONCE(dev->dead))
 		return -ENODEV;
 	if (!gpufpga_answers(dev)) {
 		WRITE_ONCE(dev->link_down, true);

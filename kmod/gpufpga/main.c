@@ -245,7 +245,7 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 	     (_IOC_NR(cmd) != _IOC_NR(GPUFPGA_IOC_STREAM_START) || _IOC_DIR(cmd) != _IOC_WRITE)))
 		return -ENOTTY;
 	down_read(&f->dev->ioctl_rwsem);
-	if (f->dev->dead) {
+	if (READ_ONCE(f->dev->dead)) {
 		up_read(&f->dev->ioctl_rwsem);
 		return -ENODEV;
 	}
@@ -458,7 +458,7 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 {
 	int i;
 
-	if (!dev->link_down)
+	if (!READ_ONCE(dev->link_down))
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
 	dev->irq_enabled = 0;
 	dev->chan_vectors[0] = 0;
@@ -514,7 +514,7 @@ static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 	struct gpufpga_chan *ch;
 	int ci, ret = 0;
 
-	if (dev->link_down)
+	if (READ_ONCE(dev->link_down))
 		return -ENODEV;
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
 	/* All stop at once; then each is waited for, and cut off if it must. */
@@ -533,7 +533,7 @@ static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 		      XDMA_COMMON_ALL);
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_SGDMA_COMMON, 0) + XDMA_REG_DESC_HALT_W1C,
 		      XDMA_COMMON_ALL);
-	return dev->link_down ? -ENODEV : ret;
+	return READ_ONCE(dev->link_down) ? -ENODEV : ret;
 }
 
 static bool gpufpga_has_mm_channel(struct gpufpga_dev *dev)

@@ -102,7 +102,7 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev)
 			ch->dir = dir;
 			ch->index = i;
 			id = gpufpga_read(dev, XDMA_BASE(targets[dir], i) + XDMA_REG_IDENTIFIER);
-			if (dev->link_down)
+			if (READ_ONCE(dev->link_down))
 				return -ENODEV;
 			if (id >> 20 != XDMA_ID_SUBSYSTEM || (id >> 16 & 0xf) != targets[dir] ||
 			    (id >> 8 & 0xf) != i)

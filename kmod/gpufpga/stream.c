@@ -245,7 +245,7 @@ static u32 gpufpga_stream_completed(struct gpufpga_chan *ch, struct gpufpga_stre
 	if (READ_ONCE(ch->dev->offline))
 		return 0;
 	count = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
-	if (ch->dev->link_down)
+	if (READ_ONCE(ch->dev->link_down))
 		return 0;
 	return (count - st->completed) & 0xffffff;
 }
@@ -651,7 +651,7 @@ static void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 		if (found > 0 && !ch->acq->resident)
 			dev_warn_ratelimited(&dev->pdev->dev, "C2H channel %u: %d stream slots filled without an interrupt\n",
 					     ch->index, found);
-		if (dev->link_down)
+		if (READ_ONCE(dev->link_down))
 			error = -ENODEV;
 		else if (found < 0)
 			error = found;
@@ -947,7 +947,7 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	ret = gpufpga_resident_args(&a);
 	if (ret)
 		return ret;
-	if (f->dev->link_down)
+	if (READ_ONCE(f->dev->link_down))
 		return -ENODEV;
 	named = named && size >= offsetofend(struct gpufpga_stream, id);
 	a.id = atomic64_inc_return(&gpufpga_stream_ids);

@@ -331,7 +331,7 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool r
 	struct gpufpga_dev *dev = ch->dev;
 	u32 control;
 
-	if (dev->link_down || dev->dead) {
+	if (READ_ONCE(dev->link_down) || READ_ONCE(dev->dead)) {
 		gpufpga_finish(ch, r, -ENODEV, 0, 0);
 		return;
 	}
@@ -371,7 +371,7 @@ void gpufpga_start_next(struct gpufpga_chan *ch)
 
 	while (!ch->active && !list_empty(&ch->queue)) {
 		r = list_first_entry(&ch->queue, struct gpufpga_req, chan_node);
-		if (!r->ready && !dev->link_down && !dev->dead) {
+		if (!r->ready && !READ_ONCE(dev->link_down) && !READ_ONCE(dev->dead)) {
 			queue_work(gpufpga_wq, &ch->build_work);
 			return;
 		}
@@ -481,7 +481,7 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	u32 completed = r->nsegs;
 	int error = 0;
 
-	if (dev->link_down)
+	if (READ_ONCE(dev->link_down))
 		error = -ENODEV;
 	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_DESC_STOPPED))
 		error = -EIO;
@@ -579,7 +579,7 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 	if (!r || ch->halting)
 		goto out;
 	status = gpufpga_chan_status(ch);
-	if (dev->link_down) {
+	if (READ_ONCE(dev->link_down)) {
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		goto out;
 	}
@@ -680,8 +680,8 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 			spin_unlock_irq(&ch->lock);
 			return;
 		}
-		status = dev->link_down ? 0 : gpufpga_chan_status(ch);
-		if (!dev->link_down && gpufpga_chain_ended(ch, status) &&
+		status = READ_ONCE(dev->link_down) ? 0 : gpufpga_chan_status(ch);
+		if (!READ_ONCE(dev->link_down) && gpufpga_chain_ended(ch, status) &&
 		    !(status & XDMA_STAT_ERRORS && status & XDMA_STAT_BUSY)) {
 			gpufpga_complete_active(ch, status);
 			gpufpga_start_next(ch);
@@ -689,7 +689,7 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 			return;
 		}
 		spin_unlock_irq(&ch->lock);
-		if (dev->link_down || !time_before(jiffies, until)) {
+		if (READ_ONCE(dev->link_down) || !time_before(jiffies, until)) {
 			gpufpga_halt_active(ch, r, run, -EKEYREVOKED, NULL);
 			return;
 		}
@@ -933,8 +933,8 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
 	if (short_chain && list_is_first(&r->chan_node, &ch->queue)) {
-		if (!ch->active && !ch->stop_may_be_stale && !ch->dev->dead &&
-		    !ch->dev->link_down) {
+		if (!ch->active && !ch->stop_may_be_stale && !READ_ONCE(ch->dev->dead) &&
+		    !READ_ONCE(ch->dev->link_down)) {
 			/*
 			 * The last chain's stop was read with it: the engine
 			 * fetches nothing more from its ring, which is rerun.
@@ -1024,7 +1024,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	ret = gpufpga_check_xfer_arg(dev, &a);
 	if (ret)
 		return ret;
-	if (dev->dead || dev->link_down)
+	if (READ_ONCE(dev->dead) || READ_ONCE(dev->link_down))
 		return -ENODEV;
 	if (a.nsegs > ARRAY_SIZE(us_inline))
 		us = vmemdup_user(u64_to_user_ptr(a.segs), (size_t)a.nsegs * sizeof(*us));

@@ -151,10 +151,10 @@ type Rig struct {
 	// writes it held back.
 	master          atomic.Bool
 	masterOffWrites atomic.Uint64
-	// failReset arms the next reset to leave the BARs unanswered;
-	// failedReset says the last reset did, until the next one.
+	// failResets makes every reset leave the BARs unanswered until it is
+	// cleared; failedReset says the last reset did, until the next one.
 	resetMu     sync.Mutex
-	failReset   bool
+	failResets  bool
 	failedReset bool
 
 	cancel context.CancelFunc
@@ -559,8 +559,8 @@ func (r *Rig) reset() {
 	r.resetMu.Lock()
 	defer r.resetMu.Unlock()
 	switch {
-	case r.failReset:
-		r.failReset, r.failedReset = false, true
+	case r.failResets:
+		r.failedReset = true
 		r.engine.SetLinkDown(true)
 	case r.failedReset:
 		r.failedReset = false
@@ -617,7 +617,7 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return split(r.unmapped.Load())
 	case rl.CtlFailReset:
 		r.resetMu.Lock()
-		r.failReset = true
+		r.failResets = a0 != 0
 		r.resetMu.Unlock()
 		return 0, 0, 0
 	case rl.CtlAlign:
@@ -850,13 +850,14 @@ func (r *Rig) vramByte(table, p uint64) byte {
 	return byte(atomic.LoadUint32((*uint32)(unsafe.Pointer(&r.vram[table+p&^3]))) >> (8 * (p & 3)))
 }
 
-// checkVRAM records DMA to VRAM pages that no peer has mapped (memory a
-// driver has let go, whether or not the GPU still holds it), and writes
-// into pages that are not allocated.
+// checkVRAM records DMA to VRAM pages whose last peer mapping has gone
+// (memory a driver has let go, whether or not the GPU still holds it; a
+// page no driver ever mapped is a user-space driver's, at its physical
+// address), and writes into pages that are not allocated.
 func (g *guestBus) checkVRAM(off, n uint64, write bool) {
 	r := g.r
 	for p := off / rl.VramPage; p <= (off+n-1)/rl.VramPage; p++ {
-		if r.vramByte(rl.VramOffPeers, p) == 0 {
+		if r.vramByte(rl.VramOffPeers, p) == rl.VramPeersReleased {
 			r.unmapped.Add(1)
 			r.lateMu.Lock()
 			if len(r.unmappedAddr) < 16 {

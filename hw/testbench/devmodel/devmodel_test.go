@@ -254,7 +254,7 @@ func TestGuestBusLateWrites(t *testing.T) {
 	if n, _ := rig.Unmapped(); n != 0 {
 		t.Fatalf("%d unmapped accesses to a mapped page", n)
 	}
-	rig.vram[rl.VramOffPeers+2] = 0 // unpinned: the GPU still holds it
+	rig.vram[rl.VramOffPeers+2] = rl.VramPeersReleased // unpinned: the GPU still holds it
 	if err := bus.Read(bar+2*rl.VramPage, make([]byte, 4)); err != nil {
 		t.Fatal(err)
 	}

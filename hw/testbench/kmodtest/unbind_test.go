@@ -3,9 +3,12 @@
 package kmodtest
 
 import (
+	"bytes"
 	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/rigctl"
 	"github.com/gpufpga/gpufpga/pkg/frame"
@@ -76,4 +79,58 @@ func unbindAfter(t *testing.T, event func(t *testing.T)) {
 	}
 	d = openDev(t)
 	afterEvent(t, d, openGPU(t))
+}
+
+// TestFailedRecoveryComesBack fails a fatal error's recovery under
+// traffic: the card's registers stay unanswered after the reset of its
+// slot, so the slot reset reports it disconnected, and AER (before 6.18)
+// calls no handler after that. A sysfs reset later, which the card comes
+// back from, brings the device back READY with working DMA.
+func TestFailedRecoveryComesBack(t *testing.T) {
+	d := openDev(t)
+	g := openGPU(t)
+	ctl := control(t)
+	before, err := d.Info()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := startTraffic(t, d, g)
+	if err := ctl.FailResets(true); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctl.FailResets(false) })
+	injectAER(t, ctl, rigctl.AERFatal)
+	t.Logf("%d of %d transfers ended by the error", tr.finish(t, true), len(tr.xfers))
+	waitKernelLog(t, "device recovery failed")
+	if info, err := d.Info(); err != nil || info.State == p2p.DeviceReady {
+		t.Fatalf("after a failed recovery: %+v, %v; want not ready", info, err)
+	}
+	if err := ctl.FailResets(false); err != nil {
+		t.Fatal(err)
+	}
+	resetFunction(t, "flr")
+	after := waitReady(t, d, func(i p2p.Info) bool { return i.Resets > before.Resets })
+	t.Logf("after the reset: %d resets, %d errors", after.Resets, after.Errors)
+	afterEvent(t, d, g)
+}
+
+// waitKernelLog waits until the kernel log holds msg.
+func waitKernelLog(t *testing.T, msg string) {
+	t.Helper()
+	c := ctx(t)
+	buf := make([]byte, 1<<20)
+	for {
+		n, err := unix.Klogctl(unix.SYSLOG_ACTION_READ_ALL, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if bytes.Contains(buf[:n], []byte(msg)) {
+			return
+		}
+		select {
+		case <-c.Done():
+			t.Fatalf("the kernel log never said %q", msg)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }

@@ -219,6 +219,9 @@ static struct nvp2p_sim *sim;
 
 static void sim_set_page_state(u32 page, bool used)
 {
+	/* A page handed out anew has had no peer. */
+	if (used)
+		writeb(0, sim->vram + RIG_VRAM_OFF_PEERS + page);
 	writeb(used, sim->vram + RIG_VRAM_OFF_STATE + page);
 }
 
@@ -273,16 +276,21 @@ static phys_addr_t sim_page_phys(u32 page)
 }
 
 /*
- * How many peers may reach a VRAM page, in the header: the device model
- * counts DMA to a page no peer has mapped as reaching memory that was let
- * go. Called with sim_peer_lock held.
+ * How many peers may reach a VRAM page, in the header, or
+ * RIG_VRAM_PEERS_RELEASED once the last of them let it go: the device
+ * model counts DMA to such a page as reaching memory a driver had let go.
+ * Called with sim_peer_lock held.
  */
 static void sim_count_peer(u32 page, int delta)
 {
 	void __iomem *at = sim->vram + RIG_VRAM_OFF_PEERS + page;
+	u8 peers = readb(at);
 
 	lockdep_assert_held(&sim_peer_lock);
-	writeb(readb(at) + delta, at);
+	if (peers == RIG_VRAM_PEERS_RELEASED)
+		peers = 0;
+	peers += delta;
+	writeb(peers ?: RIG_VRAM_PEERS_RELEASED, at);
 }
 
 /*

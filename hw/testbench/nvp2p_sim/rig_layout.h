@@ -88,5 +88,6 @@
 #define RIG_VRAM_OFF_LATE	0x18	/* u64 late writes seen, host */
 #define RIG_VRAM_OFF_STATE	0x100	/* u8 per page: 1 allocated, guest */
 #define RIG_VRAM_OFF_PEERS	0x8000	/* u8 per page: peers that may reach it, guest */
+#define RIG_VRAM_PEERS_RELEASED	0x80	/* ... none since the last one let it go */
 
 #endif /* RIG_LAYOUT_H */

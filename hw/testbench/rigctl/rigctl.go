@@ -170,12 +170,17 @@ func (c *Control) InjectAER(class AERClass) error {
 	return nil
 }
 
-// FailNextReset makes the simulated FPGA's next reset (a secondary bus
-// reset in AER's recovery, say) leave its registers unanswered until the
-// reset after it: a card whose link does not come back from the first.
-func (c *Control) FailNextReset() error {
-	if _, _, err := c.mb.Call(rl.CtlFailReset, 0, 0, 0); err != nil {
-		return fmt.Errorf("rigctl: fail the next reset: %w", err)
+// FailResets makes every reset of the simulated FPGA from now on (the
+// secondary bus reset of AER's recovery, say) leave its registers
+// unanswered, a card that does not come back from a reset; with fail
+// false, the next reset brings it back.
+func (c *Control) FailResets(fail bool) error {
+	var v uint32
+	if fail {
+		v = 1
+	}
+	if _, _, err := c.mb.Call(rl.CtlFailReset, v, 0, 0); err != nil {
+		return fmt.Errorf("rigctl: fail resets %v: %w", fail, err)
 	}
 	return nil
 }

@@ -47,9 +47,9 @@ const (
 	// CtlUnmapped reads how many DMA accesses reached VRAM pages that no
 	// peer had mapped: memory the driver had let go.
 	CtlUnmapped = 13
-	// CtlFailReset makes the next reset leave the function's BARs
-	// unanswered (all ones) until the reset after it: a recovery by that
-	// reset fails.
+	// CtlFailReset (arg0 1) makes every reset from now on leave the
+	// function's BARs unanswered (all ones): a recovery by reset fails.
+	// With arg0 0, the next reset brings the function back.
 	CtlFailReset = 14
 
 	// The classes of PCIe error CtlAER injects.
@@ -79,6 +79,9 @@ const (
 	VramOffLate    = 0x18
 	VramOffState   = 0x100
 	VramOffPeers   = 0x8000
+	// VramPeersReleased in a page's peers byte: peers had mapped it, and
+	// the last one has let it go.
+	VramPeersReleased = 0x80
 )
 
 // HeaderConstants names each mirror after its #define, for the layout test.
@@ -100,5 +103,5 @@ var HeaderConstants = map[string]uint64{
 	"RIG_FAULT_DATA_WRITE": 4, "RIG_FAULT_STALL": 5,
 	"RIG_VRAM_MAGIC": VramMagic, "RIG_VRAM_VERSION": VramVersion, "RIG_VRAM_PAGE": VramPage,
 	"RIG_VRAM_OFF_MAGIC": VramOffMagic, "RIG_VRAM_OFF_VERSION": VramOffVersion, "RIG_VRAM_OFF_PAGES": VramOffPages,
-	"RIG_VRAM_OFF_BAR": VramOffBar, "RIG_VRAM_OFF_LATE": VramOffLate, "RIG_VRAM_OFF_STATE": VramOffState, "RIG_VRAM_OFF_PEERS": VramOffPeers,
+	"RIG_VRAM_OFF_BAR": VramOffBar, "RIG_VRAM_OFF_LATE": VramOffLate, "RIG_VRAM_OFF_STATE": VramOffState, "RIG_VRAM_OFF_PEERS": VramOffPeers, "RIG_VRAM_PEERS_RELEASED": VramPeersReleased,
 }
