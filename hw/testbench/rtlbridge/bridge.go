@@ -277,6 +277,25 @@ func (b *Bridge) waitRTL(ctx context.Context, what string, cond func() bool) err
 	return err
 }
 
+// until waits for something the harness does at a quantum's start:
+// synchronised, it grants quanta until done holds (the harness answers an
+// AXI-Lite transaction within 10 000 cycles, answered or not);
+// free-running, it waits.
+func (b *Bridge) until(ctx context.Context, what string, done func() bool) error {
+	if b.opt.Mode != Synchronised {
+		return b.waitRTL(ctx, what, done)
+	}
+	for i := uint64(0); !done(); i++ {
+		if i > 2+10000/b.opt.Quantum {
+			return fmt.Errorf("%w: %s (cycle %d) after %d quanta", ErrTimeout, what, b.Cycle(), i)
+		}
+		if err := b.Tick(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Cycle returns the user-clock cycles the design has run, as of the last
 // quantum.
 func (b *Bridge) Cycle() uint64 { return b.load(offCycle) }
@@ -391,20 +410,7 @@ func (b *Bridge) axil(ctx context.Context, op, addr, v uint32) (uint32, uint64, 
 		name = "write"
 	}
 	done := func() bool { return b.load(offCmdDone) >= b.cmdTail }
-	var err error
-	if b.opt.Mode == Synchronised {
-		// The command is sampled at the next quantum: grant quanta until
-		// it is answered.
-		err = b.waitRTL(ctx, "AXI-Lite "+name, func() bool {
-			if done() {
-				return true
-			}
-			return b.Tick(ctx) != nil && done()
-		})
-	} else {
-		err = b.waitRTL(ctx, "AXI-Lite "+name, done)
-	}
-	if err != nil {
+	if err := b.until(ctx, "AXI-Lite "+name, done); err != nil {
 		return 0, 0, err
 	}
 	resp, rdata, cyc := le.Uint32(s[16:]), le.Uint32(s[20:]), le.Uint64(s[24:])
@@ -428,14 +434,7 @@ func (b *Bridge) Reset(ctx context.Context) error {
 	}
 	b.resetSeq++
 	b.store(offResetSeq, b.resetSeq)
-	done := func() bool { return b.load(offResetAck) == b.resetSeq }
-	var err error
-	if b.opt.Mode == Synchronised {
-		err = b.waitRTL(ctx, "a reset", func() bool { return done() || b.Tick(ctx) != nil && done() })
-	} else {
-		err = b.waitRTL(ctx, "a reset", done)
-	}
-	if err != nil {
+	if err := b.until(ctx, "a reset", func() bool { return b.load(offResetAck) == b.resetSeq }); err != nil {
 		return err
 	}
 	c := b.c2h

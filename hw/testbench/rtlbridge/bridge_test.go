@@ -269,6 +269,22 @@ func TestStreamErrors(t *testing.T) {
 	}
 }
 
+// An AXI-Lite read the design never answers fails after the harness's
+// 10 000 cycles, and the next transaction still works.
+func TestAXILiteNoResponse(t *testing.T) {
+	b := startBridge(t, rtlbridge.Options{Binary: buildFaulty(t), Width: 64})
+	r := newRig(t, b)
+	r.write(0, 3)
+	_, err := b.ReadReg(r.ctx, 0x10)
+	if want := "rtlbridge: AXI-Lite: read at 0x10 got no response in 10000 cycles"; !errors.Is(err, rtlbridge.ErrAXILite) || err.Error() != want {
+		t.Fatalf("ReadReg: %v\nwant %s", err, want)
+	}
+	r.write(0, 0)
+	if v := r.read(0); v != 0 {
+		t.Fatalf("mode reads %d after writing 0", v)
+	}
+}
+
 // A top level without the IP's user-side ports is refused by name, and a
 // machine without verilator says so.
 func TestBuildErrors(t *testing.T) {
