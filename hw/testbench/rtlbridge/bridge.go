@@ -67,8 +67,10 @@ type Options struct {
 	// MaxPacket is the most C2H bytes without tlast before ErrNoLast; 0
 	// means 1 MiB.
 	MaxPacket int
-	// StallCycles is how long the engine waits on an empty C2H stream
-	// before ErrNoValid; 0 means 1<<24 cycles.
+	// StallCycles is how long the engine may wait on an empty C2H stream
+	// before ErrNoValid; 0 means 1<<24 cycles synchronised and no limit
+	// free-running, where the design's clock runs on while the host is
+	// busy elsewhere (booting, say).
 	StallCycles uint64
 	// ConnectTimeout bounds the start handshake; 0 means 10 s.
 	ConnectTimeout time.Duration
@@ -150,7 +152,7 @@ func Start(ctx context.Context, opt Options) (*Bridge, error) {
 	if opt.MaxPacket <= 0 {
 		opt.MaxPacket = 1 << 20
 	}
-	if opt.StallCycles == 0 {
+	if opt.StallCycles == 0 && opt.Mode == Synchronised {
 		opt.StallCycles = 1 << 24
 	}
 	if opt.ConnectTimeout <= 0 {
@@ -465,6 +467,8 @@ type C2H struct {
 	off       int    // bytes of the head beat already returned
 	pkt       int    // bytes of the current packet so far
 	lastCycle uint64 // cycle of the last beat taken
+	waiting   bool   // the engine found the stream empty...
+	waitFrom  uint64 // ...since this cycle
 	packets   uint64
 	lastEOP   uint64 // cycle of the last tlast beat taken
 }
@@ -521,13 +525,24 @@ func (c *C2H) Read(p []byte) (int, bool, error) {
 		}
 	}
 	b.store(offC2HHead, c.head)
-	if n == 0 && !eop {
-		if now := b.Cycle(); now-c.lastCycle > b.opt.StallCycles {
-			return 0, false, b.fail(fmt.Errorf("%w: c2h0: the engine waited %d cycles without a beat (beats so far: %d, cycle %d)",
-				ErrNoValid, now-c.lastCycle, c.head, now))
+	if n > 0 || eop {
+		c.waiting = false
+		return n, eop, nil
+	}
+	// The engine waits from the later of its first empty look and the
+	// last beat.
+	now := b.Cycle()
+	if !c.waiting {
+		c.waiting, c.waitFrom = true, max(now, c.lastCycle)
+		if c.head == 0 {
+			c.waitFrom = c.lastCycle // nothing yet: since the start
 		}
 	}
-	return n, eop, nil
+	if b.opt.StallCycles != 0 && now-c.waitFrom > b.opt.StallCycles {
+		return 0, false, b.fail(fmt.Errorf("%w: c2h0: the engine waited %d cycles without a beat (beats so far: %d, cycle %d)",
+			ErrNoValid, now-c.waitFrom, c.head, now))
+	}
+	return 0, false, nil
 }
 
 // Beats returns the beats the model has taken.
