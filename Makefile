@@ -30,7 +30,7 @@ SRC_LIST := /etc/apt/sources.list.d/gpufpga-src.sources
 GO_CMDS := ./cmd/... ./hw/testbench/cmd/... ./examples/...
 MODULES_OUT = $(CURDIR)/build/kmod-$(KVER)
 
-.PHONY: tree-check fresh-root test-phases rtl rtl-bench rtl-soak examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
+.PHONY: tree-check fresh-root test-phases rtl rtl-bench rtl-soak examples-c all deps build kmod dkms-check deb deb-check qemu debug-kernel vmtest vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-rtl vmtest-debug test unit bench bench-icount demo lint clean godefs bpf gpubench gpubin gputest ptx ptxcheck
 
 all: build
 
@@ -129,6 +129,14 @@ vmtest-iommu: qemu
 	@test -n "$(KVER_612)" || { echo "vmtest: no 6.12 kernel headers: run make deps" >&2; exit 1; }
 	$(call debian_kmod,$(KVER_612))
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestIOMMU)
+
+# The example user design (hw/rtl/example, Verilator) in the rig in place of
+# the Go source, on 6.1: the driver streams its frames, the guest reaches
+# its registers through the user BAR (hw/testbench/rtlguest).
+vmtest-rtl: qemu
+	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
+	$(call debian_kmod,$(KVER_61))
+	$(call vmtest_on,$(KVER_61),/boot/vmlinuz-$(KVER_61),$(CURDIR)/build/kmod-$(KVER_61),/lib/modules/$(KVER_61),proprietary,TestRTL)
 
 # The same suite, and the ABI fuzzer, on the debug kernel (KASAN, lockdep,
 # kmemleak, DMA-API debug, UBSAN, KFENCE), built once and cached outside the
@@ -330,7 +338,7 @@ deb-check:
 
 # Every phase, timed: a fresh machine spends most of it building the debug
 # kernel once (cached outside the tree afterwards).
-TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu debug-kernel vmtest-debug
+TEST_PHASES := deps lint unit dkms-check deb-check qemu vmtest-6.1 vmtest-6.12 vmtest-swiotlb vmtest-iommu vmtest-rtl debug-kernel vmtest-debug
 test-phases:
 	@echo $(TEST_PHASES)
 test:

@@ -274,6 +274,13 @@ func (r *Rig) QEMUArgs() []string {
 		// Before the devices it translates for.
 		iommu = []string{"-device", "intel-iommu,intremap=off"}
 	}
+	// User logic behind the user BAR: PG195's AXI-Lite master BAR, which
+	// then comes first (BAR0) and the DMA BAR after it. 4 KiB: the
+	// driver's search for the engine's registers passes over it.
+	userBAR := ""
+	if r.cfg.User != nil {
+		userBAR = ",user-bar-size=4096"
+	}
 	return append(iommu,
 		"-machine", "q35,memory-backend=ram0",
 		// Native PCIe hotplug on the root ports rather than ACPI's: QEMU
@@ -286,7 +293,7 @@ func (r *Rig) QEMUArgs() []string {
 		// Behind a root port, as a card in a slot: a PCIe link with its
 		// speed and width, rather than an integrated endpoint.
 		"-device", "pcie-root-port,id=fpga-slot,chassis=1,slot=1",
-		"-device", fmt.Sprintf("xdma-model,id=%s,bus=fpga-slot,socket=%s", fpgaID, r.fpga.sock),
+		"-device", fmt.Sprintf("xdma-model,id=%s,bus=fpga-slot,socket=%s%s", fpgaID, r.fpga.sock, userBAR),
 		"-chardev", fmt.Sprintf("socket,id=ctl,path=%s", r.ctl.sock),
 		"-device", "ivshmem-doorbell,chardev=ctl,vectors=1",
 		"-object", fmt.Sprintf("memory-backend-file,id=vram,size=%s,mem-path=%s,share=on", mib(r.cfg.VRAM), r.vramPath),

@@ -70,6 +70,7 @@ func TestUserLogic(t *testing.T) {
 		t.Fatal(err)
 	}
 	regs := barRegs{t, q}
+	q.send(t, pciOpMaster, 0, 0, 1) // bus mastering on, as the driver's probe does
 	xdma.Start(regs, xdma.C2H, 1, c, xdma.ControlDefault)
 	q.write(t, pciBarUser, 0x0C, 2000) // PERIOD
 	if v := q.read(t, pciBarUser, 0x0C); v != 2000 {

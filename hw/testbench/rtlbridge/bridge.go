@@ -67,8 +67,10 @@ type Options struct {
 	// MaxPacket is the most C2H bytes without tlast before ErrNoLast; 0
 	// means 1 MiB.
 	MaxPacket int
-	// StallCycles is how long the engine waits on an empty C2H stream
-	// before ErrNoValid; 0 means 1<<24 cycles.
+	// StallCycles is how long the engine may wait on an empty C2H stream
+	// before ErrNoValid; 0 means 1<<24 cycles synchronised and no limit
+	// free-running, where the design's clock runs on while the host is
+	// busy elsewhere (booting, say).
 	StallCycles uint64
 	// ConnectTimeout bounds the start handshake; 0 means 10 s.
 	ConnectTimeout time.Duration
@@ -150,7 +152,7 @@ func Start(ctx context.Context, opt Options) (*Bridge, error) {
 	if opt.MaxPacket <= 0 {
 		opt.MaxPacket = 1 << 20
 	}
-	if opt.StallCycles == 0 {
+	if opt.StallCycles == 0 && opt.Mode == Synchronised {
 		opt.StallCycles = 1 << 24
 	}
 	if opt.ConnectTimeout <= 0 {
@@ -277,6 +279,25 @@ func (b *Bridge) waitRTL(ctx context.Context, what string, cond func() bool) err
 	return err
 }
 
+// until waits for something the harness does at a quantum's start:
+// synchronised, it grants quanta until done holds (the harness answers an
+// AXI-Lite transaction within 10 000 cycles, answered or not);
+// free-running, it waits.
+func (b *Bridge) until(ctx context.Context, what string, done func() bool) error {
+	if b.opt.Mode != Synchronised {
+		return b.waitRTL(ctx, what, done)
+	}
+	for i := uint64(0); !done(); i++ {
+		if i > 2+10000/b.opt.Quantum {
+			return fmt.Errorf("%w: %s (cycle %d) after %d quanta", ErrTimeout, what, b.Cycle(), i)
+		}
+		if err := b.Tick(ctx); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // Cycle returns the user-clock cycles the design has run, as of the last
 // quantum.
 func (b *Bridge) Cycle() uint64 { return b.load(offCycle) }
@@ -391,20 +412,7 @@ func (b *Bridge) axil(ctx context.Context, op, addr, v uint32) (uint32, uint64, 
 		name = "write"
 	}
 	done := func() bool { return b.load(offCmdDone) >= b.cmdTail }
-	var err error
-	if b.opt.Mode == Synchronised {
-		// The command is sampled at the next quantum: grant quanta until
-		// it is answered.
-		err = b.waitRTL(ctx, "AXI-Lite "+name, func() bool {
-			if done() {
-				return true
-			}
-			return b.Tick(ctx) != nil && done()
-		})
-	} else {
-		err = b.waitRTL(ctx, "AXI-Lite "+name, done)
-	}
-	if err != nil {
+	if err := b.until(ctx, "AXI-Lite "+name, done); err != nil {
 		return 0, 0, err
 	}
 	resp, rdata, cyc := le.Uint32(s[16:]), le.Uint32(s[20:]), le.Uint64(s[24:])
@@ -428,14 +436,7 @@ func (b *Bridge) Reset(ctx context.Context) error {
 	}
 	b.resetSeq++
 	b.store(offResetSeq, b.resetSeq)
-	done := func() bool { return b.load(offResetAck) == b.resetSeq }
-	var err error
-	if b.opt.Mode == Synchronised {
-		err = b.waitRTL(ctx, "a reset", func() bool { return done() || b.Tick(ctx) != nil && done() })
-	} else {
-		err = b.waitRTL(ctx, "a reset", done)
-	}
-	if err != nil {
+	if err := b.until(ctx, "a reset", func() bool { return b.load(offResetAck) == b.resetSeq }); err != nil {
 		return err
 	}
 	c := b.c2h
@@ -466,6 +467,8 @@ type C2H struct {
 	off       int    // bytes of the head beat already returned
 	pkt       int    // bytes of the current packet so far
 	lastCycle uint64 // cycle of the last beat taken
+	waiting   bool   // the engine found the stream empty...
+	waitFrom  uint64 // ...since this cycle
 	packets   uint64
 	lastEOP   uint64 // cycle of the last tlast beat taken
 }
@@ -522,13 +525,24 @@ func (c *C2H) Read(p []byte) (int, bool, error) {
 		}
 	}
 	b.store(offC2HHead, c.head)
-	if n == 0 && !eop {
-		if now := b.Cycle(); now-c.lastCycle > b.opt.StallCycles {
-			return 0, false, b.fail(fmt.Errorf("%w: c2h0: the engine waited %d cycles without a beat (beats so far: %d, cycle %d)",
-				ErrNoValid, now-c.lastCycle, c.head, now))
+	if n > 0 || eop {
+		c.waiting = false
+		return n, eop, nil
+	}
+	// The engine waits from the later of its first empty look and the
+	// last beat.
+	now := b.Cycle()
+	if !c.waiting {
+		c.waiting, c.waitFrom = true, max(now, c.lastCycle)
+		if c.head == 0 {
+			c.waitFrom = c.lastCycle // nothing yet: since the start
 		}
 	}
-	return n, eop, nil
+	if b.opt.StallCycles != 0 && now-c.waitFrom > b.opt.StallCycles {
+		return 0, false, b.fail(fmt.Errorf("%w: c2h0: the engine waited %d cycles without a beat (beats so far: %d, cycle %d)",
+			ErrNoValid, now-c.waitFrom, c.head, now))
+	}
+	return 0, false, nil
 }
 
 // Beats returns the beats the model has taken.

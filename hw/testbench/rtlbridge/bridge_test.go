@@ -66,27 +66,33 @@ func TestDropAccounting(t *testing.T) {
 // In synchronised mode the same seed (the design's jitter LFSR and the
 // consumer's pauses) gives the same trace: every frame's sequence number,
 // timestamp, consumption cycle and length, and the final counters. A
-// different seed gives a different one.
+// different seed gives a different one. Both builds of the design (64 and
+// 256 bits) are checked.
 func TestSynchronisedDeterminism(t *testing.T) {
-	bin := buildExample(t, 256)
-	run := func(seed uint64) string {
-		b := startBridge(t, rtlbridge.Options{Binary: bin, Width: 256, C2HDepth: 64})
-		r := newRig(t, b)
-		r.write(regSeed, uint32(seed))
-		r.write(regControl, 1) // jitter
-		r.write(regPeriod, 40)
-		r.slowConsumer(seed, 6)
-		c := r.drain()
-		r.checkAccounts(c)
-		b.Close()
-		return string(r.trace.Sum([]byte(strconv.FormatUint(c.dropped, 10))))
-	}
-	a, again, other := run(7), run(7), run(8)
-	if a != again {
-		t.Fatal("two synchronised runs with seed 7 differ")
-	}
-	if a == other {
-		t.Fatal("seeds 7 and 8 gave the same trace: the seed does not reach the run")
+	for _, width := range []int{64, 256} {
+		t.Run(strconv.Itoa(width), func(t *testing.T) {
+			bin := buildExample(t, width)
+			beats := (frame.Size(examplePayload) + width/8 - 1) / (width / 8)
+			run := func(seed uint64) string {
+				b := startBridge(t, rtlbridge.Options{Binary: bin, Width: width, C2HDepth: 64})
+				r := newRig(t, b)
+				r.write(regSeed, uint32(seed))
+				r.write(regControl, 1) // jitter
+				r.write(regPeriod, uint32(beats+8))
+				r.slowConsumer(seed, 6)
+				c := r.drain()
+				r.checkAccounts(c)
+				b.Close()
+				return string(r.trace.Sum([]byte(strconv.FormatUint(c.dropped, 10))))
+			}
+			a, again, other := run(7), run(7), run(8)
+			if a != again {
+				t.Fatal("two synchronised runs with seed 7 differ")
+			}
+			if a == other {
+				t.Fatal("seeds 7 and 8 gave the same trace: the seed does not reach the run")
+			}
+		})
 	}
 }
 
@@ -260,6 +266,22 @@ func TestStreamErrors(t *testing.T) {
 				t.Fatalf("channel still busy: %s", xdma.DecodeStatus(xdma.C2H, 0, st))
 			}
 		})
+	}
+}
+
+// An AXI-Lite read the design never answers fails after the harness's
+// 10 000 cycles, and the next transaction still works.
+func TestAXILiteNoResponse(t *testing.T) {
+	b := startBridge(t, rtlbridge.Options{Binary: buildFaulty(t), Width: 64})
+	r := newRig(t, b)
+	r.write(0, 3)
+	_, err := b.ReadReg(r.ctx, 0x10)
+	if want := "rtlbridge: AXI-Lite: read at 0x10 got no response in 10000 cycles"; !errors.Is(err, rtlbridge.ErrAXILite) || err.Error() != want {
+		t.Fatalf("ReadReg: %v\nwant %s", err, want)
+	}
+	r.write(0, 0)
+	if v := r.read(0); v != 0 {
+		t.Fatalf("mode reads %d after writing 0", v)
 	}
 }
 

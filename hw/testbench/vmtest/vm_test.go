@@ -3,6 +3,7 @@
 package vmtest
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/devmodel"
+	"github.com/gpufpga/gpufpga/hw/testbench/rtlbridge"
 )
 
 func TestRig(t *testing.T) {
@@ -50,6 +52,35 @@ func TestBounceBuffers(t *testing.T) {
 func TestIOMMU(t *testing.T) {
 	Run(t, Options{Rig: devmodel.Config{IOMMU: true}, Append: []string{"intel_iommu=on", "iommu.passthrough=0", "iommu.strict=1"}},
 		"github.com/gpufpga/gpufpga/hw/testbench/iommu")
+}
+
+// TestRTL boots the rig with the example user design (hw/rtl/example,
+// 256 bits), built with Verilator and co-simulated free-running at the
+// IP's user ports (hw/testbench/rtlbridge), in place of the Go source:
+// the shipped driver streams its frames and the guest reaches its
+// registers through the user BAR.
+func TestRTL(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
+	root := filepath.Join("..", "..", "..")
+	ex := filepath.Join(root, "hw", "rtl", "example")
+	bin, err := rtlbridge.Build(ctx, rtlbridge.Design{
+		Top: "gpufpga_example", Files: []string{filepath.Join(ex, "gpufpga_example.sv")}, IncDirs: []string{ex},
+		Params: map[string]string{"DATA_WIDTH": "256", "PAYLOAD_BYTES": "1000"},
+	}, rtlbridge.Dir(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 256, Mode: rtlbridge.FreeRunning, Stderr: os.Stderr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	Run(t, Options{Rig: devmodel.Config{User: &devmodel.UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b}}},
+		"github.com/gpufpga/gpufpga/hw/testbench/rtlguest")
+	if err := b.Err(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestDemo boots the rig for `make demo` alone.

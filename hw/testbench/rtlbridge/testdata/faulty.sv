@@ -1,6 +1,7 @@
 // A design that breaks the AXI-Stream rules the XDMA IP holds its user to,
 // in the way MODE (written at AXI-Lite 0x0) picks: 0 never asserts tvalid,
-// 1 leaves a tkeep hole in the middle of a packet, 2 never asserts tlast.
+// 1 leaves a tkeep hole in the middle of a packet, 2 never asserts tlast,
+// 3 never answers an AXI-Lite read.
 // The bridge's tests check that each gets its own clear error.
 module faulty (
     input  logic        axi_aclk,
@@ -39,7 +40,7 @@ module faulty (
   logic [31:0] beat;
   logic armed;
 
-  assign s_axis_c2h_tvalid_0 = armed && mode != 0;
+  assign s_axis_c2h_tvalid_0 = armed && (mode == 1 || mode == 2);
   assign s_axis_c2h_tdata_0 = {32'd0, beat};
   assign s_axis_c2h_tkeep_0 = mode == 1 && beat == 1 ? 8'h0F : 8'hFF;
   assign s_axis_c2h_tlast_0 = mode == 1 && beat == 3;
@@ -53,7 +54,7 @@ module faulty (
   assign m_axil_awready = m_axil_awvalid && m_axil_wvalid && !m_axil_bvalid;
   assign m_axil_wready = m_axil_awready;
   assign m_axil_bresp = 0;
-  assign m_axil_arready = !m_axil_rvalid;
+  assign m_axil_arready = !m_axil_rvalid && mode != 3;
   assign m_axil_rdata = {30'd0, mode};
   assign m_axil_rresp = 0;
   always_ff @(posedge axi_aclk)
