@@ -649,7 +649,8 @@ const streamNonBlocking = 0x1 // CU_STREAM_NON_BLOCKING
 // launched on it does not hold up the synchronous copies and memsets of
 // the rest of the process, nor do they wait for it. Calls that wait for
 // the whole device (cuMemFree, cuModuleLoadData, cuCtxSynchronize) still
-// wait for it.
+// wait for it, and while one of them waits, other threads' calls may
+// wait behind it (an asynchronous copy did, on an H200 with driver 580).
 func (g *Device) NewNonBlockingStream() (*Stream, error) { return g.newStream(streamNonBlocking) }
 
 func (g *Device) newStream(flags uintptr) (*Stream, error) {

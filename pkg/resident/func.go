@@ -160,7 +160,9 @@ func (f *Func) Start(g *cuda.Device, r StreamRing, cfg FuncConfig) (*FuncConsume
 			case <-quit:
 				break wait
 			case <-tick.C:
-				if idle, err := m.s.Idle(); idle || err != nil {
+				// Stop stores the stop word before it tells this
+				// thread: a kernel that ended then was told to.
+				if idle, err := m.s.Idle(); (idle || err != nil) && (err != nil || atomic.LoadUint32(stop) == 0) {
 					return c, fmt.Errorf("%w: resident_func ended by itself: %v", ErrStalled, err)
 				}
 			}
@@ -275,8 +277,11 @@ func (c *FuncConsumer) Advance(n uint64) {
 // p2p.Stream.Fills, once it has ended), or when ctx ends first
 // (ErrStalled), hands the records published by then to OnRecord, and
 // returns its counters. Its memory goes back to f for the next consumer.
+// It stores the kernel's stop word itself, so the kernel leaves even
+// while another thread's cuMemFree waits for it.
 func (c *FuncConsumer) Stop(ctx context.Context, fills uint64) (Counters, error) {
 	waitErr := waitPublished(ctx, c.publish, c.Done(), fills)
+	c.run.halt()
 	cnt, err := c.run.t.Stop()
 	if c.readQuit != nil {
 		c.run.mu.Lock()

@@ -441,7 +441,9 @@ func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*Fram
 
 // Stop ends the consumer once it has published fills (a stream's
 // p2p.Stream.Fills, once it has ended), or when ctx ends first
-// (ErrStalled), and returns its counters.
+// (ErrStalled), and returns its counters. It stores the kernel's stop
+// word itself, so the kernel leaves even while another thread's
+// cuMemFree waits for it.
 func (c *FrameConsumer) Stop(ctx context.Context, fills uint64) (Counters, error) {
 	waitErr := waitPublished(ctx, c.published, c.Done(), fills)
 	cnt, err := c.run.Stop()
@@ -531,7 +533,9 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 			case <-quit:
 				break wait
 			case <-tick.C:
-				if idle, err := s.Idle(); idle || err != nil {
+				// Stop stores the stop word before it tells this
+				// thread: a kernel that ended then was told to.
+				if idle, err := s.Idle(); (idle || err != nil) && (err != nil || atomic.LoadUint32(stop) == 0) {
 					return c, fmt.Errorf("%w: resident_consume ended by itself: %v", ErrStalled, err)
 				}
 			}
@@ -571,7 +575,20 @@ type residentRun struct {
 	freed   bool
 }
 
+// halt stores the kernel's stop word from the caller's goroutine, not
+// the consumer's thread: that thread may be held in a CUDA call
+// (cuStreamQuery) behind another thread's cuMemFree, which waits for
+// the kernel, and the kernel would then never be told to leave.
+func (r *residentRun) halt() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.freed {
+		atomic.StoreUint32((*uint32)(r.ctl.Ptr(0)), 1)
+	}
+}
+
 func (r *residentRun) Stop() (Counters, error) {
+	r.halt()
 	c, err := r.t.Stop()
 	r.mu.Lock()
 	defer r.mu.Unlock()
