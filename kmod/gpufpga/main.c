@@ -782,7 +782,21 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
 	pci_restore_state(pdev);
+	/*
+	 * Bus mastering stays off until the driver has programmed the
+	 * engine (gpufpga_dev_restart): the restore turned it on.
+	 */
+	pci_clear_master(pdev);
 	pci_save_state(pdev);
+	/*
+	 * A reset that came inside this recovery (a sysfs reset between
+	 * error_detected and here) took it over and programmed the function,
+	 * which this reset has undone: resume programs it again.
+	 */
+	if (!dev->aer_held) {
+		gpufpga_dev_quiesce(dev, true);
+		dev->aer_held = true;
+	}
 	trace_gpufpga_lifecycle(dev->id, "slot_reset", 0);
 	if (!gpufpga_answers(dev))
 		return PCI_ERS_RESULT_DISCONNECT;

@@ -22,12 +22,11 @@
 #include <linux/bitmap.h>
 #include <linux/highmem.h>
 #include <linux/hrtimer.h>
+#include <linux/iommu.h>
 #include <linux/slab.h>
 #include <linux/uaccess.h>
 
 #include "compat.h"
-#include <linux/iommu.h>
-
 #include "gpufpga.h"
 #include "trace.h"
 #include "uapi/gpufpga_resident.h"
@@ -126,21 +125,18 @@ static bool gpufpga_in_host(const struct gpufpga_mem *m)
 	return m->kind == GPUFPGA_PIN_HOST;
 }
 
-/*
- * Whether the engine's writes reach a and b by one path, so that a result
- * written after a slot's data is seen after it: the same kind of pin, and
- * for GPU pins the same GPU, for dma-bufs the same exporter.
- */
 /* The PCI function one of whose BARs holds bus address addr, or NULL. */
 static struct pci_dev *gpufpga_bar_owner(dma_addr_t addr)
 {
 	struct pci_dev *p = NULL;
+	pci_bus_addr_t bus;
 	int i;
 
 	for_each_pci_dev(p) {
 		for (i = 0; i < PCI_STD_NUM_BARS; i++) {
-			if (pci_resource_len(p, i) && addr >= pci_resource_start(p, i) &&
-			    addr <= pci_resource_end(p, i))
+			bus = pci_bus_address(p, i);
+			if (pci_resource_len(p, i) && addr >= bus &&
+			    addr - bus < pci_resource_len(p, i))
 				return p;	/* its reference is the caller's */
 		}
 	}
@@ -169,6 +165,12 @@ static bool gpufpga_dmabuf_same_device(const struct gpufpga_mem *a, const struct
 	return same;
 }
 
+/*
+ * Whether the engine's writes reach a and b by one path, so that a result
+ * written after a slot's data is seen after it: the same kind of pin, and
+ * for GPU pins the same GPU (a known UUID), for dma-bufs the same
+ * exporter's BARs.
+ */
 static bool gpufpga_same_memory(const struct gpufpga_mem *a, const struct gpufpga_mem *b)
 {
 	if (a->kind != b->kind)
@@ -277,8 +279,11 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 		if (status >> 16 != XDMA_RESULT_MAGIC)
 			break;	/* not written yet: the next look takes it */
 		if (st->fill_descs + 1 < gpufpga_slot_descs(st, slot)) {
-			if (len != st->descs[d].len)
+			if (len != st->descs[d].len) {
+				dev_warn_ratelimited(&ch->dev->pdev->dev, "C2H channel %u: slot %u: a packet ended after %u of descriptor %u's %u bytes (status %#x)\n",
+						     ch->index, slot, len, d, st->descs[d].len, status);
 				return -EPROTO;
+			}
 			res[d].status = 0;
 			st->fill_descs++;
 			st->fill_bytes += len;
@@ -412,7 +417,7 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 	*granted = false;
 	rmb();	/* the count, read next, is no older than the consumer's */
 	n = gpufpga_resident_collect(ch, st);
-	if (READ_ONCE(ch->dev->offline) || ch->dev->link_down)
+	if (READ_ONCE(ch->dev->offline) || READ_ONCE(ch->dev->link_down))
 		return n;
 	if (consumed - st->consumed > st->granted - st->consumed)
 		return -ERANGE;
@@ -473,14 +478,18 @@ static void gpufpga_resident_order(struct gpufpga_dev *dev, bool start)
 	u16 ctl;
 
 	spin_lock_irqsave(&dev->devctl_lock, flags);
+	/* Not on a function that does not answer: all ones is no register. */
 	if (start && !dev->resident_streams++ &&
 	    !pcie_capability_read_word(dev->pdev, PCI_EXP_DEVCTL, &ctl) &&
-	    ctl & PCI_EXP_DEVCTL_RELAX_EN) {
-		pcie_capability_clear_word(dev->pdev, PCI_EXP_DEVCTL, PCI_EXP_DEVCTL_RELAX_EN);
+	    !PCI_POSSIBLE_ERROR(ctl) && ctl & PCI_EXP_DEVCTL_RELAX_EN) {
+		pcie_capability_write_word(dev->pdev, PCI_EXP_DEVCTL, ctl & ~PCI_EXP_DEVCTL_RELAX_EN);
 		dev->relaxed_off = true;
 	} else if (!start && !--dev->resident_streams && dev->relaxed_off) {
-		pcie_capability_set_word(dev->pdev, PCI_EXP_DEVCTL, PCI_EXP_DEVCTL_RELAX_EN);
 		dev->relaxed_off = false;
+		if (!pcie_capability_read_word(dev->pdev, PCI_EXP_DEVCTL, &ctl) &&
+		    !PCI_POSSIBLE_ERROR(ctl))
+			pcie_capability_write_word(dev->pdev, PCI_EXP_DEVCTL,
+						   ctl | PCI_EXP_DEVCTL_RELAX_EN);
 	}
 	spin_unlock_irqrestore(&dev->devctl_lock, flags);
 }
@@ -896,12 +905,6 @@ static int gpufpga_stream_named(struct gpufpga_stream_state *st, struct gpufpga_
 		return st->named ? -EINVAL : 0;
 	return id == st->id ? 0 : -ENOENT;
 }
-
-/*
- * A result must not pass its slot's data on the way to the GPU: while
- * the function may run resident streams its writes go without relaxed
- * ordering, which the PCIe spec has on at reset. Process context.
- */
 
 /*
  * Checks a start's GPU-resident fields, and picks the default coalescing:

@@ -625,6 +625,11 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 	case rl.CtlFailReset:
 		r.resetMu.Lock()
 		r.failResets = a0 != 0
+		if r.failResets {
+			// Off the bus from now on, until a reset after it is cleared.
+			r.failedReset = true
+			r.engine.SetLinkDown(true)
+		}
 		r.resetMu.Unlock()
 		return 0, 0, 0
 	case rl.CtlAlign:

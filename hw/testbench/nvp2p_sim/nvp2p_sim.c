@@ -1366,9 +1366,11 @@ static int sim_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	s->pdev = pdev;
 	s->bar = pci_resource_start(pdev, 2);
 	s->npages = len >> SIM_PAGE_SHIFT;
-	if (RIG_VRAM_OFF_PEERS + s->npages > RIG_VRAM_PAGE) {
-		dev_err(&pdev->dev, "%u VRAM pages: the header counts peers of at most %u\n",
-			s->npages, RIG_VRAM_PAGE - RIG_VRAM_OFF_PEERS);
+	if (RIG_VRAM_OFF_STATE + s->npages > RIG_VRAM_OFF_PEERS ||
+	    RIG_VRAM_OFF_PEERS + s->npages > RIG_VRAM_PAGE) {
+		dev_err(&pdev->dev, "%u VRAM pages: the header has room for %u\n",
+			s->npages, RIG_VRAM_OFF_PEERS - RIG_VRAM_OFF_STATE);
+		ret = -ENODEV;
 		goto err_free;
 	}
 	ret = -ENOMEM;

@@ -170,10 +170,10 @@ func (c *Control) InjectAER(class AERClass) error {
 	return nil
 }
 
-// FailResets makes every reset of the simulated FPGA from now on (the
-// secondary bus reset of AER's recovery, say) leave its registers
-// unanswered, a card that does not come back from a reset; with fail
-// false, the next reset brings it back.
+// FailResets makes the simulated FPGA's registers unanswered from now on,
+// and every reset (the secondary bus reset of AER's recovery, say) leave
+// them so: a card that does not come back from a reset. With fail false,
+// the next reset brings it back.
 func (c *Control) FailResets(fail bool) error {
 	var v uint32
 	if fail {

@@ -47,9 +47,9 @@ const (
 	// CtlUnmapped reads how many DMA accesses reached VRAM pages that no
 	// peer had mapped: memory the driver had let go.
 	CtlUnmapped = 13
-	// CtlFailReset (arg0 1) makes every reset from now on leave the
-	// function's BARs unanswered (all ones): a recovery by reset fails.
-	// With arg0 0, the next reset brings the function back.
+	// CtlFailReset (arg0 1) makes the function's BARs unanswered (all
+	// ones) from now on, and every reset leave them so: a recovery by
+	// reset fails. With arg0 0, the next reset brings the function back.
 	CtlFailReset = 14
 
 	// The classes of PCIe error CtlAER injects.
