@@ -509,6 +509,9 @@ func (c *channel) idleWithoutCredits() bool {
 // ended records the end of a chain: the stop bits (held back for a read
 // under QuirkSplitStatus) and a BUSY that lingers under QuirkLateBusy.
 func (c *channel) ended(stop uint32) {
+	if c.engine.quirks&QuirkStickyCount != 0 {
+		c.catchUpCount() // a channel that stops publishes its count
+	}
 	if c.engine.quirks&QuirkSplitStatus != 0 {
 		c.deferred |= stop & c.control
 		c.deferSteps = SplitSteps

@@ -42,8 +42,9 @@ const (
 	QuirkLateCount
 	// QuirkStickyCount is QuirkLateCount's harsher reading: the count
 	// leaves the last completion out until the channel completes its next
-	// descriptor, whatever is read meanwhile, and after a halt for good.
-	// Only the results (and the poll-mode writeback) tell of that fill.
+	// descriptor or stops, whatever is read meanwhile: a channel in credit
+	// mode waiting for credits keeps it out. Only the results (and the
+	// poll-mode writeback) tell of that fill meanwhile.
 	QuirkStickyCount
 	// QuirkWBWithoutIE writes the poll-mode writeback with
 	// ie_descriptor_completed (control bit 2) clear, as Xilinx's own
