@@ -393,12 +393,22 @@ func TestCLIStreamMetrics(t *testing.T) {
 	}
 	const addr = "127.0.0.1:19464"
 	done := make(chan run, 1)
+	// Long enough for a slow guest (the debug kernel) to start serving and
+	// be scraped twice; the loop below ends as soon as it has been.
 	go func() {
-		done <- p2pctl(t, nil, "stream", "--mem", "sim", "--duration", "5s", "--slots", "16", "--slot-size", "64KiB", "--json", "--metrics", addr)
+		done <- p2pctl(t, nil, "stream", "--mem", "sim", "--duration", "20s", "--slots", "16", "--slot-size", "64KiB", "--json", "--metrics", addr)
 	}()
+	ended := false
+	// A failure below must not leave p2pctl holding the device for the
+	// tests after, which unload the modules.
+	t.Cleanup(func() {
+		if !ended {
+			<-done
+		}
+	})
 	var first, last float64
 	scrapes := 0
-	deadline := time.Now().Add(4 * time.Second)
+	deadline := time.Now().Add(18 * time.Second)
 	for time.Now().Before(deadline) && (scrapes < 2 || last <= first) {
 		time.Sleep(200 * time.Millisecond)
 		resp, err := http.Get("http://" + addr + "/metrics")
@@ -436,6 +446,7 @@ func TestCLIStreamMetrics(t *testing.T) {
 		t.Fatalf("%d scrapes, slots %v then %v", scrapes, first, last)
 	}
 	r := <-done
+	ended = true
 	if r.code != 0 {
 		t.Fatalf("stream: exit %d: %s", r.code, r.stderr)
 	}
