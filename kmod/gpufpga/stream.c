@@ -259,7 +259,7 @@ static u32 gpufpga_stream_completed(struct gpufpga_chan *ch, struct gpufpga_stre
  * it, and -EOVERFLOW when the client lets records pile up unread. Returns
  * the number of slots reported otherwise. A descriptor is taken only once
  * its result is written (its magic), as Xilinx's driver does: PG195 does
- * not order the count after the results.
+ * not order the count after the results, nor the results after the count.
  */
 static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 {
@@ -269,8 +269,15 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u32 n, slot, d, status, len;
 
+	/*
+	 * The count says how many descriptors completed, but a card's count
+	 * may leave the last one out while the engine waits for credits: the
+	 * results past it are taken too, up to every descriptor that holds
+	 * a credit, so that a slot the client must release is reported.
+	 */
 	n = gpufpga_stream_completed(ch, st);
 	rmb();	/* results written before the count moved */
+	n = max(n, st->ndescs);
 	for (; n; n--) {
 		slot = st->next_fill;
 		d = st->first[slot] + st->fill_descs;
