@@ -198,7 +198,7 @@ func TestHostFreeRacesPin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const rounds = 2000
+	const rounds = 500
 	// Deadlocked goroutines never see this; it stops the other one when
 	// a round fails.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -232,18 +232,12 @@ func TestHostFreeRacesPin(t *testing.T) {
 		}
 		errs <- nil
 	}()
-	deadline := time.After(30 * time.Second)
+	// A deadlock hangs here until the test binary's -timeout, which
+	// panics with every goroutine's stack: no clock of our own, as a slow
+	// guest (a debug kernel under TCG) takes many seconds for these rounds.
 	for range 2 {
-		select {
-		case err := <-errs:
-			if err != nil {
-				t.Fatal(err)
-			}
-		case <-deadline:
-			// Nothing here may take the locks the goroutines hang on:
-			// no Free of keep on the way out.
-			buf := make([]byte, 1<<20)
-			t.Fatalf("pins and frees still running after 30s, deadlocked:\n%s", buf[:runtime.Stack(buf, true)])
+		if err := <-errs; err != nil {
+			t.Fatal(err)
 		}
 	}
 	if err := keep.Free(); err != nil {
