@@ -198,14 +198,15 @@ func TestHostFreeRacesPin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const rounds = 500
+	const n = 500
+	var rounds atomic.Uint64
 	// Deadlocked goroutines never see this; it stops the other one when
 	// a round fails.
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errs := make(chan error, 2)
 	go func() {
-		for i := 0; i < rounds && ctx.Err() == nil; i++ {
+		for i := 0; i < n && ctx.Err() == nil; i++ {
 			h, err := d.AllocHost(4096)
 			if err != nil {
 				errs <- err
@@ -215,11 +216,12 @@ func TestHostFreeRacesPin(t *testing.T) {
 				errs <- err
 				return
 			}
+			rounds.Add(1)
 		}
 		errs <- nil
 	}()
 	go func() {
-		for i := 0; i < rounds && ctx.Err() == nil; i++ {
+		for i := 0; i < n && ctx.Err() == nil; i++ {
 			p, err := d.PinHost(keep.Bytes())
 			if err != nil {
 				errs <- err
@@ -229,15 +231,30 @@ func TestHostFreeRacesPin(t *testing.T) {
 				errs <- err
 				return
 			}
+			rounds.Add(1)
 		}
 		errs <- nil
 	}()
-	// A deadlock hangs here until the test binary's -timeout, which
-	// panics with every goroutine's stack: no clock of our own, as a slow
-	// guest (a debug kernel under TCG) takes many seconds for these rounds.
-	for range 2 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+	// A deadlock is a round that never ends: fail when neither goroutine
+	// has finished one for a minute. A slow guest (a debug kernel under
+	// TCG) is slow, but never that still.
+	const still = time.Minute
+	for left, last, since := 2, rounds.Load(), time.Now(); left > 0; {
+		select {
+		case err := <-errs:
+			if err != nil {
+				t.Fatal(err)
+			}
+			left--
+		case <-time.After(time.Second):
+			if n := rounds.Load(); n != last {
+				last, since = n, time.Now()
+			} else if time.Since(since) > still {
+				// Nothing here may take the locks the goroutines hang
+				// on: no Free of keep on the way out.
+				buf := make([]byte, 1<<20)
+				t.Fatalf("no pin or free ended in %v, deadlocked:\n%s", still, buf[:runtime.Stack(buf, true)])
+			}
 		}
 	}
 	if err := keep.Free(); err != nil {

@@ -622,6 +622,18 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return split(r.iommuFaults.Load())
 	case rl.CtlUnmapped:
 		return split(r.unmapped.Load())
+	case rl.CtlStalled:
+		if a0 > 1 {
+			return einval, 0, 0
+		}
+		stalled, err := r.engine.Stalled(xdma.Direction(a0), int(a1))
+		if err != nil {
+			return uint32(unix.ENODEV), 0, 0
+		}
+		if stalled {
+			return 0, 1, 0
+		}
+		return 0, 0, 0
 	case rl.CtlFailReset:
 		r.resetMu.Lock()
 		r.failResets = a0 != 0

@@ -406,7 +406,25 @@ func wedgedTransfer(t *testing.T, d *p2p.Device, ctl *rigctl.Control, p *p2p.Pin
 		done <- err
 	}()
 	waitInflight(t, p)
-	return done
+	// In flight is not yet running: on a slow guest the chain may still
+	// wait to be built, and a revoke then ends it unstarted, no halt
+	// needed. What follows needs the engine stuck on it.
+	for deadline := time.Now().Add(time.Minute); time.Now().Before(deadline); {
+		stalled, err := ctl.Stalled(xdma.C2H, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if stalled {
+			return done
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("transfer ended before the engine was stuck on it: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	t.Fatal("the engine never fetched the transfer")
+	return nil
 }
 
 func waitInflight(t *testing.T, p *p2p.Pin) {

@@ -106,6 +106,16 @@ func (c *Control) InjectFault(dir xdma.Direction, ch int, f xdmamodel.Fault) err
 	return nil
 }
 
+// Stalled reports whether a channel runs a chain that an injected stall or
+// wedge holds: the engine fetched its descriptors, and is now stuck on it.
+func (c *Control) Stalled(dir xdma.Direction, ch int) (bool, error) {
+	v, _, err := c.mb.Call(rl.CtlStalled, uint32(dir), uint32(ch), 0)
+	if err != nil {
+		return false, fmt.Errorf("rigctl: stalled %v %d: %w", dir, ch, err)
+	}
+	return v != 0, nil
+}
+
 // SetQuirks selects the behaviours PG195 leaves open that the simulated
 // XDMA shows from now on, and returns those it showed.
 func (c *Control) SetQuirks(q xdmamodel.Quirk) (xdmamodel.Quirk, error) {

@@ -51,6 +51,9 @@ const (
 	// ones) from now on, and every reset leave them so: a recovery by
 	// reset fails. With arg0 0, the next reset brings the function back.
 	CtlFailReset = 14
+	// CtlStalled (arg0 direction, arg1 channel) reads 1 while the
+	// channel runs a chain that an injected stall or wedge holds.
+	CtlStalled = 15
 
 	// The classes of PCIe error CtlAER injects.
 	AERCorrectable = 0

@@ -297,6 +297,18 @@ func (e *Engine) InjectFault(dir xdma.Direction, ch int, f Fault) error {
 	return nil
 }
 
+// Stalled reports whether a channel is running a chain that an injected
+// stall or wedge holds: the engine has fetched it, and moves nothing.
+func (e *Engine) Stalled(dir xdma.Direction, ch int) (bool, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	c := e.channel(dir, ch)
+	if c == nil {
+		return false, fmt.Errorf("%w: %v %d", ErrNoChannel, dir, ch)
+	}
+	return c.busy && c.stalled, nil
+}
+
 // InterruptMode is how the PCIe function's interrupts are enabled, as the
 // config block's MSI enable register reports it.
 type InterruptMode int
