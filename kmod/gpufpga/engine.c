@@ -80,7 +80,8 @@ static void gpufpga_dev_enable_bus(struct gpufpga_dev *dev)
  * set, or before the channel is in use.
  * Return: 0 when the engine was seen idle; -EBUSY when it did not stop
  * (bus mastering is off); -ENODEV when its registers could not be asked
- * (link down, offline, or the bus already cut): nothing is known of it.
+ * (link down, offline, or the bus already cut): nothing is known of it,
+ * and bus mastering is off too, in case the link comes back.
  */
 int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 {
@@ -90,8 +91,10 @@ int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 	int i;
 
 	*status = 0;
-	if (READ_ONCE(dev->bus_off) || READ_ONCE(dev->offline) || READ_ONCE(dev->link_down))
-		return -ENODEV;
+	if (READ_ONCE(dev->bus_off) || READ_ONCE(dev->offline))
+		return -ENODEV;	/* off the bus already */
+	if (READ_ONCE(dev->link_down))
+		goto unknown;
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL_W1C), XDMA_CTRL_RUN);
 	for (i = 0; i < 100; i++) {
 		st = gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS));
@@ -100,7 +103,7 @@ int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 		usleep_range(500, 1000);
 	}
 	if (READ_ONCE(dev->link_down))
-		return -ENODEV;
+		goto unknown;
 	if (st & XDMA_STAT_BUSY) {
 		dev_err(&dev->pdev->dev, "%s channel %u stays busy after RUN cleared: halting descriptor fetch\n",
 			ch->dir ? "C2H" : "H2C", ch->index);
@@ -113,7 +116,7 @@ int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 	}
 	*status = gpufpga_chan_status(ch);
 	if (READ_ONCE(dev->link_down))
-		return -ENODEV;
+		goto unknown;
 	if (!(st & XDMA_STAT_BUSY))
 		return 0;
 	/*
@@ -126,6 +129,14 @@ int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 	gpufpga_dev_cut_bus(dev);
 	WRITE_ONCE(dev->dead, true);
 	return -EBUSY;
+
+unknown:
+	/*
+	 * An engine that does not answer may run on if its link comes back,
+	 * into memory let go meanwhile: only a reprogram lets it master again.
+	 */
+	gpufpga_dev_cut_bus(dev);
+	return -ENODEV;
 }
 
 u8 gpufpga_adjacent_after(dma_addr_t addr, u32 remaining)

@@ -54,6 +54,10 @@
 
 #define GPUFPGA_GPU_PAGE	SZ_64K
 #define GPUFPGA_INLINE_SEGS	4	/* segments a request holds in itself */
+/* Requests ended per hold of a channel's lock, interrupts off. */
+#define GPUFPGA_FINISH_BATCH	16
+/* Looks a jiffy apart at a completed count that lags its chain's stop. */
+#define GPUFPGA_STALE_LOOKS	8
 
 extern unsigned int gpufpga_max_descs;
 extern unsigned int gpufpga_max_segs;
@@ -77,8 +81,31 @@ struct gpufpga_stream_state;
 struct gpufpga_event {
 	struct list_head node;		/* file->done */
 	struct gpufpga_req *req;	/* its transfer, or NULL */
+	struct gpufpga_event_block *block;	/* its stream slot's, or NULL */
+	/*
+	 * A slot's record is in file->done: set by the IRQ handler that
+	 * posts it, cleared (release) once read() or a drain let it go.
+	 */
+	bool queued;
 	struct gpufpga_completion rec;
 };
+
+/*
+ * A stream's slot records, one per slot, allocated when it starts, so that
+ * the IRQ handler allocates nothing. A slot fills again only once its
+ * record is read (a client learns of the fill from it before releasing the
+ * slot), so one each is enough; a client that releases slots blind finds
+ * its stream ended with -EOVERFLOW. Every queued record holds a reference:
+ * records outlive their stream until they are read.
+ */
+struct gpufpga_event_block {
+	struct kref ref;
+	u32 n;
+	struct gpufpga_event ev[];
+};
+
+struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n);
+void gpufpga_event_block_put(struct gpufpga_event_block *b);
 
 /*
  * Whether the page at @next follows the page of @size bytes at @prev on the
@@ -168,6 +195,7 @@ struct gpufpga_chan {
 	 */
 	u32 status_seen;
 	bool stop_may_be_stale;		/* the last chain's stop was not read */
+	u8 stale_looks;			/* quick looks at a count lagging its stop */
 	int acq_error;			/* the stream must end with it */
 	/* Watchdog: a lost interrupt, a timeout, a stream that must end. */
 	struct delayed_work work;
@@ -326,6 +354,11 @@ struct gpufpga_mem {
 	enum gpufpga_mem_state state;
 	bool published;		/* in the file's table */
 	atomic_t inflight;
+	/*
+	 * Transfers built with it for each channel and not yet ended: what a
+	 * revoke asks (gpufpga_xfer_uses) without a walk of the queue.
+	 */
+	atomic_t xfers[2][GPUFPGA_MAX_CHANNELS];
 
 	union {
 		struct {

@@ -56,6 +56,7 @@ struct gpufpga_stream_state {
 	u32 completed;			/* last completed count seen */
 	u64 seq;
 	struct gpufpga_event *end;	/* STREAM_END, made in advance */
+	struct gpufpga_event_block *events;	/* slot -> its SLOT record */
 	bool idle;			/* the slots' inflight counts dropped */
 
 	/* GPU-resident: seq counts fills, and this is ch->lock's too. */
@@ -103,6 +104,8 @@ static void gpufpga_stream_free(struct gpufpga_stream_state *st)
 		gpufpga_mem_put(st->mems[i]);
 	kvfree(st->result_bus);
 	kfree(st->end);
+	if (st->events)
+		gpufpga_event_block_put(st->events);
 	bitmap_free(st->held);
 	bitmap_free(st->released);
 	kvfree(st->descs);
@@ -218,21 +221,26 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_stream_st
 }
 
 /*
- * Reports a filled slot. Records wait for read(); a client that releases
- * slots without reading them would queue them without bound, so past
- * max_queued unread records the stream ends with -EOVERFLOW instead.
+ * Reports a filled slot with its record, made when the stream started.
+ * Records wait for read(); a client that releases slots without reading
+ * them would let them pile up, so the stream ends with -EOVERFLOW instead
+ * when the slot's last record is still unread, or past max_queued unread
+ * records on the file. Under ch->lock, maybe in hard IRQ.
  */
 static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 bytes, u32 flags)
 {
-	struct gpufpga_event *ev;
+	struct gpufpga_stream_state *st = ch->acq;
+	struct gpufpga_event *ev = &st->events->ev[slot];
 
-	if (atomic_read(&ch->acq->file->nevents) >= gpufpga_max_queued)
+	lockdep_assert_held(&ch->lock);
+	if (atomic_read(&st->file->nevents) >= gpufpga_max_queued)
 		return -EOVERFLOW;
-	/* In hard IRQ: a failure ends the stream, with -ENOMEM reported. */
-	ev = kzalloc(sizeof(*ev), GFP_ATOMIC);
-	if (!ev)
-		return -ENOMEM;
-	gpufpga_fill_event(ch, ch->acq, ev, GPUFPGA_EVENT_SLOT, slot, bytes, flags, 0, 0);
+	/* Pairs with the release in gpufpga_event_free: ev is ours again. */
+	if (smp_load_acquire(&ev->queued))
+		return -EOVERFLOW;
+	ev->queued = true;
+	kref_get(&st->events->ref);
+	gpufpga_fill_event(ch, st, ev, GPUFPGA_EVENT_SLOT, slot, bytes, flags, 0, 0);
 	return 0;
 }
 
@@ -431,6 +439,12 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 	/* Each fill consumed was made: its slot is free, counted or not. */
 	st->consumed = consumed;
 	credits = st->consumed + st->nslots - st->granted;
+	/*
+	 * The engine's credit counter is XDMA_MAX_CREDITS wide. Bound what
+	 * it holds by the fills its own count shows, which a consumer count
+	 * run ahead of the engine (a bug in user code) cannot move on.
+	 */
+	credits = min_t(u64, credits, st->seq + XDMA_MAX_CREDITS - st->granted);
 	if (credits) {
 		gpufpga_chan_add_credits(ch, credits);
 		st->granted += credits;
@@ -986,10 +1000,12 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	st->first = kvcalloc(a.nslots + 1, sizeof(*st->first), GFP_KERNEL_ACCOUNT);
 	st->descs = kvcalloc(gpufpga_stream_max_descs(), sizeof(*st->descs), GFP_KERNEL_ACCOUNT);
 	st->end = kzalloc(sizeof(*st->end), GFP_KERNEL_ACCOUNT);
+	if (!st->resident)
+		st->events = gpufpga_event_block_alloc(a.nslots);
 	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
 	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
 	if (!st->mems || !st->first || !st->descs || !st->end || !st->held || !st->released ||
-	    (st->resident && !st->result_bus)) {
+	    (st->resident ? !st->result_bus : !st->events)) {
 		ret = -ENOMEM;
 		goto err;
 	}

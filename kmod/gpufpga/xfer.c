@@ -152,6 +152,7 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 			m->stamp = stamp;
 			kref_get(&m->ref);
 			atomic_inc(&m->inflight);
+			atomic_inc(&m->xfers[r->chan->dir][r->chan->index]);
 			r->mems[r->nmems++] = m;
 		}
 		ret = gpufpga_append_window(r, m, m->offset + us[i].offset, us[i].len);
@@ -235,6 +236,39 @@ void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
 	wake_up_interruptible(&f->done_wq);
 }
 
+/**
+ * gpufpga_event_block_alloc - a stream's slot records, one per slot
+ * @n: the stream's slots
+ *
+ * Context: process context, may sleep.
+ * Return: the block, holding the stream's reference, or NULL.
+ */
+struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n)
+{
+	struct gpufpga_event_block *b;
+	u32 i;
+
+	b = kvzalloc(struct_size(b, ev, n), GFP_KERNEL_ACCOUNT);
+	if (!b)
+		return NULL;
+	kref_init(&b->ref);
+	b->n = n;
+	for (i = 0; i < n; i++)
+		b->ev[i].block = b;
+	return b;
+}
+
+static void gpufpga_event_block_release(struct kref *ref)
+{
+	kvfree(container_of(ref, struct gpufpga_event_block, ref));
+}
+
+/* Context: process context (the last put frees), may sleep. */
+void gpufpga_event_block_put(struct gpufpga_event_block *b)
+{
+	kref_put(&b->ref, gpufpga_event_block_release);
+}
+
 static void gpufpga_req_signal(struct gpufpga_req *r)
 {
 	struct gpufpga_completion *c = &r->ev.rec;
@@ -268,18 +302,27 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
  * to the completion record, whose owner drops it in process context:
  * freeing a request may sleep (its pins' last references).
  */
+/* r's pins are no longer in flight with it: ended, or never queued. */
+static void gpufpga_req_let_go(struct gpufpga_req *r)
+{
+	struct gpufpga_chan *ch = r->chan;
+	u32 i;
+
+	for (i = 0; i < r->nmems; i++) {
+		atomic_dec(&r->mems[i]->xfers[ch->dir][ch->index]);
+		atomic_dec(&r->mems[i]->inflight);
+	}
+}
+
 static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 			   int error, u32 status, u64 bytes)
 {
-	u32 i;
-
 	r->error = error;
 	r->status = status;
 	r->bytes = bytes;
 	r->duration_ns = r->start_ns ? ktime_get_ns() - r->start_ns : 0;
 	WRITE_ONCE(r->finished, true);
-	for (i = 0; i < r->nmems; i++)
-		atomic_dec(&r->mems[i]->inflight);
+	gpufpga_req_let_go(r);
 	ch->last_status = status;
 	if (error) {
 		ch->errors++;
@@ -342,6 +385,7 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool r
 	r->start_ns = ktime_get_ns();
 	ch->active = r;
 	ch->deadline = jiffies + r->timeout;
+	ch->stale_looks = 0;
 	control = XDMA_CTRL_LOG_ALL | XDMA_CTRL_RUN | (r->poll ? XDMA_CTRL_POLL_MODE_WB : 0);
 	if (rerun)
 		gpufpga_chan_rerun(ch, control);
@@ -448,8 +492,11 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 		return true;
 	if (seen & XDMA_STAT_BUSY)
 		ch->status_seen &= ~XDMA_STAT_DESC_STOPPED;
-	else
+	else if (ch->stale_looks < GPUFPGA_STALE_LOOKS) {
+		/* Past a few looks a jiffy apart, the deadline's watchdog. */
+		ch->stale_looks++;
 		mod_delayed_work(gpufpga_wq, &ch->work, 1);
+	}
 	return false;
 }
 
@@ -498,20 +545,46 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	gpufpga_finish(ch, r, error, status, gpufpga_bytes_done(ch, r, completed));
 }
 
-/* Ends everything on a channel whose device is gone: nothing can move. */
-static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
+/*
+ * Ends the active request and up to GPUFPGA_FINISH_BATCH queued ones of a
+ * channel whose device is gone: nothing can move. Under ch->lock, with
+ * interrupts off: the batch bounds the work done there. Returns whether
+ * requests are left.
+ */
+static bool gpufpga_chan_drop_some(struct gpufpga_chan *ch, int error)
 {
 	struct gpufpga_req *r, *tmp;
+	unsigned int n = 0;
 
+	lockdep_assert_held(&ch->lock);
 	r = ch->active;
 	if (r) {
 		ch->active = NULL;
 		gpufpga_finish(ch, r, error, 0, 0);
 	}
 	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node) {
+		if (n++ == GPUFPGA_FINISH_BATCH)
+			return true;
 		list_del(&r->chan_node);
 		gpufpga_finish(ch, r, error, 0, 0);
 	}
+	return false;
+}
+
+/*
+ * Ends everything on a channel whose device is gone, a batch per hold of
+ * ch->lock. Process context, ch->lock not held.
+ */
+static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
+{
+	bool more;
+
+	do {
+		spin_lock_irq(&ch->lock);
+		more = gpufpga_chan_drop_some(ch, error);
+		spin_unlock_irq(&ch->lock);
+		cond_resched();
+	} while (more);
 }
 
 /*
@@ -523,7 +596,9 @@ static void gpufpga_xfer_irq(struct gpufpga_chan *ch, u32 seen)
 	if (!ch->active)
 		return;
 	if (READ_ONCE(ch->dev->link_down)) {
-		gpufpga_chan_drop_all(ch, -ENODEV);
+		/* Ending every queued request is the watchdog's, not ours. */
+		ch->deadline = jiffies;
+		mod_delayed_work(gpufpga_wq, &ch->work, 0);
 		return;
 	}
 	/* A shared vector, a stale edge, or part of the end: wait for more. */
@@ -578,11 +653,12 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 	run = ch->runs;
 	if (!r || ch->halting)
 		goto out;
-	status = gpufpga_chan_status(ch);
 	if (READ_ONCE(dev->link_down)) {
+		spin_unlock_irq(&ch->lock);
 		gpufpga_chan_drop_all(ch, -ENODEV);
-		goto out;
+		return;
 	}
+	status = gpufpga_chan_status(ch);
 	ended = gpufpga_chain_ended(ch, status);
 	if (ended && !(status & XDMA_STAT_ERRORS && status & XDMA_STAT_BUSY)) {
 		if (!r->poll && !time_before(jiffies, ch->deadline))
@@ -646,20 +722,47 @@ static bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
 	return false;
 }
 
-/* Ends the queued requests that match. Called with ch->lock held. */
-static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *f,
-				  struct gpufpga_mem *m, int error)
+/*
+ * Ends up to GPUFPGA_FINISH_BATCH of the queued requests that match, and
+ * returns whether any are left. Called with ch->lock held.
+ */
+static bool gpufpga_finish_queued_some(struct gpufpga_chan *ch, struct gpufpga_file *f,
+				       struct gpufpga_mem *m, int error)
 {
 	struct gpufpga_req *r, *tmp;
+	unsigned int n = 0;
 
+	lockdep_assert_held(&ch->lock);
 	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node) {
 		if ((f && r->file != f) || (m && !gpufpga_req_uses(r, m)))
 			continue;
+		if (n++ == GPUFPGA_FINISH_BATCH)
+			return true;
 		list_del(&r->chan_node);
 		if (error == -EKEYREVOKED)
 			ch->revoked++;
 		gpufpga_finish(ch, r, error, 0, 0);
 	}
+	return false;
+}
+
+/*
+ * Ends the queued requests that match, a batch per hold of ch->lock, so
+ * that interrupts are off for a bounded time however long the queue.
+ * Called with ch->mutex held (no CANCEL meanwhile), ch->lock not held.
+ */
+static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *f,
+				  struct gpufpga_mem *m, int error)
+{
+	bool more;
+
+	lockdep_assert_held(&ch->mutex);
+	do {
+		spin_lock_irq(&ch->lock);
+		more = gpufpga_finish_queued_some(ch, f, m, error);
+		spin_unlock_irq(&ch->lock);
+		cond_resched();
+	} while (more);
 }
 
 /*
@@ -697,17 +800,13 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 	}
 }
 
-/* Whether ch's running chain or queue uses m. Under ch->lock. */
+/*
+ * Whether a transfer built for ch uses m, queued or running: a count, not a
+ * walk of the queue, as it is asked with interrupts off.
+ */
 static bool gpufpga_xfer_uses(struct gpufpga_chan *ch, struct gpufpga_mem *m)
 {
-	struct gpufpga_req *r;
-
-	if (ch->active && gpufpga_req_uses(ch->active, m))
-		return true;
-	list_for_each_entry(r, &ch->queue, chan_node)
-		if (gpufpga_req_uses(r, m))
-			return true;
-	return false;
+	return atomic_read(&m->xfers[ch->dir][ch->index]) != 0;
 }
 
 /*
@@ -733,8 +832,8 @@ static void gpufpga_xfer_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
 	struct gpufpga_req *r;
 	u64 run;
 
-	spin_lock_irq(&ch->lock);
 	gpufpga_finish_queued(ch, f, m, error);
+	spin_lock_irq(&ch->lock);
 	gpufpga_start_next(ch);	/* what is left, if the first went */
 	r = ch->active;
 	run = ch->runs;
@@ -762,6 +861,13 @@ static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
 		gpufpga_req_put(ev->req);	/* the channel's */
 		gpufpga_req_put(ev->req);	/* the ioctl's */
 		atomic_dec(&f->nasync);
+	} else if (ev->block) {
+		struct gpufpga_event_block *b = ev->block;
+
+		atomic_dec(&f->nevents);
+		/* The slot may fill again, and ev be posted, from here on. */
+		smp_store_release(&ev->queued, false);
+		gpufpga_event_block_put(b);
 	} else {
 		atomic_dec(&f->nevents);
 		kfree(ev);
@@ -1016,7 +1122,6 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	struct gpufpga_xfer a;
 	struct gpufpga_req *r;
 	int ret;
-	u32 i;
 
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_xfer, user_data));
 	if (ret)
@@ -1109,8 +1214,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 out:
 	if (ret && !r->finished) {
 		/* Never queued: its pins are still counted as in flight. */
-		for (i = 0; i < r->nmems; i++)
-			atomic_dec(&r->mems[i]->inflight);
+		gpufpga_req_let_go(r);
 		trace_gpufpga_error(dev->id, "xfer", ret, 0);
 	}
 	gpufpga_req_put(r);

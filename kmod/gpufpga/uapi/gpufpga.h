@@ -401,7 +401,9 @@ struct gpufpga_completion {
  * it rather than overwrite it, and data the FPGA cannot deliver
  * meanwhile is lost upstream, where the FPGA counts it. The stream ends
  * (a STREAM_END record) on STOP, on close, when a pin is revoked, or on an
- * engine error.
+ * engine error. It ends with -EOVERFLOW when a slot fills while its last
+ * SLOT record is still unread, or past gpufpga_info.max_queued unread
+ * records on the file: read records before releasing their slots.
  *
  * Each stream has an id, never 0 and never reused while the module is
  * loaded, which its SLOT and STREAM_END records carry and which
