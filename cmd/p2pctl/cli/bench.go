@@ -87,8 +87,8 @@ from 100 transfers a size on, and the maximum).
 			defer buf.close()
 			ctx, stop := interruptible(cmd)
 			defer stop()
-			prog := &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count * len(list)}
-			defer prog.done()
+			prog := newProgress(g, cmd)
+			defer prog.clear()
 			out := benchJSON{Channel: channel, Memory: mem}
 			for si, n := range list {
 				var lat []time.Duration
@@ -100,6 +100,7 @@ from 100 transfers a size on, and the maximum).
 					if interrupted(ctx, err) {
 						// The sizes measured in full are the result.
 						out.Interrupted = true
+						prog.clear()
 						return g.emit(out, func(w io.Writer) { writeBench(w, out) })
 					}
 					if err != nil {
@@ -108,7 +109,7 @@ from 100 transfers a size on, and the maximum).
 					lat = append(lat, time.Since(t0))
 					engine += r.Duration
 					bytes += r.Bytes
-					prog.step(si*count + i + 1)
+					prog.set(benchStatus(n, si, len(list), i+1, count))
 				}
 				slices.Sort(lat)
 				row := benchRow{Size: n, Count: count, P50us: us(percentile(lat, 0.5)), MaxUs: us(lat[len(lat)-1]),
@@ -122,6 +123,7 @@ from 100 transfers a size on, and the maximum).
 				}
 				out.Rows = append(out.Rows, row)
 			}
+			prog.clear() // before the result, which nothing follows
 			return g.emit(out, func(w io.Writer) { writeBench(w, out) })
 		},
 	}

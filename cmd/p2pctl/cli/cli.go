@@ -404,16 +404,6 @@ func durationFlag(cmd *cobra.Command, p *time.Duration, name string, value time.
 	cmd.Flags().Var((*durationValue)(p), name, usage)
 }
 
-// isTerminal reports whether w is a terminal, for progress output.
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
-}
-
 // interruptible returns cmd's context, cancelled by the first SIGINT or
 // SIGTERM: every long command (transfer, bench, pin --hold, stream,
 // trace) then stops, prints what it did and exits 0. A second signal

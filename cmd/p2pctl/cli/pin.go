@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -125,10 +126,20 @@ interrupted.
 			if hold {
 				ctx, stop := interruptible(cmd)
 				defer stop()
-				if isTerminal(cmd.ErrOrStderr()) {
-					fmt.Fprintf(cmd.ErrOrStderr(), "holding the pin; Ctrl-C unpins it\n")
+				prog := newProgress(g, cmd)
+				defer prog.clear()
+				start := time.Now()
+				prog.set(holdStatus(0))
+				tick, stopTick := prog.tick(time.Second)
+				defer stopTick()
+				for {
+					select {
+					case <-tick:
+						prog.set(holdStatus(time.Since(start)))
+					case <-ctx.Done():
+						return nil
+					}
 				}
-				<-ctx.Done()
 			}
 			return nil
 		},

@@ -328,12 +328,18 @@ its fills per engine interrupt (0: the driver picks).
 					}
 				}()
 			}
+			prog := newProgress(g, cmd)
+			defer prog.clear()
+			status, stopStatus := prog.tick(progressEvery)
+			defer stopStatus()
 			emit := func(l streamJSON) error {
-				if g.json {
-					return g.emitLine(l)
-				}
-				writeStreamLine(g.out, l)
-				return nil
+				return prog.above(func() error {
+					if g.json {
+						return g.emitLine(l)
+					}
+					writeStreamLine(g.out, l)
+					return nil
+				})
 			}
 			tick := time.NewTicker(interval)
 			defer tick.Stop()
@@ -349,6 +355,7 @@ its fills per engine interrupt (0: the driver picks).
 				select {
 				case f, ok := <-s.Filled():
 					if !ok {
+						prog.clear() // the summary ends the output
 						l := streamLine(s.Stats(), true)
 						if err := s.Err(); err != nil && !stoppedByContext(err) {
 							l.Error = err.Error()
@@ -378,6 +385,8 @@ its fills per engine interrupt (0: the driver picks).
 					if err := emit(streamLine(s.Stats(), false)); err != nil {
 						return err
 					}
+				case <-status:
+					prog.set(streamStatus(s.Stats(), uint64(limit), duration))
 				case <-limitTick:
 					if s.Stats().Bytes >= uint64(limit) {
 						s.Stop()

@@ -206,7 +206,9 @@ watches every gpufpga device. Needs root.`,
 				return err
 			}
 			defer s.Close()
-			return runTrace(ctx, g, s, interval)
+			prog := newProgress(g, cmd)
+			defer prog.clear()
+			return runTrace(ctx, g, s, interval, duration, prog)
 		},
 	}
 	durationFlag(cmd, &duration, "duration", 0, "stop after this long (0: until interrupted)")
@@ -214,7 +216,7 @@ watches every gpufpga device. Needs root.`,
 	return cmd
 }
 
-func runTrace(ctx context.Context, g *globals, s *trace.Session, interval time.Duration) error {
+func runTrace(ctx context.Context, g *globals, s *trace.Session, interval, duration time.Duration, prog *progress) error {
 	first, err := s.Snapshot()
 	if err != nil {
 		return err
@@ -224,6 +226,9 @@ func runTrace(ctx context.Context, g *globals, s *trace.Session, interval time.D
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	var pending []traceEventJSON
+	start, events := time.Now(), 0
+	status, stopStatus := prog.tick(progressEvery)
+	defer stopStatus()
 	emit := func(now trace.Snapshot, from trace.Snapshot, summary bool) error {
 		secs := now.Time.Sub(from.Time).Seconds()
 		t := traceTickJSON{Time: now.Time, Summary: summary, Seconds: secs, Events: pending, Pins: pins, Lost: now.Lost}
@@ -234,11 +239,13 @@ func runTrace(ctx context.Context, g *globals, s *trace.Session, interval time.D
 			t.Channels = append(t.Channels, traceChannel(c.Sub(from.Channels[i]), secs, summary))
 		}
 		pending = nil
-		if g.json {
-			return g.emitLine(t)
-		}
-		writeTick(g.out, t)
-		return nil
+		return prog.above(func() error {
+			if g.json {
+				return g.emitLine(t)
+			}
+			writeTick(g.out, t)
+			return nil
+		})
 	}
 	record := func(e trace.Event) {
 		switch e.Type {
@@ -248,6 +255,7 @@ func runTrace(ctx context.Context, g *globals, s *trace.Session, interval time.D
 			pins--
 		}
 		pending = append(pending, eventJSON(e))
+		events++
 	}
 	for {
 		select {
@@ -265,7 +273,10 @@ func runTrace(ctx context.Context, g *globals, s *trace.Session, interval time.D
 				return err
 			}
 			prev = now
+		case <-status:
+			prog.set(traceStatus(time.Since(start), duration, events, pins))
 		case <-ctx.Done():
+			prog.clear() // the summary ends the output
 			// Let events already in the ring buffer arrive.
 			drain := time.After(100 * time.Millisecond)
 		loop:

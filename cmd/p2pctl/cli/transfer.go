@@ -55,25 +55,6 @@ func fill(b []byte, seed int) {
 	}
 }
 
-// progress shows a transfer counter on a terminal.
-type progress struct {
-	w     io.Writer
-	on    bool
-	total int
-}
-
-func (p *progress) step(n int) {
-	if p.on {
-		fmt.Fprintf(p.w, "\r%d/%d transfers", n, p.total)
-	}
-}
-
-func (p *progress) done() {
-	if p.on {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
-}
-
 func newTransferCmd(g *globals) *cobra.Command {
 	var mem, channel string
 	var size sizeValue = 1 << 20
@@ -130,7 +111,9 @@ card memory at --card-addr, comparing every byte.
 			ctx, stop := interruptible(cmd)
 			defer stop()
 			t := &transferRun{d: d, opts: g.opts, mem: mem, via: via.p, size: uint64(size), card: cardAddr, dir: dir, ch: ch, timeout: timeout}
-			res, err := t.run(ctx, count, verify, &progress{w: cmd.ErrOrStderr(), on: isTerminal(cmd.ErrOrStderr()), total: count})
+			prog := newProgress(g, cmd)
+			res, err := t.run(ctx, count, verify, prog)
+			prog.clear() // before the result, which nothing follows
 			if err != nil {
 				return err
 			}
@@ -193,7 +176,6 @@ func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *pro
 		}
 		defer other.close()
 	}
-	defer prog.done()
 	var elapsed time.Duration
 	var want, got []byte
 	if verify && !t.ch.Stream {
@@ -209,7 +191,7 @@ func (t *transferRun) run(ctx context.Context, count int, verify bool, prog *pro
 			res.Count, res.Bytes, elapsed, res.Interrupted = i, bytes, took, true
 			break
 		}
-		prog.step(i + 1)
+		prog.set(countStatus(i+1, count))
 	}
 	res.Verified = verify && !res.Interrupted
 	res.Seconds = elapsed.Seconds()

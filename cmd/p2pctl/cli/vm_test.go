@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -362,11 +363,23 @@ func TestCLIDoctor(t *testing.T) {
 		t.Fatalf("doctor --json: exit %d: %v\n%s%s", r.code, err, r.stdout, r.stderr)
 	}
 	status := map[string]string{}
+	heldByGpufpga := regexp.MustCompile(`^10ee:[0-9a-f]{4} held by gpufpga, an ID gpufpga claims$`)
+	held := 0
 	for _, c := range rep.Checks {
 		status[c.Key] = c.Status
 		if c.Status == "FAIL" {
 			t.Errorf("FAIL %s %s: %s (%s)", c.Key, c.Subject, c.Summary, c.Hint)
 		}
+		// The rig's FPGA is its only Xilinx function, and gpufpga's.
+		if c.Key == "fpga.driver" {
+			held++
+			if !heldByGpufpga.MatchString(c.Summary) {
+				t.Errorf("fpga.driver %s: %q, want it held by gpufpga, an ID gpufpga claims", c.Subject, c.Summary)
+			}
+		}
+	}
+	if held != 1 {
+		t.Errorf("%d fpga.driver checks, want the rig's FPGA's alone\n%s", held, r.stdout)
 	}
 	for key, want := range map[string]string{
 		"driver.module": "OK", "driver.abi": "OK", "fpga.driver": "OK", "fpga.bars": "OK", "gpu.device": "WARN",

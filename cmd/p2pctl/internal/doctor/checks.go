@@ -186,18 +186,95 @@ func (d *diagnosis) fpga(fpgas []pciDev) {
 	}
 }
 
+// fpgaDriver says which driver holds p, whether gpufpga's ID table claims
+// it, and, where gpufpga does not hold it, why and the commands that hand
+// it over. Xilinx's xdma.ko and vfio-pci users claim the same
+// reference-design IDs, so on a shared host the answer is often another
+// driver, or a driver_override that keeps the function for one.
 func (d *diagnosis) fpgaDriver(p pciDev) {
 	id := fmt.Sprintf("%04x:%04x", p.Vendor, p.Device)
-	switch p.Driver {
-	case driverName:
-		d.add("fpga.driver", p.BDF, OK, id+" bound to gpufpga", "")
-	case "":
-		d.add("fpga.driver", p.BDF, Warn, id+" bound to no driver",
-			fmt.Sprintf("if it is the XDMA card: echo %04x %04x > /sys/bus/pci/drivers/gpufpga/new_id", p.Vendor, p.Device))
-	default:
-		d.add("fpga.driver", p.BDF, Warn, fmt.Sprintf("%s bound to %s, not gpufpga", id, p.Driver),
-			fmt.Sprintf("if it is the XDMA card: echo %s > /sys/bus/pci/drivers/%s/unbind, then bind gpufpga", p.BDF, p.Driver))
+	claimed := claims(p.Vendor, p.Device)
+	holder := p.Driver
+	if holder == "" {
+		holder = "no driver"
 	}
+	claim := "an ID gpufpga claims"
+	if !claimed {
+		claim = "an ID gpufpga does not claim"
+	}
+	summary := fmt.Sprintf("%s held by %s, %s", id, holder, claim)
+	if p.Driver == driverName {
+		if !claimed {
+			summary += " (bound through driver_override or new_id)"
+		}
+		d.add("fpga.driver", p.BDF, OK, summary, "")
+		return
+	}
+	// sysfs shows "(null)" for no override; kernels before 3.16 have no
+	// file.
+	override, _ := d.h.read(p.file("driver_override"))
+	if override == "(null)" {
+		override = ""
+	}
+	loaded := d.h.exists("sys/module/" + driverName)
+	var why []string
+	if p.Driver != "" {
+		why = append(why, p.Driver+" holds it")
+	}
+	switch {
+	case override == driverName && p.Driver != "":
+		why = append(why, "driver_override names gpufpga, for the next probe")
+	case override != "" && override != driverName:
+		why = append(why, "driver_override reserves it for "+override)
+	}
+	if !loaded {
+		why = append(why, "gpufpga is not loaded")
+	}
+	if !claimed && override != driverName {
+		why = append(why, "the ID is not in its table")
+	}
+	// Loaded, free to bind and matching, yet unbound: gpufpga tried.
+	probeFailed := len(why) == 0
+	if probeFailed {
+		why = append(why, "its probe failed, or the function was unbound")
+	}
+	summary += "; gpufpga did not bind it: " + strings.Join(why, ", ")
+	d.add("fpga.driver", p.BDF, Warn, summary, bindHint(p, override, claimed, loaded, probeFailed))
+}
+
+// bindHint returns the commands that hand p to gpufpga, in order.
+func bindHint(p pciDev, override string, claimed, loaded, probeFailed bool) string {
+	dev := "/sys/bus/pci/devices/" + p.BDF
+	var steps []string
+	if !loaded {
+		steps = append(steps, "modprobe gpufpga")
+	}
+	// Another driver, an override for another, or an ID outside the
+	// table: only driver_override makes the next probe gpufpga's (the PCI
+	// core binds a function to the driver its override names whatever
+	// the ID, and tries no other).
+	pin := override != driverName && (p.Driver != "" || override != "" || !claimed)
+	if pin {
+		steps = append(steps, "echo gpufpga > "+dev+"/driver_override")
+	}
+	if p.Driver != "" {
+		steps = append(steps, fmt.Sprintf("echo %s > /sys/bus/pci/drivers/%s/unbind", p.BDF, p.Driver))
+	}
+	// Loading the module binds a free matching function itself.
+	if pin || p.Driver != "" || loaded {
+		steps = append(steps, fmt.Sprintf("echo %s > /sys/bus/pci/drivers_probe", p.BDF))
+	}
+	hint := strings.Join(steps, "; ")
+	if probeFailed {
+		hint += "; if it stays unbound, dmesg says why gpufpga's probe failed"
+	}
+	if pin {
+		hint += fmt.Sprintf(" (driverctl set-override %s gpufpga does this and keeps it across reboots)", p.BDF)
+	}
+	if !claimed {
+		hint = "if it is the XDMA card: " + hint
+	}
+	return hint
 }
 
 func (d *diagnosis) fpgaLink(p pciDev) {

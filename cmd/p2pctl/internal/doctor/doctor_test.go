@@ -128,6 +128,7 @@ func TestFixtures(t *testing.T) {
 			"gpu.driver":   "570.86.15, open kernel module",
 			"gpu.device":   "NVIDIA A100-PCIE-40GB, 10de:20b5 3D controller, driver nvidia",
 			"fpga.payload": "MPS 256 B (supports 512 B), MRRS 512 B",
+			"fpga.driver":  "10ee:9038 held by gpufpga, an ID gpufpga claims",
 		}},
 		{"root-complex", with("WARN path.route " + pair), map[string]string{
 			"path.route": "0000:03:00.0 > 0000:00:06.0 > [pci0000:00] > 0000:00:01.0 > 0000:04:00.0: crosses the root complex; hint: 13th Gen Intel(R) Core(TM) i9-13900K is an Intel client part",
@@ -186,7 +187,7 @@ func TestFixtures(t *testing.T) {
 		}, map[string]string{
 			"gpu.driver":  "535.183.01, proprietary kernel module",
 			"memlock":     "8 MiB, ring 256 MiB: host-memory pins of the ring would fail",
-			"fpga.driver": "10ee:9038 bound to no driver; hint: if it is the XDMA card: echo 10ee 9038 > /sys/bus/pci/drivers/gpufpga/new_id",
+			"fpga.driver": "10ee:9038 held by no driver, an ID gpufpga claims; gpufpga did not bind it: gpufpga is not loaded; hint: modprobe gpufpga",
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -379,6 +380,103 @@ func TestReportOutput(t *testing.T) {
 	var back doctor.Report
 	if err := json.Unmarshal(js, &back); err != nil || back.Checks[15].Status != doctor.Warn {
 		t.Errorf("round trip: %v, %+v", err, back.Checks[15])
+	}
+}
+
+// bindingLines returns r's fpga.driver checks as doctor prints them.
+func bindingLines(t *testing.T, r doctor.Report) []string {
+	t.Helper()
+	var b doctor.Report
+	for _, c := range r.Checks {
+		if c.Key == "fpga.driver" {
+			b.Checks = append(b.Checks, c)
+		}
+	}
+	var out bytes.Buffer
+	if err := b.WriteText(&out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+	return lines[:len(lines)-1] // the tally
+}
+
+// xilinxFunction is the fixture's FPGA at another address, with another
+// device ID, driver and driver_override.
+func xilinxFunction(h doctortest.Host, bdf string, id uint16, driver, override string) doctortest.Device {
+	var d doctortest.Device
+	for _, dev := range h.Devices {
+		if dev.BDF() == doctortest.FPGA {
+			d = dev
+		}
+	}
+	d.Path, d.ID, d.Driver, d.Override = "pci0000:00/"+bdf, id, driver, override
+	return d
+}
+
+// A host where Xilinx's xdma.ko, vfio-pci and other drivers hold Xilinx
+// functions beside gpufpga: doctor names each one's driver, whether
+// gpufpga claims its ID, why gpufpga did not bind it, and the commands
+// that hand it over.
+func TestXilinxBinding(t *testing.T) {
+	h := fixture(t, "switch-shared")
+	h.Devices = append(h.Devices,
+		xilinxFunction(h, "0000:05:00.0", 0x9034, "xdma", ""),
+		xilinxFunction(h, "0000:06:00.0", 0x9038, "vfio-pci", "vfio-pci"),
+		xilinxFunction(h, "0000:07:00.0", 0x9024, "", "vfio-pci"),
+		xilinxFunction(h, "0000:08:00.0", 0x9021, "", ""),
+		xilinxFunction(h, "0000:09:00.0", 0x7777, "", ""),
+		xilinxFunction(h, "0000:0a:00.0", 0x5000, "xclmgmt", ""),
+		xilinxFunction(h, "0000:0b:00.0", 0x7777, "gpufpga", "gpufpga"),
+		xilinxFunction(h, "0000:0c:00.0", 0x9038, "xdma", "gpufpga"),
+	)
+	r := diagnose(t, h, doctor.Config{Device: device{abi: 1}, CUDA: a100})
+	want := []string{
+		"OK    fpga.driver  0000:03:00.0  10ee:9038 held by gpufpga, an ID gpufpga claims",
+		"WARN  fpga.driver  0000:05:00.0  10ee:9034 held by xdma, an ID gpufpga claims; gpufpga did not bind it: xdma holds it; " +
+			"hint: echo gpufpga > /sys/bus/pci/devices/0000:05:00.0/driver_override; echo 0000:05:00.0 > /sys/bus/pci/drivers/xdma/unbind; " +
+			"echo 0000:05:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:05:00.0 gpufpga does this and keeps it across reboots)",
+		"WARN  fpga.driver  0000:06:00.0  10ee:9038 held by vfio-pci, an ID gpufpga claims; gpufpga did not bind it: vfio-pci holds it, driver_override reserves it for vfio-pci; " +
+			"hint: echo gpufpga > /sys/bus/pci/devices/0000:06:00.0/driver_override; echo 0000:06:00.0 > /sys/bus/pci/drivers/vfio-pci/unbind; " +
+			"echo 0000:06:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:06:00.0 gpufpga does this and keeps it across reboots)",
+		"WARN  fpga.driver  0000:07:00.0  10ee:9024 held by no driver, an ID gpufpga claims; gpufpga did not bind it: driver_override reserves it for vfio-pci; " +
+			"hint: echo gpufpga > /sys/bus/pci/devices/0000:07:00.0/driver_override; " +
+			"echo 0000:07:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:07:00.0 gpufpga does this and keeps it across reboots)",
+		"WARN  fpga.driver  0000:08:00.0  10ee:9021 held by no driver, an ID gpufpga claims; gpufpga did not bind it: its probe failed, or the function was unbound; " +
+			"hint: echo 0000:08:00.0 > /sys/bus/pci/drivers_probe; if it stays unbound, dmesg says why gpufpga's probe failed",
+		"WARN  fpga.driver  0000:09:00.0  10ee:7777 held by no driver, an ID gpufpga does not claim; gpufpga did not bind it: the ID is not in its table; " +
+			"hint: if it is the XDMA card: echo gpufpga > /sys/bus/pci/devices/0000:09:00.0/driver_override; " +
+			"echo 0000:09:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:09:00.0 gpufpga does this and keeps it across reboots)",
+		"WARN  fpga.driver  0000:0a:00.0  10ee:5000 held by xclmgmt, an ID gpufpga does not claim; gpufpga did not bind it: xclmgmt holds it, the ID is not in its table; " +
+			"hint: if it is the XDMA card: echo gpufpga > /sys/bus/pci/devices/0000:0a:00.0/driver_override; echo 0000:0a:00.0 > /sys/bus/pci/drivers/xclmgmt/unbind; " +
+			"echo 0000:0a:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:0a:00.0 gpufpga does this and keeps it across reboots)",
+		"OK    fpga.driver  0000:0b:00.0  10ee:7777 held by gpufpga, an ID gpufpga does not claim (bound through driver_override or new_id)",
+		"WARN  fpga.driver  0000:0c:00.0  10ee:9038 held by xdma, an ID gpufpga claims; gpufpga did not bind it: xdma holds it, driver_override names gpufpga, for the next probe; " +
+			"hint: echo 0000:0c:00.0 > /sys/bus/pci/drivers/xdma/unbind; echo 0000:0c:00.0 > /sys/bus/pci/drivers_probe",
+	}
+	if got := bindingLines(t, r); !slices.Equal(got, want) {
+		t.Errorf("fpga.driver lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+
+	// Without the module: loading it comes first, and binds a free
+	// function gpufpga claims by itself.
+	h.Modules = []string{"nvidia"}
+	h.Devices = []doctortest.Device{
+		xilinxFunction(h, "0000:05:00.0", 0x9034, "xdma", ""),
+		xilinxFunction(h, "0000:08:00.0", 0x9021, "", ""),
+		xilinxFunction(h, "0000:09:00.0", 0x7777, "", ""),
+	}
+	r = diagnose(t, h, doctor.Config{Device: device{abi: 1}, CUDA: a100})
+	want = []string{
+		"WARN  fpga.driver  0000:05:00.0  10ee:9034 held by xdma, an ID gpufpga claims; gpufpga did not bind it: xdma holds it, gpufpga is not loaded; " +
+			"hint: modprobe gpufpga; echo gpufpga > /sys/bus/pci/devices/0000:05:00.0/driver_override; echo 0000:05:00.0 > /sys/bus/pci/drivers/xdma/unbind; " +
+			"echo 0000:05:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:05:00.0 gpufpga does this and keeps it across reboots)",
+		"WARN  fpga.driver  0000:08:00.0  10ee:9021 held by no driver, an ID gpufpga claims; gpufpga did not bind it: gpufpga is not loaded; hint: modprobe gpufpga",
+		"WARN  fpga.driver  0000:09:00.0  10ee:7777 held by no driver, an ID gpufpga does not claim; gpufpga did not bind it: gpufpga is not loaded, the ID is not in its table; " +
+			"hint: if it is the XDMA card: modprobe gpufpga; echo gpufpga > /sys/bus/pci/devices/0000:09:00.0/driver_override; " +
+			"echo 0000:09:00.0 > /sys/bus/pci/drivers_probe (driverctl set-override 0000:09:00.0 gpufpga does this and keeps it across reboots)",
+	}
+	if got := bindingLines(t, r); !slices.Equal(got, want) {
+		t.Errorf("without the module, fpga.driver lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }
 

@@ -44,7 +44,10 @@ type Device struct {
 	ID     uint16
 	Class  uint32
 	Driver string
-	Port   int // PCIe Device/Port Type: 0 endpoint, 4 root, 5 upstream, 6 downstream
+	// Override is the driver_override file: the one driver that may
+	// bind the function; "" writes "(null)", as sysfs shows none.
+	Override string
+	Port     int // PCIe Device/Port Type: 0 endpoint, 4 root, 5 upstream, 6 downstream
 
 	Speed, MaxSpeed string // "8.0 GT/s PCIe"; "" writes no link files
 	Width, MaxWidth int
@@ -177,6 +180,11 @@ func (w *writer) device(d Device, short bool) {
 	w.file(dir+"/vendor", fmt.Sprintf("0x%04x\n", d.Vendor))
 	w.file(dir+"/device", fmt.Sprintf("0x%04x\n", d.ID))
 	w.file(dir+"/class", fmt.Sprintf("0x%06x\n", d.Class))
+	override := d.Override
+	if override == "" {
+		override = "(null)"
+	}
+	w.file(dir+"/driver_override", override+"\n")
 	if d.Driver != "" {
 		w.mkdir("sys/bus/pci/drivers/" + d.Driver)
 		w.link(dir+"/driver", "sys/bus/pci/drivers/"+d.Driver)
