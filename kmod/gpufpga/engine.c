@@ -219,6 +219,7 @@ void gpufpga_dev_program(struct gpufpga_dev *dev)
 		      dev->chan_vectors[0]);
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_VECTOR + 4,
 		      dev->chan_vectors[1]);
+	gpufpga_user_program(dev);
 	gpufpga_for_each_chan(dev, ch, ci) {
 		spin_lock_irq(&ch->lock);
 		gpufpga_chan_program(ch, 0);

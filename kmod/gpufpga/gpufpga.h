@@ -54,6 +54,10 @@
 
 #define GPUFPGA_GPU_PAGE	SZ_64K
 #define GPUFPGA_INLINE_SEGS	4	/* segments a request holds in itself */
+/* What a register of a function off the bus reads. */
+#define GPUFPGA_DEAD		0xffffffff
+/* A vector per channel, then one per user interrupt line where given. */
+#define GPUFPGA_MAX_VECS	(2 * GPUFPGA_MAX_CHANNELS + GPUFPGA_USER_IRQS)
 /* Requests ended per hold of a channel's lock, interrupts off. */
 #define GPUFPGA_FINISH_BATCH	16
 /* Looks a jiffy apart at a completed count that lags its chain's stop. */
@@ -277,7 +281,21 @@ struct gpufpga_dev {
 	bool intx;			/* a shared line: check the pending bits */
 	u32 irq_enabled;		/* channel interrupt bits set up */
 	u32 chan_vectors[2];		/* the IRQ block's channel vector map */
-	struct gpufpga_vec vecs[2 * GPUFPGA_MAX_CHANNELS];
+	int chan_nvecs;			/* the vectors channels are spread over */
+	struct gpufpga_vec vecs[GPUFPGA_MAX_VECS];
+
+	/*
+	 * User interrupts (usr_irq_req): line n has vector user_vec + n when
+	 * user_own, else all share vector 0 and the request register says
+	 * which fired. user_lock covers user_armed (the lines enabled in the
+	 * IP), user_counts and every file's user_seen; user_wq wakes waiters.
+	 */
+	bool user_own;
+	int user_vec;
+	spinlock_t user_lock;		/* user_armed, user_counts, user_seen */
+	u32 user_armed;
+	u64 user_counts[GPUFPGA_USER_IRQS];
+	wait_queue_head_t user_wq;
 
 	/* Resident streams running, and whether they turned relaxed ordering off. */
 	spinlock_t devctl_lock;		/* resident_streams, relaxed_off, Device Control */
@@ -325,6 +343,8 @@ struct gpufpga_file {
 	spinlock_t done_lock;		/* done */
 	struct list_head done;
 	wait_queue_head_t done_wq;
+
+	u64 user_seen[GPUFPGA_USER_IRQS];	/* dev->user_counts last told */
 };
 
 /* Pinned memory: what a pin handle names. */
@@ -491,6 +511,15 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 			       bool named);
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size);
+
+/* user_irq.c */
+void gpufpga_user_init(struct gpufpga_dev *dev);
+void gpufpga_user_program(struct gpufpga_dev *dev);
+void gpufpga_user_disable(struct gpufpga_dev *dev);
+bool gpufpga_user_irq(struct gpufpga_dev *dev, int index);
+void gpufpga_user_open(struct gpufpga_file *f);
+void gpufpga_user_wake(struct gpufpga_dev *dev);
+int gpufpga_ioctl_user_irq(struct gpufpga_file *f, void __user *arg, unsigned int size);
 
 /* debugfs.c */
 void gpufpga_debugfs_init(struct gpufpga_dev *dev);

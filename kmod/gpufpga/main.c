@@ -232,6 +232,7 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 		[_IOC_NR(GPUFPGA_IOC_STREAM_START)] = _IOC_DIR(GPUFPGA_IOC_STREAM_START),
 		[_IOC_NR(GPUFPGA_IOC_STREAM_RELEASE)] = _IOC_DIR(GPUFPGA_IOC_STREAM_RELEASE),
 		[_IOC_NR(GPUFPGA_IOC_STREAM_STOP)] = _IOC_DIR(GPUFPGA_IOC_STREAM_STOP),
+		[_IOC_NR(GPUFPGA_IOC_USER_IRQ)] = _IOC_DIR(GPUFPGA_IOC_USER_IRQ),
 	};
 
 	long ret = -ENOTTY;
@@ -277,6 +278,9 @@ static long gpufpga_ioctl(struct file *file, unsigned int cmd, unsigned long arg
 	case _IOC_NR(GPUFPGA_IOC_STREAM_STOP):
 		ret = gpufpga_ioctl_stream_stop(f, uarg, size);
 		break;
+	case _IOC_NR(GPUFPGA_IOC_USER_IRQ):
+		ret = gpufpga_ioctl_user_irq(f, uarg, size);
+		break;
 	}
 	up_read(&f->dev->ioctl_rwsem);
 	return ret;
@@ -292,6 +296,7 @@ static int gpufpga_open(struct inode *inode, struct file *file)
 		return -ENOMEM;
 	kref_get(&dev->ref);
 	f->dev = dev;
+	gpufpga_user_open(f);
 	/* Whoever opened the file, not whoever later calls its ioctls. */
 	f->rawio = file_ns_capable(file, &init_user_ns, CAP_SYS_RAWIO);
 	mutex_init(&f->lock);
@@ -373,16 +378,19 @@ static irqreturn_t gpufpga_irq(int irq, void *data)
 	struct gpufpga_dev *dev = vec->dev;
 	struct gpufpga_chan *ch;
 	u32 pending = ~0U;
+	bool user;
 	int ci;
 
+	user = gpufpga_user_irq(dev, vec->index);
 	if (dev->intx) {
 		pending = gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) +
 				       XDMA_REG_CHAN_INT_PENDING);
 		if (!pending || pending == ~0U)
-			return IRQ_NONE;
+			return user ? IRQ_HANDLED : IRQ_NONE;
 	}
 	gpufpga_for_each_chan(dev, ch, ci) {
-		if ((int)(ch->irq_bit % dev->nvecs) != vec->index || !(pending & BIT(ch->irq_bit)))
+		if ((int)(ch->irq_bit % dev->chan_nvecs) != vec->index ||
+		    !(pending & BIT(ch->irq_bit)))
 			continue;
 		spin_lock(&ch->lock);
 		gpufpga_chan_irq(ch);
@@ -411,24 +419,29 @@ static unsigned int gpufpga_irq_types(struct device *dev)
 }
 
 /*
- * Allocates the vectors, one per channel where it can, and routes channel
- * interrupts to them. Every completion comes by interrupt: a device
- * without one is refused.
+ * Allocates the vectors, one per channel and one per user interrupt line
+ * where it can, and routes channel interrupts to them; with fewer, the
+ * channels share them and the user lines share the first. Every
+ * completion comes by interrupt: a device without one is refused.
  */
 static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
 {
 	struct pci_dev *pdev = dev->pdev;
-	int i, ret, nvec = dev->nchan[0] + dev->nchan[1];
+	int i, ret, nchan = dev->nchan[0] + dev->nchan[1];
 	u32 bit;
 	struct gpufpga_chan *ch;
 	int ci;
 
-	ret = pci_alloc_irq_vectors(pdev, 1, nvec, gpufpga_irq_types(&pdev->dev));
+	ret = pci_alloc_irq_vectors(pdev, 1, nchan + GPUFPGA_USER_IRQS,
+				    gpufpga_irq_types(&pdev->dev));
 	if (ret < 0) {
 		dev_err(&pdev->dev, "no interrupt (%d)\n", ret);
 		return ret;
 	}
 	dev->nvecs = ret;
+	dev->chan_nvecs = min(ret, nchan);
+	dev->user_own = ret >= nchan + GPUFPGA_USER_IRQS;
+	dev->user_vec = dev->user_own ? nchan : 0;
 	dev->intx = !pdev->msix_enabled && !pdev->msi_enabled;
 	dev->irq_kind = pdev->msix_enabled ? "MSI-X" : pdev->msi_enabled ? "MSI" : "INTx";
 	for (i = 0; i < dev->nvecs; i++) {
@@ -446,7 +459,7 @@ static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	}
 	gpufpga_for_each_chan(dev, ch, ci) {
 		bit = ch->irq_bit;
-		dev->chan_vectors[bit / 4] |= (bit % dev->nvecs) << (bit % 4 * 8);
+		dev->chan_vectors[bit / 4] |= (bit % dev->chan_nvecs) << (bit % 4 * 8);
 		dev->irq_enabled |= BIT(bit);
 	}
 	/* No chain runs yet: each channel's interrupt goes on with the rest. */
@@ -460,6 +473,7 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 
 	if (!READ_ONCE(dev->link_down))
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+	gpufpga_user_disable(dev);
 	dev->irq_enabled = 0;
 	dev->chan_vectors[0] = 0;
 	dev->chan_vectors[1] = 0;
@@ -564,6 +578,7 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 	mutex_init(&dev->files_lock);
 	INIT_LIST_HEAD(&dev->files);
 	init_rwsem(&dev->ioctl_rwsem);
+	gpufpga_user_init(dev);
 	mutex_init(&dev->lifecycle_lock);
 	spin_lock_init(&dev->devctl_lock);
 	dev->id = ida_alloc(&gpufpga_ida, GFP_KERNEL);
@@ -687,6 +702,7 @@ static void gpufpga_remove(struct pci_dev *pdev)
 	gpufpga_debugfs_exit(dev);
 	misc_deregister(&dev->misc);
 	WRITE_ONCE(dev->dead, true);
+	gpufpga_user_wake(dev);
 	gpufpga_fail_channels(dev);
 	down_write(&dev->ioctl_rwsem);
 	up_write(&dev->ioctl_rwsem);

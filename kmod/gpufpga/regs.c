@@ -7,7 +7,6 @@
 
 #include "gpufpga.h"
 
-#define GPUFPGA_DEAD		0xffffffff
 
 /*
  * A read that a device off the bus answers with all ones is confirmed before

@@ -53,6 +53,11 @@
 #define XDMA_COMMON_ALL		(GENMASK(3, 0) | GENMASK(19, 16))	/* every channel's bit */
 
 /* Interrupt block registers. */
+#define XDMA_REG_USER_INT_ENABLE	0x04
+#define XDMA_REG_USER_INT_ENABLE_W1S	0x08
+#define XDMA_REG_USER_INT_ENABLE_W1C	0x0c
+#define XDMA_REG_USER_INT_REQUEST	0x40
+#define XDMA_REG_USER_VECTOR		0x80	/* four registers, four lines each */
 #define XDMA_REG_CHAN_INT_ENABLE	0x10
 #define XDMA_REG_CHAN_INT_ENABLE_W1S	0x14
 #define XDMA_REG_CHAN_INT_ENABLE_W1C	0x18

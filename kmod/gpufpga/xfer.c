@@ -490,9 +490,9 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 	completed = gpufpga_read(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_COMPLETED));
 	if (completed >= ch->active->nsegs)
 		return true;
-	if (seen & XDMA_STAT_BUSY)
+	if (seen & XDMA_STAT_BUSY) {
 		ch->status_seen &= ~XDMA_STAT_DESC_STOPPED;
-	else if (ch->stale_looks < GPUFPGA_STALE_LOOKS) {
+	} else if (ch->stale_looks < GPUFPGA_STALE_LOOKS) {
 		/* Past a few looks a jiffy apart, the deadline's watchdog. */
 		ch->stale_looks++;
 		mod_delayed_work(gpufpga_wq, &ch->work, 1);
@@ -653,12 +653,13 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 	run = ch->runs;
 	if (!r || ch->halting)
 		goto out;
+	/* A read that finds the link down says so: ask it after. */
+	status = gpufpga_chan_status(ch);
 	if (READ_ONCE(dev->link_down)) {
 		spin_unlock_irq(&ch->lock);
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		return;
 	}
-	status = gpufpga_chan_status(ch);
 	ended = gpufpga_chain_ended(ch, status);
 	if (ended && !(status & XDMA_STAT_ERRORS && status & XDMA_STAT_BUSY)) {
 		if (!r->poll && !time_before(jiffies, ch->deadline))

@@ -530,6 +530,43 @@ struct gpufpga_stream_stop {
 	__u64 stream;
 };
 
+/*
+ * The FPGA's user interrupts: the XDMA IP's usr_irq_req lines, raised by the
+ * user logic.
+ */
+#define GPUFPGA_USER_IRQS	16
+
+/**
+ * struct gpufpga_user_irq - arm and wait for the FPGA's user interrupts
+ * @lines:	in: the usr_irq_req lines (bit n for line n, n < 16) to
+ *		enable and wait for; not 0.
+ * @timeout_ms:	in: how long to wait for one of them; 0 does not wait.
+ * @fired:	out: the lines of @lines that fired since this file last
+ *		asked for them (the first call counts from the file's open).
+ * @pad:	must be 0.
+ * @counts:	out: each line's interrupts since the driver bound the card.
+ *
+ * A line is enabled in the IP from the first call that names it until the
+ * card is unbound, and the interrupt handler masks it again when it fires,
+ * as an edge the user logic may not repeat: the next call re-enables it,
+ * once the caller has served the logic (through its registers in the user
+ * BAR). With one MSI-X vector per line (the driver asks for them), the
+ * vector says which line fired; where the lines share a vector (MSI, INTx,
+ * too few vectors), the IP's request register does, so the user logic
+ * must hold usr_irq_req high until the host serves it.
+ *
+ * Errors: -EINVAL (@lines 0 or past line 15, @pad not 0), -EAGAIN (none
+ * fired, @timeout_ms 0), -ETIMEDOUT (none fired in @timeout_ms), -EINTR
+ * (a signal), -ENODEV (the card is gone or its link is down).
+ */
+struct gpufpga_user_irq {
+	__u32 lines;
+	__u32 timeout_ms;
+	__u32 fired;
+	__u32 pad;
+	__u64 counts[GPUFPGA_USER_IRQS];
+};
+
 /* Unassigned in Documentation/userspace-api/ioctl/ioctl-number.rst. */
 #define GPUFPGA_IOC_MAGIC	0xD6
 #define GPUFPGA_IOC_INFO	_IOR(GPUFPGA_IOC_MAGIC, 0x00, struct gpufpga_info)
@@ -541,5 +578,6 @@ struct gpufpga_stream_stop {
 #define GPUFPGA_IOC_STREAM_START _IOWR(GPUFPGA_IOC_MAGIC, 0x06, struct gpufpga_stream)
 #define GPUFPGA_IOC_STREAM_RELEASE _IOW(GPUFPGA_IOC_MAGIC, 0x07, struct gpufpga_release)
 #define GPUFPGA_IOC_STREAM_STOP	_IOW(GPUFPGA_IOC_MAGIC, 0x08, struct gpufpga_stream_stop)
+#define GPUFPGA_IOC_USER_IRQ	_IOWR(GPUFPGA_IOC_MAGIC, 0x09, struct gpufpga_user_irq)
 
 #endif /* _UAPI_LINUX_GPUFPGA_H */
