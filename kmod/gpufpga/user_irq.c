@@ -214,11 +214,11 @@ int gpufpga_ioctl_user_irq(struct gpufpga_file *f, void __user *arg, unsigned in
 	if (gpufpga_user_gone(dev))
 		return -ENODEV;
 	gpufpga_user_arm(dev, a.lines);
-	if (a.timeout_ms) {
+	if (a.msecs) {
 		left = wait_event_interruptible_timeout(dev->user_wq,
 							gpufpga_user_fired(f, a.lines, NULL) ||
 							gpufpga_user_gone(dev),
-							msecs_to_jiffies(a.timeout_ms));
+							msecs_to_jiffies(a.msecs));
 		if (left < 0)
 			return -EINTR;
 	}
@@ -226,7 +226,7 @@ int gpufpga_ioctl_user_irq(struct gpufpga_file *f, void __user *arg, unsigned in
 		return -ENODEV;
 	a.fired = gpufpga_user_fired(f, a.lines, a.counts);
 	if (!a.fired)
-		return a.timeout_ms ? -ETIMEDOUT : -EAGAIN;
+		return a.msecs ? -ETIMEDOUT : -EAGAIN;
 	ret = gpufpga_copy_out(arg, size, &a, sizeof(a));
 	if (!ret)
 		gpufpga_user_take(f, a.fired, a.counts);	/* told: nothing lost */

@@ -54,6 +54,9 @@ const (
 	iocStreamStart   = C.GPUFPGA_IOC_STREAM_START
 	iocStreamRelease = C.GPUFPGA_IOC_STREAM_RELEASE
 	iocStreamStop    = C.GPUFPGA_IOC_STREAM_STOP
+
+	userIRQs   = C.GPUFPGA_USER_IRQS
+	iocUserIRQ = C.GPUFPGA_IOC_USER_IRQ
 )
 
 type (
@@ -68,4 +71,5 @@ type (
 	streamArg     C.struct_gpufpga_stream
 	releaseArg    C.struct_gpufpga_release
 	streamStopArg C.struct_gpufpga_stream_stop
+	userIRQArg    C.struct_gpufpga_user_irq
 )

@@ -48,6 +48,9 @@ const (
 	iocStreamStart   = 0xc060d606
 	iocStreamRelease = 0x4018d607
 	iocStreamStop    = 0x4010d608
+
+	userIRQs   = 0x10
+	iocUserIRQ = 0xc090d609
 )
 
 type (
@@ -181,5 +184,12 @@ type (
 		Channel uint32
 		Flags   uint32
 		Stream  uint64
+	}
+	userIRQArg struct {
+		Lines  uint32
+		Msecs  uint32
+		Fired  uint32
+		Pad    uint32
+		Counts [16]uint64
 	}
 )

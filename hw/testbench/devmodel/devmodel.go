@@ -622,6 +622,11 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		return split(r.iommuFaults.Load())
 	case rl.CtlUnmapped:
 		return split(r.unmapped.Load())
+	case rl.CtlUserIRQ:
+		if r.cfg.User != nil && r.cfg.User.Interrupts != nil {
+			return uint32(unix.EBUSY), 0, 0 // the RTL's lines, not ours
+		}
+		return 0, r.engine.UserIRQ(a0), 0
 	case rl.CtlStalled:
 		if a0 > 1 {
 			return einval, 0, 0

@@ -20,7 +20,7 @@ func ioctlCall(cmd uintptr) string {
 	if cmd>>8&0xFF != 0xD6 {
 		return "foreign"
 	}
-	names := []string{"INFO", "PIN", "UNPIN", "QUERY", "XFER", "CANCEL", "STREAM_START", "STREAM_RELEASE", "STREAM_STOP"}
+	names := []string{"INFO", "PIN", "UNPIN", "QUERY", "XFER", "CANCEL", "STREAM_START", "STREAM_RELEASE", "STREAM_STOP", "USER_IRQ"}
 	if nr := cmd & 0xFF; nr < uintptr(len(names)) {
 		return names[nr]
 	}

@@ -106,6 +106,17 @@ func (c *Control) InjectFault(dir xdma.Direction, ch int, f xdmamodel.Fault) err
 	return nil
 }
 
+// SetUserIRQ drives the user logic's usr_irq_req lines (bit n for line n)
+// on a rig whose user logic is the Go model's, and returns the usr_irq_ack
+// pulses owed since the last call: one per request the engine has sent.
+func (c *Control) SetUserIRQ(lines uint16) (ack uint16, err error) {
+	v, _, err := c.mb.Call(rl.CtlUserIRQ, uint32(lines), 0, 0)
+	if err != nil {
+		return 0, fmt.Errorf("rigctl: usr_irq_req %#x: %w", lines, err)
+	}
+	return uint16(v), nil
+}
+
 // Stalled reports whether a channel runs a chain that an injected stall or
 // wedge holds: the engine fetched its descriptors, and is now stuck on it.
 func (c *Control) Stalled(dir xdma.Direction, ch int) (bool, error) {

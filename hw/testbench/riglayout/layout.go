@@ -54,6 +54,10 @@ const (
 	// CtlStalled (arg0 direction, arg1 channel) reads 1 while the
 	// channel runs a chain that an injected stall or wedge holds.
 	CtlStalled = 15
+	// CtlUserIRQ (arg0 the lines) sets usr_irq_req as user logic would,
+	// on a rig whose user logic is the Go model's, and reads the
+	// usr_irq_ack pulses owed since the last call.
+	CtlUserIRQ = 16
 
 	// The classes of PCIe error CtlAER injects.
 	AERCorrectable = 0

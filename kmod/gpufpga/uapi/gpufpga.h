@@ -537,31 +537,31 @@ struct gpufpga_stream_stop {
 #define GPUFPGA_USER_IRQS	16
 
 /**
- * struct gpufpga_user_irq - arm and wait for the FPGA's user interrupts
+ * struct gpufpga_user_irq - GPUFPGA_IOC_USER_IRQ: arm and wait for the FPGA's user
+ * interrupts.
  * @lines:	in: the usr_irq_req lines (bit n for line n, n < 16) to
  *		enable and wait for; not 0.
- * @timeout_ms:	in: how long to wait for one of them; 0 does not wait.
+ * @msecs:	in: how long to wait for one of them; 0 does not wait.
  * @fired:	out: the lines of @lines that fired since this file last
  *		asked for them (the first call counts from the file's open).
  * @pad:	must be 0.
  * @counts:	out: each line's interrupts since the driver bound the card.
  *
- * A line is enabled in the IP from the first call that names it until the
- * card is unbound, and the interrupt handler masks it again when it fires,
- * as an edge the user logic may not repeat: the next call re-enables it,
- * once the caller has served the logic (through its registers in the user
- * BAR). With one MSI-X vector per line (the driver asks for them), the
+ * Each call enables @lines in the IP. The interrupt handler masks a line
+ * when it fires, as UIO does, so that a request held high cannot storm: the
+ * next call enables it again, once the caller has served the user logic
+ * (through its registers in the user BAR). Every fire is counted. With one MSI-X vector per line (the driver asks for them), the
  * vector says which line fired; where the lines share a vector (MSI, INTx,
  * too few vectors), the IP's request register does, so the user logic
  * must hold usr_irq_req high until the host serves it.
  *
  * Errors: -EINVAL (@lines 0 or past line 15, @pad not 0), -EAGAIN (none
- * fired, @timeout_ms 0), -ETIMEDOUT (none fired in @timeout_ms), -EINTR
+ * fired, @msecs 0), -ETIMEDOUT (none fired in @msecs), -EINTR
  * (a signal), -ENODEV (the card is gone or its link is down).
  */
 struct gpufpga_user_irq {
 	__u32 lines;
-	__u32 timeout_ms;
+	__u32 msecs;
 	__u32 fired;
 	__u32 pad;
 	__u64 counts[GPUFPGA_USER_IRQS];
