@@ -3,6 +3,8 @@
 package rtlguest
 
 import (
+	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -29,6 +31,10 @@ const (
 	regSent      = 0x28
 	regDropped   = 0x30
 	regQueued    = 0x38
+	regH2CGood   = 0x48
+	regH2CBad    = 0x4C
+	regIRQStatus = 0x54
+	regIRQEnable = 0x58
 )
 
 // userBAR maps the FPGA's user BAR through sysfs: PCI BAR0, where PG195
@@ -135,4 +141,100 @@ func TestRTLStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	guest.CheckDmesg(t)
+}
+
+// Frames sent by H2C through the driver reach the design's checker; a
+// corrupt one makes the design raise its user interrupt (usr_irq_req 0),
+// which the driver delivers to WaitUserInterrupt, and the design's
+// sequence check goes on after it.
+func TestRTLH2CErrorRaisesUserInterrupt(t *testing.T) {
+	r := guestrig.Open(t)
+	bar := mapUserBAR(t)
+	if id := bar.read(regID); id != 0x47465831 {
+		t.Fatalf("user BAR ID register %#x: is the example design in the rig?", id)
+	}
+	payload := int(bar.read(regPayload))
+	size := frame.Size(payload)
+	h, err := r.Dev.AllocHost(uint64(size))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Free()
+	p, err := r.Dev.PinHost(h.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Unpin()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	good, bad := bar.read(regH2CGood), bar.read(regH2CBad)
+	send := func(seq uint64, corrupt bool) {
+		t.Helper()
+		frame.Encode(h.Bytes(), seq, 0, payload)
+		if corrupt {
+			h.Bytes()[size-1] ^= 0xFF // the payload's last byte: the CRC fails
+		}
+		if _, err := r.Dev.Transfer(ctx, p2p.Transfer{Dir: p2p.H2C, Channel: 1, Segments: []p2p.Segment{p.Whole()}}); err != nil {
+			t.Fatalf("H2C frame %d: %v", seq, err)
+		}
+	}
+	// The design counts a frame once its last beat is in: wait for it.
+	counted := func(reg int, want uint32) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); bar.read(reg) != want; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("design register %#x reads %d, want %d", reg, bar.read(reg), want)
+			}
+		}
+	}
+	// A first frame sets the sequence the design expects from here on
+	// (good, or bad after frames of an earlier test), with the interrupt
+	// still off.
+	seq := uint64(1000)
+	send(seq, false)
+	seq++
+	for deadline := time.Now().Add(time.Minute); bar.read(regH2CGood)+bar.read(regH2CBad) != good+bad+1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the design never counted the first H2C frame")
+		}
+	}
+	good, bad = bar.read(regH2CGood), bar.read(regH2CBad)
+	bar.write(regIRQStatus, 1)
+	bar.write(regIRQEnable, 1)
+	defer bar.write(regIRQEnable, 0)
+	for range 2 {
+		send(seq, false)
+		seq++
+	}
+	counted(regH2CGood, good+2)
+	if u, err := r.Dev.WaitUserInterrupt(shortCtx(t), 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("user interrupt after good frames: %+v, %v", u, err)
+	}
+	send(seq, true)
+	seq++
+	counted(regH2CBad, bad+1)
+	u, err := r.Dev.WaitUserInterrupt(ctx, 1)
+	if err != nil {
+		t.Fatalf("waiting for the design's interrupt: %v", err)
+	}
+	if u.Fired != 1 || u.Counts[0] == 0 {
+		t.Fatalf("the design's error: %+v, want line 0 fired", u)
+	}
+	if st := bar.read(regIRQStatus); st != 1 {
+		t.Fatalf("design IRQ_STATUS %d after a bad frame, want 1", st)
+	}
+	bar.write(regIRQStatus, 1) // served
+	send(seq, false)
+	counted(regH2CGood, good+3)
+	if b := bar.read(regH2CBad); b != bad+1 {
+		t.Fatalf("design counted %d bad frames, want %d", b-bad, 1)
+	}
+	guest.CheckDmesg(t)
+}
+
+// shortCtx is a context that ends soon: for waits that must not return.
+func shortCtx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	t.Cleanup(cancel)
+	return c
 }
