@@ -237,6 +237,7 @@ struct gpufpga_dev {
 	struct miscdevice misc;
 
 	void __iomem *bar;		/* the DMA BAR: the engine's registers */
+	int bar_index;			/* its number: sysfs dma_bar */
 	/* Each read and written with READ_ONCE/WRITE_ONCE: no lock covers them. */
 	bool link_down;
 	bool dead;

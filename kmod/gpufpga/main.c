@@ -367,6 +367,26 @@ static const struct file_operations gpufpga_fops = {
 };
 
 /*
+ * Which BAR is the engine's (sysfs dma_bar): the AXI-Lite master's BAR,
+ * where the user's registers are, is BAR0 when the DMA BAR is not (PG195),
+ * and user space maps it through the PCI device's resource file.
+ */
+static ssize_t dma_bar_show(struct device *d, struct device_attribute *attr, char *buf)
+{
+	struct miscdevice *misc = dev_get_drvdata(d);
+	struct gpufpga_dev *dev = container_of(misc, struct gpufpga_dev, misc);
+
+	return sysfs_emit(buf, "%d\n", dev->bar_index);
+}
+static DEVICE_ATTR_RO(dma_bar);
+
+static struct attribute *gpufpga_attrs[] = {
+	&dev_attr_dma_bar.attr,
+	NULL,
+};
+ATTRIBUTE_GROUPS(gpufpga);
+
+/*
  * Each vector's cookie says which vector it is: IRQ numbers of MSI-X
  * vectors need not be contiguous, and pci_irq_vector() may sleep. A shared
  * legacy line first asks the engine whether any channel of ours is
@@ -626,6 +646,7 @@ static int gpufpga_probe(struct pci_dev *pdev, const struct pci_device_id *id)
 
 	dev->misc.minor = MISC_DYNAMIC_MINOR;
 	dev->misc.name = dev->name;
+	dev->misc.groups = gpufpga_groups;
 	dev->misc.fops = &gpufpga_fops;
 	dev->misc.mode = 0660;
 	dev->misc.parent = &pdev->dev;

@@ -66,6 +66,7 @@ int gpufpga_regs_init(struct gpufpga_dev *dev)
 		bar = pcim_iomap_table(pdev)[i];
 		if (ioread32(bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0)) >> 20 == XDMA_ID_SUBSYSTEM) {
 			dev->bar = bar;
+			dev->bar_index = i;
 			return 0;
 		}
 		pcim_iounmap_regions(pdev, BIT(i));

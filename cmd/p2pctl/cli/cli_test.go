@@ -156,6 +156,10 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"bench", "--sizes", "4K,,8K", "-d", none}, ExitUsage, `--sizes: "" is not a size`},
 		{[]string{"desc", "c2h0", "-d", none}, ExitDevice, none + " does not exist"},
 		{[]string{"regs", "-d", none}, ExitDevice, none + " does not exist"},
+		{[]string{"regs", "0x58", "-d", none}, ExitUsage, "offsets need --user"},
+		{[]string{"regs", "--user", "-d", none}, ExitUsage, "--user needs at least one OFFSET or OFFSET=VALUE"},
+		{[]string{"regs", "--user", "0x3", "-d", none}, ExitUsage, `offset "0x3": want a multiple of 4, such as 0x58`},
+		{[]string{"regs", "--user", "0x58=big", "-d", none}, ExitUsage, `value "big": want a 32-bit number`},
 		{[]string{"info", "extra"}, ExitUsage, `unknown command "extra" for "p2pctl info"`},
 		{[]string{"desc", "c2h0", "c2h1"}, ExitUsage, "accepts at most 1 arg(s), received 2"},
 	} {

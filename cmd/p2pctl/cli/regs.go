@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/gpufpga/gpufpga/pkg/userregs"
 	"github.com/gpufpga/gpufpga/pkg/xdma"
 )
 
@@ -87,12 +88,39 @@ func parseRegs(b []byte) ([]regJSON, error) {
 }
 
 func newRegsCmd(g *globals) *cobra.Command {
-	return &cobra.Command{
-		Use:   "regs",
-		Short: "Dump and decode the XDMA engine's registers",
-		Long:  "regs reads the engine's registers through the driver's debugfs (as root) and decodes identifiers and status words.",
-		Args:  usageArgs(cobra.NoArgs),
-		RunE: func(*cobra.Command, []string) error {
+	var user bool
+	cmd := &cobra.Command{
+		Use:   "regs [--user OFFSET[=VALUE]...]",
+		Short: "Dump and decode the XDMA engine's registers, or read and write the user logic's",
+		Long: "regs reads the engine's registers through the driver's debugfs (as root) and decodes identifiers and status words.\n\n" +
+			"With --user it reaches the FPGA user logic's registers instead, in the XDMA IP's AXI-Lite master BAR (as root): " +
+			"each OFFSET is read, each OFFSET=VALUE written, in order, each a 32-bit AXI-Lite transaction. " +
+			"Only the offsets named are touched: a read of a user register may have effects.",
+		Args: func(cmd *cobra.Command, args []string) error {
+			if !user && len(args) > 0 {
+				return usageErr("offsets need --user")
+			}
+			if user && len(args) == 0 {
+				return usageErr("--user needs at least one OFFSET or OFFSET=VALUE")
+			}
+			return nil
+		},
+		RunE: func(_ *cobra.Command, args []string) error {
+			if user {
+				// Every argument is checked before anything is touched.
+				acc := make([]userAccess, 0, len(args))
+				for _, arg := range args {
+					a, err := parseUserAccess(arg)
+					if err != nil {
+						return err
+					}
+					acc = append(acc, a)
+				}
+				if err := g.present(); err != nil {
+					return err
+				}
+				return userRegs(g, acc)
+			}
 			if err := g.present(); err != nil {
 				return err
 			}
@@ -115,4 +143,61 @@ func newRegsCmd(g *globals) *cobra.Command {
 			})
 		},
 	}
+	cmd.Flags().BoolVar(&user, "user", false, "the user logic's registers (AXI-Lite master BAR), not the engine's")
+	return cmd
+}
+
+// userAccess is one OFFSET or OFFSET=VALUE argument of regs --user.
+type userAccess struct {
+	Offset uint32 `json:"offset"`
+	Write  bool   `json:"write"`
+	Value  uint32 `json:"value"` // written, or read back
+}
+
+func parseUserAccess(arg string) (userAccess, error) {
+	offs, val, write := strings.Cut(arg, "=")
+	off, err := strconv.ParseUint(offs, 0, 32)
+	if err != nil || off%4 != 0 {
+		return userAccess{}, usageErr("offset %q: want a multiple of 4, such as 0x58", offs)
+	}
+	a := userAccess{Offset: uint32(off), Write: write}
+	if write {
+		v, err := strconv.ParseUint(val, 0, 32)
+		if err != nil {
+			return userAccess{}, usageErr("value %q: want a 32-bit number", val)
+		}
+		a.Value = uint32(v)
+	}
+	return a, nil
+}
+
+// userRegs runs regs --user: each access in order.
+func userRegs(g *globals, acc []userAccess) error {
+	r, err := userregs.Open(g.device)
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	for i := range acc {
+		if acc[i].Write {
+			err = r.Write32(acc[i].Offset, acc[i].Value)
+		} else {
+			acc[i].Value, err = r.Read32(acc[i].Offset)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return g.emit(acc, func(w io.Writer) {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "offset\taccess\tvalue\t")
+		for _, a := range acc {
+			op := "read"
+			if a.Write {
+				op = "write"
+			}
+			fmt.Fprintf(tw, "0x%04x\t%s\t0x%08x\t\n", a.Offset, op, a.Value)
+		}
+		tw.Flush()
+	})
 }

@@ -5,20 +5,15 @@ package rtlguest
 import (
 	"context"
 	"errors"
-	"os"
-	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/guest"
 	"github.com/gpufpga/gpufpga/hw/testbench/guestrig"
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/userregs"
 )
 
 // The example design's registers (hw/rtl/example/gpufpga_example.sv).
@@ -37,38 +32,39 @@ const (
 	regIRQEnable = 0x58
 )
 
-// userBAR maps the FPGA's user BAR through sysfs: PCI BAR0, where PG195
-// puts the AXI-Lite master's BAR (the DMA BAR follows). Each access is an
+// userBAR is the FPGA's user BAR, through pkg/userregs: each access is an
 // AXI-Lite transaction on the design.
-type userBAR []byte
+type userBAR struct {
+	t *testing.T
+	r *userregs.Registers
+}
 
 func mapUserBAR(t *testing.T) userBAR {
 	t.Helper()
-	link, err := os.Readlink("/sys/class/misc/gpufpga0/device")
+	r, err := userregs.Open(guestrig.DevicePath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.OpenFile(filepath.Join("/sys/bus/pci/devices", filepath.Base(link), "resource0"), os.O_RDWR|os.O_SYNC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { unix.Munmap(m) })
-	return m
+	t.Cleanup(func() { r.Close() })
+	return userBAR{t, r}
 }
 
-func (b userBAR) read(off int) uint32 { return atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[off]))) }
-func (b userBAR) write(off int, v uint32) {
-	atomic.StoreUint32((*uint32)(unsafe.Pointer(&b[off])), v)
+func (b userBAR) read(off int) uint32 {
+	b.t.Helper()
+	v, err := b.r.Read32(uint32(off))
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	return v
 }
+
+func (b userBAR) write(off int, v uint32) {
+	b.t.Helper()
+	if err := b.r.Write32(uint32(off), v); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
 func (b userBAR) read64(off int) uint64 { return uint64(b.read(off)) | uint64(b.read(off+4))<<32 }
 
 // The design's frames stream through the driver into simulated GPU memory
