@@ -104,8 +104,9 @@ func kernelLog(t *testing.T) string {
 
 // TestInterruptModes binds the FPGA with each kind of interrupt the device
 // offers, INTx, MSI and MSI-X, and in each runs memory-mapped transfers
-// both ways and a stream: every completion comes by that interrupt (the
-// watchdog never has to step in), and the data arrives intact.
+// both ways, a stream and a user interrupt: every completion comes by that
+// interrupt (the watchdog never has to step in), the data arrives intact,
+// and the user line is told apart on a vector of its own or a shared one.
 func TestInterruptModes(t *testing.T) {
 	setup(t)
 	bdf := fpgaBDF(t)
@@ -158,6 +159,7 @@ func transfersAndStream(t *testing.T) {
 	const slot = 64 << 10
 	_, _, mem, slots := ring(t, d, g, 8, slot)
 	streamFrames(t, d, mem, slots, 64)
+	userInterruptOnce(t, d, 2)
 }
 
 // streamFrames runs a stream over slots (each Len bytes at Offset of mem's

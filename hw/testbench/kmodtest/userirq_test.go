@@ -138,3 +138,19 @@ func shortCtx(t *testing.T) context.Context {
 	t.Cleanup(cancel)
 	return c
 }
+
+// userInterruptOnce raises user interrupt line, held until the driver has
+// reported it, and checks that d is told of that line alone.
+func userInterruptOnce(t *testing.T, d *p2p.Device, line uint) {
+	t.Helper()
+	ctl := control(t)
+	raise(t, ctl, 1<<line)
+	defer raise(t, ctl, 0)
+	u, err := d.WaitUserInterrupt(ctx(t), 0xFFFF)
+	if err != nil {
+		t.Fatalf("user interrupt line %d: %v", line, err)
+	}
+	if u.Fired != 1<<line {
+		t.Fatalf("user interrupt line %d raised: lines %#x reported", line, u.Fired)
+	}
+}
