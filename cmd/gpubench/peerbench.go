@@ -60,12 +60,19 @@ type peerPass struct {
 	NSlots      int     `json:"slots_per_ring"`
 	Rate        float64 `json:"throttled_rate_slots_per_s"`
 	// PingPong is each repeat's bare peer round trips (GPU 1 stores into
-	// GPU 0's memory, GPU 0 answers into GPU 1's, timed on GPU 1), and
-	// PingPongSpread their p50 and p99 over the repeats.
-	PingPong       []resident.Latency `json:"pingpong_each,omitempty"`
-	PingPongSpread map[string]spread  `json:"pingpong,omitempty"`
-	Runs           []peerSizeRun      `json:"runs,omitempty"`
-	Goals          []goal             `json:"goals,omitempty"`
+	// GPU 0's memory, GPU 0 answers into GPU 1's, timed on GPU 1 by the
+	// clock Timer names), and PingPongSpread their p50 and p99 over the
+	// repeats; PingPongGlobaltimer the same round trips by %globaltimer.
+	PingPong            []resident.Latency `json:"pingpong_each,omitempty"`
+	PingPongGlobaltimer []resident.Latency `json:"pingpong_globaltimer_each,omitempty"`
+	PingPongSpread      map[string]spread  `json:"pingpong,omitempty"`
+	// Timer is the clock of the round trips and the ping-pong: "sm
+	// clock" (%clock64 of the one multiprocessor that times them, in ns
+	// by %globaltimer over the whole kernel) where the run gave one, else
+	// "globaltimer", which may tick in whole microseconds.
+	Timer string        `json:"round_trip_timer,omitempty"`
+	Runs  []peerSizeRun `json:"runs,omitempty"`
+	Goals []goal        `json:"goals,omitempty"`
 }
 
 // peerSizeRun is one slot size's repeats.
@@ -95,8 +102,11 @@ type peerRepeat struct {
 	Lost   uint64 `json:"lost"`
 	Errors uint64 `json:"errors"`
 	// RTT is depth 1: fill k's result written to GPU 1 seeing the
-	// consumer index past k.
+	// consumer index past k, by the pass's Timer; RTTGlobaltimer by
+	// %globaltimer.
 	RTT             resident.Latency `json:"round_trip"`
+	RTTGlobaltimer  resident.Latency `json:"round_trip_globaltimer"`
+	Timer           string           `json:"round_trip_timer"` // RTT's clock, the pass's unless its run gave none
 	ConsumerToAlone float64          `json:"consumer_to_producer_alone"`
 	RTTToPingPong   float64          `json:"round_trip_p50_to_pingpong_p50"`
 	RTT99ToPingPong float64          `json:"round_trip_p99_to_pingpong_p99"`
@@ -223,23 +233,32 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 		return err
 	}
 	defer pk.Close()
-	if _, err := pk.PingPong(ctx, 1000, cfg.Peer.Timeout); err != nil { // warm up
+	if _, _, err := pk.PingPong(ctx, 1000, cfg.Peer.Timeout); err != nil { // warm up
 		return fmt.Errorf("peer ping-pong, warming up: %w", err)
 	}
 	var p50s, p99s []float64
+	p.Timer = "sm clock"
 	for i := range cfg.Repeats {
-		rtt, err := pk.PingPong(ctx, cfg.PingPongs, cfg.Peer.Timeout)
+		ns, clock, err := pk.PingPong(ctx, cfg.PingPongs, cfg.Peer.Timeout)
 		if err != nil {
 			return fmt.Errorf("peer ping-pong, run %d of %d: %w", i+1, cfg.Repeats, err)
 		}
-		l := resident.Summarize(rtt)
-		p.PingPong = append(p.PingPong, l)
+		if clock == nil {
+			p.Timer = "globaltimer"
+		}
+		p.PingPongGlobaltimer = append(p.PingPongGlobaltimer, resident.Summarize(ns))
+		p.PingPong = append(p.PingPong, resident.Summarize(clock))
+	}
+	if p.Timer == "globaltimer" {
+		p.PingPong = p.PingPongGlobaltimer
+	}
+	for _, l := range p.PingPong {
 		p50s, p99s = append(p50s, l.P50), append(p99s, l.P99)
 	}
 	p.PingPongSpread = map[string]spread{"p50_us": spreadOf(p50s), "p99_us": spreadOf(p99s)}
 	pp50, pp99 := median(p50s), median(p99s)
 	for _, size := range cfg.Sizes {
-		run, err := measurePeerSize(ctx, g0, k, pk, cfg, size, pp50, pp99)
+		run, err := measurePeerSize(ctx, g0, k, pk, cfg, size, pp50, pp99, p.Timer == "sm clock")
 		if err != nil {
 			return fmt.Errorf("%d-byte slots: %w", size, err)
 		}
@@ -253,7 +272,7 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 // measures it cfg.Repeats times: the producer alone, the consumer against
 // it, and the round trips one fill at a time.
 func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, pk *resident.PeerKernels, cfg residentConfig,
-	size int, pp50, pp99 float64) (run peerSizeRun, err error) {
+	size int, pp50, pp99 float64, smClock bool) (run peerSizeRun, err error) {
 	r, err := resident.NewPeerRing(g0, cfg.Peer.NSlots, size)
 	if err != nil {
 		return run, fmt.Errorf("the ring in GPU 0's memory: %w", err)
@@ -272,7 +291,7 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 	}
 	var figs []map[string]float64
 	for i := range cfg.Repeats {
-		x, err := measurePeerRepeat(ctx, g0, k, pk, r, cfg, base, run.Throttled, alone)
+		x, err := measurePeerRepeat(ctx, g0, k, pk, r, cfg, base, run.Throttled, smClock, alone)
 		if err != nil {
 			return run, fmt.Errorf("run %d of %d: %w", i+1, cfg.Repeats, err)
 		}
@@ -285,7 +304,7 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 }
 
 func measurePeerRepeat(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, pk *resident.PeerKernels, r *resident.GPURing,
-	cfg residentConfig, base resident.PeerRun, throttled bool,
+	cfg residentConfig, base resident.PeerRun, throttled, smClock bool,
 	alone func(pace float64) (resident.Throughput, int, error)) (x peerRepeat, err error) {
 	size := r.SlotSize
 	if x.AloneMax, x.Blocks, err = alone(0); err != nil {
@@ -356,7 +375,11 @@ func measurePeerRepeat(ctx context.Context, g0 *cuda.Device, k *resident.Kernels
 	if err != nil {
 		return x, fmt.Errorf("round trips, one fill at a time: %w", err)
 	}
-	x.RTT = resident.Summarize(out.RoundTrips)
+	x.RTTGlobaltimer = resident.Summarize(out.RoundTrips)
+	x.RTT, x.Timer = x.RTTGlobaltimer, "globaltimer"
+	if smClock && out.RoundTripsClock != nil {
+		x.RTT, x.Timer = resident.Summarize(out.RoundTripsClock), "sm clock"
+	}
 	x.Counters = counters // the throughput run's
 	return x, nil
 }

@@ -55,12 +55,23 @@ struct peer_ctl {
 	u64 seen; // the consumer index (or answer) it last saw
 	u64 exited; // blocks that have left
 	u64 abort; // set with status: every block leaves
+	// One-block runs (round trips): %clock64 beside t0 and t_end, on
+	// the same multiprocessor, to turn the round trips' cycles into ns.
+	u64 c0;
+	u64 c_end;
 };
 
 __device__ static inline u64 globaltimer(void)
 {
 	u64 v;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+	return v;
+}
+
+__device__ static inline u64 clock64(void)
+{
+	u64 v;
+	asm volatile("mov.u64 %0, %%clock64;" : "=l"(v));
 	return v;
 }
 
@@ -152,8 +163,9 @@ __shared__ int s_go;
 //   period_ps    fill k begins at t0 + k * period_ps / 1000 ns (0: unpaced)
 //   depth        fills that may wait for the consumer at once (credits)
 //   alone        nonzero: no consumer, no credits, no drain
-//   rtt          depth 1: rtt[k] = ns from fill k's result written to the
-//                consumer index seen past it; 0 for none
+//   rtt          depth 1: rtt[2k], rtt[2k + 1] = %globaltimer ns and
+//                %clock64 cycles from fill k's result written to the
+//                consumer index seen past it; 0 for none (one block)
 //   timeout_ns   bound of every wait
 //   ctl          struct peer_ctl (producer GPU), zero at launch
 extern "C" __global__ void __launch_bounds__(THREADS)
@@ -169,6 +181,8 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 		const u64 was = atomicCAS(&ctl->t0, 0ull, now);
 
 		s_t0 = was ? was : now;
+		if (rtt)
+			st_volatile64(&ctl->c0, clock64());
 	}
 	__syncthreads();
 	for (;;) {
@@ -211,7 +225,7 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 		fence_sys();
 		__syncthreads();
 		if (threadIdx.x == 0) {
-			const u64 t = globaltimer();
+			const u64 t = globaltimer(), c = clock64();
 
 			// The status and length in one store, as the engine's
 			// writeback: a consumer that sees one sees both.
@@ -220,7 +234,10 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 				if (!wait_at_least(consumer, k + 1, timeout_ns, ctl, &credit)) {
 					fail(ctl, PEER_ROUND_TRIP, k, credit);
 				} else {
-					rtt[k] = globaltimer() - t;
+					const u64 c1 = clock64();
+
+					rtt[2 * k] = globaltimer() - t;
+					rtt[2 * k + 1] = c1 - c;
 				}
 			}
 		}
@@ -236,6 +253,7 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 
 		if (!alone && !ld_volatile64(&ctl->abort) && !wait_at_least(consumer, fills, timeout_ns, ctl, &seen))
 			fail(ctl, PEER_DRAIN, fills, seen);
+		st_volatile64(&ctl->c_end, clock64());
 		st_volatile64(&ctl->t_end, globaltimer());
 		st_volatile64(&ctl->fills, fills);
 		fence_sys();
@@ -244,7 +262,8 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 
 // The bare round trip from the producer GPU: for i = 1..n, store i to
 // *ping (the consumer GPU's memory, release, system scope), wait until
-// *pong (this GPU's memory) reaches i; rtt[i - 1] is the ns between.
+// *pong (this GPU's memory) reaches i; rtt[2(i - 1)] and rtt[2(i - 1) + 1]
+// are the %globaltimer ns and %clock64 cycles between.
 extern "C" __global__ void peer_ping(u64 *ping, const u64 *pong, u64 n, u64 *rtt, u64 timeout_ns,
 				     struct peer_ctl *ctl)
 {
@@ -252,16 +271,23 @@ extern "C" __global__ void peer_ping(u64 *ping, const u64 *pong, u64 n, u64 *rtt
 
 	if (threadIdx.x != 0 || blockIdx.x != 0)
 		return;
+	st_volatile64(&ctl->c0, clock64());
+	st_volatile64(&ctl->t0, globaltimer());
 	for (i = 1; i <= n; i++) {
-		const u64 t = globaltimer();
+		const u64 t = globaltimer(), c = clock64();
+		u64 c1;
 
 		st_release_sys(ping, i);
 		if (!wait_at_least(pong, i, timeout_ns, ctl, &seen)) {
 			fail(ctl, PEER_PING, i, seen);
 			break;
 		}
-		rtt[i - 1] = globaltimer() - t;
+		c1 = clock64();
+		rtt[2 * (i - 1)] = globaltimer() - t;
+		rtt[2 * (i - 1) + 1] = c1 - c;
 	}
+	st_volatile64(&ctl->c_end, clock64());
+	st_volatile64(&ctl->t_end, globaltimer());
 	st_volatile64(&ctl->fills, i - 1);
 	fence_sys();
 }

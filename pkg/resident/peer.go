@@ -28,7 +28,7 @@ var PeerSource []byte
 var ErrPeer = errors.New("resident: peer kernel timed out")
 
 // peerCtlSize is struct peer_ctl in peer.cu.
-const peerCtlSize = 9 * 8
+const peerCtlSize = 11 * 8
 
 // A peer kernel's failure codes (PEER_* in peer.cu).
 const (
@@ -42,11 +42,34 @@ const (
 // peerCtl is struct peer_ctl once the kernel has ended.
 type peerCtl struct {
 	next, t0, tEnd, fills, status, at, seen, exited, abort uint64
+	c0, cEnd                                               uint64 // %clock64 beside t0 and tEnd (one block)
 }
 
 func parsePeerCtl(b []byte) peerCtl {
 	w := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
-	return peerCtl{w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7), w(8)}
+	return peerCtl{w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7), w(8), w(9), w(10)}
+}
+
+// roundTrips reads n samples of (%globaltimer ns, %clock64 cycles) from
+// a one-block kernel: the ns as they are, and the cycles in ns at the
+// multiprocessor's clock over the whole kernel (%globaltimer may tick
+// in whole microseconds; %clock64 ticks each cycle). The cycles come
+// back nil where the run gave no clock to convert them by.
+func (c peerCtl) roundTrips(b []byte) (ns, clock []time.Duration) {
+	raw := nanos(b)
+	ns = make([]time.Duration, 0, len(raw)/2)
+	cyc := make([]time.Duration, 0, len(raw)/2)
+	for i := 0; i+1 < len(raw); i += 2 {
+		ns, cyc = append(ns, raw[i]), append(cyc, raw[i+1])
+	}
+	if c.cEnd <= c.c0 || c.tEnd <= c.t0 {
+		return ns, nil
+	}
+	perCycle := float64(c.tEnd-c.t0) / float64(c.cEnd-c.c0)
+	for i, x := range cyc {
+		cyc[i] = time.Duration(float64(x)*perCycle + 0.5)
+	}
+	return ns, cyc
 }
 
 // err says what a kernel that failed waited for.
@@ -147,9 +170,12 @@ type PeerProduced struct {
 	Fills uint64
 	// Elapsed is from the first block's start until the last fill was
 	// written (alone) or consumed.
-	Elapsed    time.Duration
-	RoundTrips []time.Duration
-	Blocks     int
+	Elapsed time.Duration
+	// RoundTrips are the depth-1 run's round trips by %globaltimer, and
+	// RoundTripsClock the same by the multiprocessor's cycles, in ns.
+	RoundTrips      []time.Duration
+	RoundTripsClock []time.Duration
+	Blocks          int
 }
 
 // Produce runs peer_produce on the producer GPU over r, a ring in the
@@ -206,7 +232,7 @@ func (k *PeerKernels) Produce(ctx context.Context, r *GPURing, run PeerRun) (out
 	}()
 	var rtt *cuda.Buffer
 	if run.Depth1 {
-		if rtt, err = k.prod.Alloc(run.Fills * 8); err != nil {
+		if rtt, err = k.prod.Alloc(run.Fills * 16); err != nil {
 			return out, fmt.Errorf("peer producer: round-trip buffer: %w", err)
 		}
 		defer func() {
@@ -265,11 +291,11 @@ func (k *PeerKernels) Produce(ctx context.Context, r *GPURing, run PeerRun) (out
 		return out, fmt.Errorf("peer producer: %w", err)
 	}
 	if run.Depth1 {
-		rb := make([]byte, out.Fills*8)
+		rb := make([]byte, out.Fills*16)
 		if err := k.prod.CopyDtoH(rb, rtt.Ptr); err != nil {
 			return out, fmt.Errorf("peer producer: reading the round trips: %w", err)
 		}
-		out.RoundTrips = nanos(rb)
+		out.RoundTrips, out.RoundTripsClock = c.roundTrips(rb)
 	}
 	return out, nil
 }
@@ -312,10 +338,11 @@ func waitIdle(ctx context.Context, s *cuda.Stream, bound time.Duration) error {
 // producer's clock: the producer GPU stores i into the consumer GPU's
 // memory, a kernel there waits for it and stores i into the producer
 // GPU's memory, which the producer waits for. Each wait is bounded by
-// timeout (default 2 s).
-func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration) (_ []time.Duration, err error) {
+// timeout (default 2 s). It returns the round trips by %globaltimer and
+// by the multiprocessor's cycles, in ns, as Produce's depth-1 runs.
+func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration) (ns, clock []time.Duration, err error) {
 	if n < 1 {
-		return nil, fmt.Errorf("%w: %d peer round trips", ErrConfig, n)
+		return nil, nil, fmt.Errorf("%w: %d peer round trips", ErrConfig, n)
 	}
 	if timeout <= 0 {
 		timeout = 2 * time.Second
@@ -339,23 +366,23 @@ func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration
 	}
 	ping, err := alloc(k.cons, 8, "ping word (consumer GPU)")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pongCtl, err := alloc(k.cons, peerCtlSize, "pong's control block")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pong, err := alloc(k.prod, 8, "pong word (producer GPU)")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	pingCtl, err := alloc(k.prod, peerCtlSize, "ping's control block")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rtt, err := alloc(k.prod, uint64(n)*8, "round trips")
+	rtt, err := alloc(k.prod, uint64(n)*16, "round trips")
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var streams []*cuda.Stream
 	defer func() {
@@ -367,12 +394,12 @@ func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration
 	}()
 	cs, err := k.cons.NewNonBlockingStream()
 	if err != nil {
-		return nil, fmt.Errorf("peer ping-pong: consumer stream: %w", err)
+		return nil, nil, fmt.Errorf("peer ping-pong: consumer stream: %w", err)
 	}
 	streams = append(streams, cs)
 	ps, err := k.prod.NewNonBlockingStream()
 	if err != nil {
-		return nil, fmt.Errorf("peer ping-pong: producer stream: %w", err)
+		return nil, nil, fmt.Errorf("peer ping-pong: producer stream: %w", err)
 	}
 	streams = append(streams, ps)
 	for _, z := range []struct {
@@ -380,22 +407,22 @@ func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration
 		b *cuda.Buffer
 	}{{cs, ping}, {cs, pongCtl}, {ps, pong}, {ps, pingCtl}} {
 		if err := z.s.MemsetD8(z.b.Ptr, 0, z.b.Size); err != nil {
-			return nil, fmt.Errorf("peer ping-pong: clearing: %w", err)
+			return nil, nil, fmt.Errorf("peer ping-pong: clearing: %w", err)
 		}
 	}
 	// Both words are zero before either kernel starts.
 	for _, s := range streams {
 		if err := s.Sync(); err != nil {
-			return nil, fmt.Errorf("peer ping-pong: clearing: %w", err)
+			return nil, nil, fmt.Errorf("peer ping-pong: clearing: %w", err)
 		}
 	}
 	tns := uint64(timeout.Nanoseconds())
 	if err := k.pong.Launch(cs, 1, 32, 0, ping.Ptr, pong.Ptr, uint64(n), tns, pongCtl.Ptr); err != nil {
-		return nil, fmt.Errorf("peer ping-pong: launching the answer on the consumer: %w", err)
+		return nil, nil, fmt.Errorf("peer ping-pong: launching the answer on the consumer: %w", err)
 	}
 	if err := k.ping.Launch(ps, 1, 32, 0, ping.Ptr, pong.Ptr, uint64(n), rtt.Ptr, tns, pingCtl.Ptr); err != nil {
 		// The answering kernel gives up by itself after timeout.
-		return nil, errors.Join(fmt.Errorf("peer ping-pong: launching the ping on the producer: %w", err), waitIdle(ctx, cs, 2*timeout+10*time.Second))
+		return nil, nil, errors.Join(fmt.Errorf("peer ping-pong: launching the ping on the producer: %w", err), waitIdle(ctx, cs, 2*timeout+10*time.Second))
 	}
 	// Each side gives up after timeout without the other; a round trip
 	// over a millisecond is a kernel gone wrong.
@@ -406,10 +433,11 @@ func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration
 	}{{ps, "the ping (producer)"}, {cs, "the answer (consumer)"}} {
 		if err := waitIdle(ctx, w.s, bound); err != nil {
 			stuck = errors.Is(err, ErrStalled) || ctx.Err() != nil
-			return nil, fmt.Errorf("peer ping-pong: %s: %w", w.what, err)
+			return nil, nil, fmt.Errorf("peer ping-pong: %s: %w", w.what, err)
 		}
 	}
 	var errs []error
+	var pingCtlRead peerCtl
 	for _, c := range []struct {
 		g    *cuda.Device
 		b    *cuda.Buffer
@@ -417,18 +445,23 @@ func (k *PeerKernels) PingPong(ctx context.Context, n int, timeout time.Duration
 	}{{k.prod, pingCtl, "ping"}, {k.cons, pongCtl, "answer"}} {
 		b := make([]byte, peerCtlSize)
 		if err := c.g.CopyDtoH(b, c.b.Ptr); err != nil {
-			return nil, fmt.Errorf("peer ping-pong: reading the %s's control block: %w", c.what, err)
+			return nil, nil, fmt.Errorf("peer ping-pong: reading the %s's control block: %w", c.what, err)
 		}
-		if err := parsePeerCtl(b).err(timeout); err != nil {
+		pc := parsePeerCtl(b)
+		if c.b == pingCtl {
+			pingCtlRead = pc
+		}
+		if err := pc.err(timeout); err != nil {
 			errs = append(errs, fmt.Errorf("peer ping-pong: %s: %w", c.what, err))
 		}
 	}
 	if err := errors.Join(errs...); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	rb := make([]byte, n*8)
+	rb := make([]byte, n*16)
 	if err := k.prod.CopyDtoH(rb, rtt.Ptr); err != nil {
-		return nil, fmt.Errorf("peer ping-pong: reading the round trips: %w", err)
+		return nil, nil, fmt.Errorf("peer ping-pong: reading the round trips: %w", err)
 	}
-	return nanos(rb), nil
+	ns, clock = pingCtlRead.roundTrips(rb)
+	return ns, clock, nil
 }

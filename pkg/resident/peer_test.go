@@ -60,12 +60,12 @@ func TestPeerPTX(t *testing.T) {
 func TestPeerCtlErrors(t *testing.T) {
 	ctl := func(status, at, seen uint64) peerCtl {
 		b := make([]byte, peerCtlSize)
-		for i, v := range []uint64{9, 1, 2, 3, status, at, seen, 4, 1} {
+		for i, v := range []uint64{9, 1, 2, 3, status, at, seen, 4, 1, 100, 300} {
 			binary.LittleEndian.PutUint64(b[8*i:], v)
 		}
 		return parsePeerCtl(b)
 	}
-	if c := ctl(0, 0, 0); c.err(time.Second) != nil || c.next != 9 || c.fills != 3 || c.exited != 4 {
+	if c := ctl(0, 0, 0); c.err(time.Second) != nil || c.next != 9 || c.fills != 3 || c.exited != 4 || c.c0 != 100 || c.cEnd != 300 {
 		t.Errorf("a good run: %+v, %v", c, c.err(time.Second))
 	}
 	for _, tc := range []struct {
@@ -102,7 +102,7 @@ func TestPeerRunConfig(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.run, err, tc.want)
 		}
 	}
-	if _, err := k.PingPong(context.Background(), 0, 0); !errors.Is(err, ErrConfig) {
+	if _, _, err := k.PingPong(context.Background(), 0, 0); !errors.Is(err, ErrConfig) {
 		t.Errorf("no round trips: %v", err)
 	}
 }
@@ -126,5 +126,27 @@ func TestRingWithoutHostConsumer(t *testing.T) {
 	r.Reset()
 	if _, err := NewRing(4, 64, nil, nil, make([]byte, ConsumerSize-8)); !errors.Is(err, ErrConfig) {
 		t.Errorf("a short consumer word: %v", err)
+	}
+}
+
+// Round trips come back by %globaltimer as they are, and by the
+// multiprocessor's cycles at the clock the whole kernel ran at.
+func TestPeerRoundTrips(t *testing.T) {
+	b := make([]byte, 32)
+	for i, v := range []uint64{1000, 1500, 2000, 2600} { // (ns, cycles) twice
+		binary.LittleEndian.PutUint64(b[8*i:], v)
+	}
+	// 2 ms over 3 M cycles: 1.5 GHz.
+	c := peerCtl{t0: 1e6, tEnd: 3e6, c0: 5e6, cEnd: 8e6}
+	ns, clock := c.roundTrips(b)
+	if len(ns) != 2 || ns[0] != 1000 || ns[1] != 2000 {
+		t.Errorf("globaltimer round trips %v", ns)
+	}
+	if len(clock) != 2 || clock[0] != 1000 || clock[1] != 1733 {
+		t.Errorf("clock round trips %v, want [1µs 1.733µs]", clock)
+	}
+	// No clock to go by: no cycles in ns.
+	if _, clock := (peerCtl{t0: 5, tEnd: 9}).roundTrips(b); clock != nil {
+		t.Errorf("without a clock: %v", clock)
 	}
 }
