@@ -10,6 +10,9 @@
 // once, each one fill at a time: the fence that orders a fill's data
 // before its result waits for the peer's acknowledgement, so one block
 // makes at most one fill per fence, and many blocks keep the link busy.
+// One thread (block 0's, where fills take credits) alone reads the
+// consumer index across the link, as an engine's one credit reader does,
+// and passes it on to the writing blocks in this GPU's memory.
 // Results are written in claim order but may land out of it by the time
 // of a fence; the consumer takes the filled prefix of the results, as it
 // does from the engine. Every claimed fill is written, so the fills are
@@ -59,6 +62,7 @@ struct peer_ctl {
 	// the same multiprocessor, to turn the round trips' cycles into ns.
 	u64 c0;
 	u64 c_end;
+	u64 credit; // the consumer index, as the credit poller last saw it
 };
 
 __device__ static inline u64 globaltimer(void)
@@ -92,6 +96,18 @@ __device__ static inline u64 ld_volatile64(const void *p)
 __device__ static inline void st_volatile64(void *p, u64 v)
 {
 	asm volatile("st.volatile.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ static inline u64 ld_acquire_gpu(const void *p)
+{
+	u64 v;
+	asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline void st_release_gpu(void *p, u64 v)
+{
+	asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
 __device__ static inline void st_release_sys(void *p, u64 v)
@@ -130,15 +146,16 @@ __device__ static void fail(struct peer_ctl *ctl, u64 code, u64 k, u64 seen)
 	fence_sys();
 }
 
-// Waits until *p >= want (acquire, system scope), up to timeout_ns or
-// another block's failure; returns whether it got there, the last value
-// in *seen.
-__device__ static bool wait_at_least(const u64 *p, u64 want, u64 timeout_ns, const struct peer_ctl *ctl, u64 *seen)
+// Waits until *p >= want (acquire, system scope, or GPU scope where
+// local), up to timeout_ns or another block's failure; returns whether it
+// got there, the last value in *seen.
+__device__ static bool wait_at_least(const u64 *p, u64 want, bool local, u64 timeout_ns, const struct peer_ctl *ctl,
+				     u64 *seen)
 {
 	const u64 t = globaltimer();
 	u64 v, spins = 0;
 
-	while ((v = ld_acquire_sys(p)) < want) {
+	while ((v = local ? ld_acquire_gpu(p) : ld_acquire_sys(p)) < want) {
 		if ((++spins & 63) == 0 && (globaltimer() - t > timeout_ns || ld_volatile64(&ctl->abort))) {
 			*seen = v;
 			return false;
@@ -148,43 +165,40 @@ __device__ static bool wait_at_least(const u64 *p, u64 want, u64 timeout_ns, con
 	return true;
 }
 
+// The credit poller (block 0's thread 0 where fills wait for credits):
+// the one reader of the consumer index across the link, as an engine has
+// one, copying it into ctl->credit for the writing blocks, until they
+// have all left. Without it every writing block would poll the
+// consumer's line across the link at once.
+__device__ static void poll_credits(const u64 *consumer, struct peer_ctl *ctl)
+{
+	u64 last = 0;
+
+	while (ld_volatile64(&ctl->exited) < gridDim.x - 1 && !ld_volatile64(&ctl->abort)) {
+		const u64 v = ld_acquire_sys(consumer);
+
+		// The release passes on what the acquire saw: the
+		// consumer's clear of each status before its index.
+		if (v != last) {
+			st_release_gpu(&ctl->credit, v);
+			last = v;
+		}
+	}
+}
+
 __shared__ u64 s_k, s_t0;
 __shared__ int s_go;
 
-// The producer. Parameters (all 64-bit):
-//   slots        the ring's first slot (the consumer GPU's memory)
-//   slot_size    bytes from one slot to the next; every fill is that long
-//   results      struct gpufpga_slot_result[nslots] (consumer GPU)
-//   nslots       slots in the ring
-//   consumer     the consumer index (struct gpufpga_consumer)
-//   nsrc         the data pattern's period (> nslots)
-//   max_fills    fills to write at most (~0: no bound)
-//   duration_ns  claim no fill after t0 + duration_ns (0: no bound)
-//   period_ps    fill k begins at t0 + k * period_ps / 1000 ns (0: unpaced)
-//   depth        fills that may wait for the consumer at once (credits)
-//   alone        nonzero: no consumer, no credits, no drain
-//   rtt          depth 1: rtt[2k], rtt[2k + 1] = %globaltimer ns and
-//                %clock64 cycles from fill k's result written to the
-//                consumer index seen past it; 0 for none (one block)
-//   timeout_ns   bound of every wait
-//   ctl          struct peer_ctl (producer GPU), zero at launch
-extern "C" __global__ void __launch_bounds__(THREADS)
-peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, const u64 *consumer, u64 nsrc,
-	     u64 max_fills, u64 duration_ns, u64 period_ps, u64 depth, u64 alone, u64 *rtt, u64 timeout_ns,
-	     struct peer_ctl *ctl)
+// One writing block's fills: claim, pace, take credits, write the data,
+// fence, write the result; with rtt, wait for the consumer index to pass
+// each fill.
+__device__ static void write_fills(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, const u64 *consumer,
+				   u64 nsrc, u64 max_fills, u64 duration_ns, u64 period_ps, u64 depth, u64 alone,
+				   u64 *rtt, u64 timeout_ns, struct peer_ctl *ctl, bool poll)
 {
 	const u64 pairs = slot_size / 16;
 	u64 credit = 0; // the consumer index last seen (thread 0)
 
-	if (threadIdx.x == 0) {
-		const u64 now = globaltimer();
-		const u64 was = atomicCAS(&ctl->t0, 0ull, now);
-
-		s_t0 = was ? was : now;
-		if (rtt)
-			st_volatile64(&ctl->c0, clock64());
-	}
-	__syncthreads();
 	for (;;) {
 		u64 k, src, p;
 		unsigned char *slot;
@@ -205,7 +219,7 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 					;
 			}
 			if (go && !alone && credit + depth <= k &&
-			    !wait_at_least(consumer, k + 1 - depth, timeout_ns, ctl, &credit)) {
+			    !wait_at_least(poll ? &ctl->credit : consumer, k + 1 - depth, poll, timeout_ns, ctl, &credit)) {
 				fail(ctl, PEER_CREDITS, k, credit);
 				go = 0;
 			}
@@ -214,7 +228,7 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 		}
 		__syncthreads();
 		if (!s_go)
-			break;
+			return;
 		k = s_k;
 		src = k % nsrc;
 		slot = slots + (k % nslots) * slot_size;
@@ -231,7 +245,7 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 			// writeback: a consumer that sees one sees both.
 			st_volatile64(&results[(k % nslots) * 4], slot_size << 32 | RESULT_READY);
 			if (rtt) {
-				if (!wait_at_least(consumer, k + 1, timeout_ns, ctl, &credit)) {
+				if (!wait_at_least(consumer, k + 1, false, timeout_ns, ctl, &credit)) {
 					fail(ctl, PEER_ROUND_TRIP, k, credit);
 				} else {
 					const u64 c1 = clock64();
@@ -242,6 +256,51 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 			}
 		}
 	}
+}
+
+// The producer. Parameters (all 64-bit):
+//   slots        the ring's first slot (the consumer GPU's memory)
+//   slot_size    bytes from one slot to the next; every fill is that long
+//   results      struct gpufpga_slot_result[nslots] (consumer GPU)
+//   nslots       slots in the ring
+//   consumer     the consumer index (struct gpufpga_consumer)
+//   nsrc         the data pattern's period (> nslots)
+//   max_fills    fills to write at most (~0: no bound)
+//   duration_ns  claim no fill after t0 + duration_ns (0: no bound)
+//   period_ps    fill k begins at t0 + k * period_ps / 1000 ns (0: unpaced)
+//   depth        fills that may wait for the consumer at once (credits)
+//   alone        nonzero: no consumer, no credits, no drain
+//   rtt          depth 1: rtt[2k], rtt[2k + 1] = %globaltimer ns and
+//                %clock64 cycles from fill k's result written to the
+//                consumer index seen past it; 0 for none (one block)
+//   timeout_ns   bound of every wait
+//   ctl          struct peer_ctl (producer GPU), zero at launch
+// With credits and no rtt, block 0 polls the credits and the other
+// blocks write (at least two blocks); otherwise every block writes, and
+// each waits for the consumer index itself.
+extern "C" __global__ void __launch_bounds__(THREADS)
+peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, const u64 *consumer, u64 nsrc,
+	     u64 max_fills, u64 duration_ns, u64 period_ps, u64 depth, u64 alone, u64 *rtt, u64 timeout_ns,
+	     struct peer_ctl *ctl)
+{
+	const bool poll = !alone && !rtt;
+
+	if (threadIdx.x == 0) {
+		const u64 now = globaltimer();
+		const u64 was = atomicCAS(&ctl->t0, 0ull, now);
+
+		s_t0 = was ? was : now;
+		if (rtt)
+			st_volatile64(&ctl->c0, clock64());
+	}
+	__syncthreads();
+	if (poll && blockIdx.x == 0) {
+		if (threadIdx.x == 0)
+			poll_credits(consumer, ctl);
+	} else {
+		write_fills(slots, slot_size, results, nslots, consumer, nsrc, max_fills, duration_ns, period_ps, depth,
+			    alone, rtt, timeout_ns, ctl, poll);
+	}
 	if (threadIdx.x != 0)
 		return;
 	fence_sys();
@@ -251,7 +310,8 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 		const u64 fills = claimed < max_fills ? claimed : max_fills;
 		u64 seen = 0;
 
-		if (!alone && !ld_volatile64(&ctl->abort) && !wait_at_least(consumer, fills, timeout_ns, ctl, &seen))
+		if (!alone && !ld_volatile64(&ctl->abort) &&
+		    !wait_at_least(consumer, fills, false, timeout_ns, ctl, &seen))
 			fail(ctl, PEER_DRAIN, fills, seen);
 		st_volatile64(&ctl->c_end, clock64());
 		st_volatile64(&ctl->t_end, globaltimer());
@@ -278,7 +338,7 @@ extern "C" __global__ void peer_ping(u64 *ping, const u64 *pong, u64 n, u64 *rtt
 		u64 c1;
 
 		st_release_sys(ping, i);
-		if (!wait_at_least(pong, i, timeout_ns, ctl, &seen)) {
+		if (!wait_at_least(pong, i, false, timeout_ns, ctl, &seen)) {
 			fail(ctl, PEER_PING, i, seen);
 			break;
 		}
@@ -301,7 +361,7 @@ extern "C" __global__ void peer_pong(const u64 *ping, u64 *pong, u64 n, u64 time
 	if (threadIdx.x != 0 || blockIdx.x != 0)
 		return;
 	for (i = 1; i <= n; i++) {
-		if (!wait_at_least(ping, i, timeout_ns, ctl, &seen)) {
+		if (!wait_at_least(ping, i, false, timeout_ns, ctl, &seen)) {
 			fail(ctl, PEER_PONG, i, seen);
 			break;
 		}

@@ -28,7 +28,7 @@ var PeerSource []byte
 var ErrPeer = errors.New("resident: peer kernel timed out")
 
 // peerCtlSize is struct peer_ctl in peer.cu.
-const peerCtlSize = 11 * 8
+const peerCtlSize = 12 * 8
 
 // A peer kernel's failure codes (PEER_* in peer.cu).
 const (
@@ -43,11 +43,12 @@ const (
 type peerCtl struct {
 	next, t0, tEnd, fills, status, at, seen, exited, abort uint64
 	c0, cEnd                                               uint64 // %clock64 beside t0 and tEnd (one block)
+	credit                                                 uint64 // the credit poller's last consumer index
 }
 
 func parsePeerCtl(b []byte) peerCtl {
 	w := func(i int) uint64 { return binary.LittleEndian.Uint64(b[8*i:]) }
-	return peerCtl{w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7), w(8), w(9), w(10)}
+	return peerCtl{w(0), w(1), w(2), w(3), w(4), w(5), w(6), w(7), w(8), w(9), w(10), w(11)}
 }
 
 // roundTrips reads n samples of (%globaltimer ns, %clock64 cycles) from
@@ -157,7 +158,8 @@ type PeerRun struct {
 	// Alone writes with no consumer: no credits, no drain.
 	Alone bool
 	// Blocks is how many fills are written at once (default the ring's
-	// slots, at most 1024).
+	// slots, at most 1024); where fills take credits, one more block
+	// reads them for all.
 	Blocks int
 	// Timeout bounds each wait of the kernel (default 2 s), and the
 	// host's wait for it beyond Duration.
@@ -208,6 +210,10 @@ func (k *PeerKernels) Produce(ctx context.Context, r *GPURing, run PeerRun) (out
 		blocks, depth = 1, 1
 	}
 	out.Blocks = blocks
+	grid := blocks
+	if !run.Alone && !run.Depth1 {
+		grid++ // block 0 polls the credits
+	}
 	maxFills := ^uint64(0)
 	if run.Fills != 0 {
 		maxFills = run.Fills
@@ -257,7 +263,7 @@ func (k *PeerKernels) Produce(ctx context.Context, r *GPURing, run PeerRun) (out
 	if rtt != nil {
 		rttPtr = rtt.Ptr
 	}
-	if err := k.produce.Launch(s, blocks, threads, 0, r.SlotsDev, uint64(r.SlotSize), r.ResultsDev, uint64(r.NSlots),
+	if err := k.produce.Launch(s, grid, threads, 0, r.SlotsDev, uint64(r.SlotSize), r.ResultsDev, uint64(r.NSlots),
 		r.ConsumerDev, r.NSrc, maxFills, uint64(run.Duration.Nanoseconds()), periodPS, depth, alone, rttPtr,
 		uint64(timeout.Nanoseconds()), ctl.Ptr); err != nil {
 		return out, fmt.Errorf("peer producer: launch: %w", err)

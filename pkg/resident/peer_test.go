@@ -60,12 +60,12 @@ func TestPeerPTX(t *testing.T) {
 func TestPeerCtlErrors(t *testing.T) {
 	ctl := func(status, at, seen uint64) peerCtl {
 		b := make([]byte, peerCtlSize)
-		for i, v := range []uint64{9, 1, 2, 3, status, at, seen, 4, 1, 100, 300} {
+		for i, v := range []uint64{9, 1, 2, 3, status, at, seen, 4, 1, 100, 300, 8} {
 			binary.LittleEndian.PutUint64(b[8*i:], v)
 		}
 		return parsePeerCtl(b)
 	}
-	if c := ctl(0, 0, 0); c.err(time.Second) != nil || c.next != 9 || c.fills != 3 || c.exited != 4 || c.c0 != 100 || c.cEnd != 300 {
+	if c := ctl(0, 0, 0); c.err(time.Second) != nil || c.next != 9 || c.fills != 3 || c.exited != 4 || c.c0 != 100 || c.cEnd != 300 || c.credit != 8 {
 		t.Errorf("a good run: %+v, %v", c, c.err(time.Second))
 	}
 	for _, tc := range []struct {
