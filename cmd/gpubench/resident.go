@@ -28,7 +28,8 @@ type residentReport struct {
 
 // runResident measures GPU-resident streams against the CPU-driven path
 // and the bare round trips (pkg/resident), into a new
-// DATE-GPU-REV-resident.json in out (or standard output with -).
+// DATE-GPU-REV-resident.json in out (DATE-GPU-REV-resident-peer.json with
+// -peer-only), or standard output with -.
 func runResident(cfg residentConfig, out string) error {
 	runtime.LockOSThread()
 	t0 := time.Now()
@@ -71,7 +72,11 @@ func runResident(cfg residentConfig, out string) error {
 func writeResident(r *residentReport, t0 time.Time, out string) error {
 	w := os.Stdout
 	if out != "-" {
-		f, err := createResult(out, t0, r.Device, r.Build.shortRev()+"-resident")
+		kind := "-resident"
+		if r.Resident.Config.PeerOnly {
+			kind = "-resident-peer"
+		}
+		f, err := createResult(out, t0, r.Device, r.Build.shortRev()+kind)
 		if err != nil {
 			return err
 		}
