@@ -80,7 +80,7 @@ func (c peerCtl) err(timeout time.Duration) error {
 	case 0:
 		return nil
 	case peerCredits:
-		what = fmt.Sprintf("fill %d waited for credits (the consumer index past %d); it stood at %d", c.at, c.at, c.seen)
+		what = fmt.Sprintf("fill %d waited for credits (its slot freed by the consumer); the consumer index stood at %d", c.at, c.seen)
 	case peerRoundTrip:
 		what = fmt.Sprintf("fill %d's round trip waited for the consumer index to reach %d; it stood at %d", c.at, c.at+1, c.seen)
 	case peerDrain:

@@ -140,7 +140,7 @@ func TestPeerProducerNoCredits(t *testing.T) {
 	g0, _, pk := peers(t)
 	r := peerRing(t, g0, 16, 4096)
 	_, err := pk.Produce(context.Background(), r, PeerRun{Fills: 100, Timeout: 50 * time.Millisecond})
-	if !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "waited for credits") || !strings.Contains(err.Error(), "it stood at 0") {
+	if !errors.Is(err, ErrPeer) || !strings.Contains(err.Error(), "waited for credits") || !strings.Contains(err.Error(), "the consumer index stood at 0") {
 		t.Fatalf("no consumer: %v", err)
 	}
 }

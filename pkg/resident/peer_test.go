@@ -72,7 +72,7 @@ func TestPeerCtlErrors(t *testing.T) {
 		c    peerCtl
 		want string
 	}{
-		{ctl(peerCredits, 70, 5), "resident: peer kernel timed out after 2s: fill 70 waited for credits (the consumer index past 70); it stood at 5"},
+		{ctl(peerCredits, 70, 5), "resident: peer kernel timed out after 2s: fill 70 waited for credits (its slot freed by the consumer); the consumer index stood at 5"},
 		{ctl(peerRoundTrip, 12, 12), "resident: peer kernel timed out after 2s: fill 12's round trip waited for the consumer index to reach 13; it stood at 12"},
 		{ctl(peerDrain, 100, 99), "resident: peer kernel timed out after 2s: the drain waited for the consumer index to reach 100; it stood at 99"},
 		{ctl(peerPing, 3, 2), "resident: peer kernel timed out after 2s: ping 3 waited for its answer; the answer stood at 2"},
