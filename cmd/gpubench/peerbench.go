@@ -189,13 +189,21 @@ func (p *peerPass) goals() []goal {
 func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (*peerPass, error) {
 	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate}
 	err := p.measure(ctx, g0, k, cfg)
+	if len(p.Runs) > 0 {
+		p.Goals = p.goals()
+	}
 	if err != nil {
 		p.Error = err.Error()
 	}
 	return p, err
 }
 
-func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) error {
+// stuck reports a peer kernel still running past every bound of its own:
+// freeing its memory, unloading its module or releasing its GPU would
+// wait for it, so the pass leaves them to the process's exit.
+func stuck(err error) bool { return errors.Is(err, resident.ErrStalled) }
+
+func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (err error) {
 	drv := g0.Driver()
 	n, err := drv.DeviceCount()
 	if err != nil {
@@ -209,7 +217,11 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 	if err != nil {
 		return fmt.Errorf("GPU 1's context: %w", err)
 	}
-	defer g1.Close()
+	defer func() {
+		if !stuck(err) {
+			g1.Close()
+		}
+	}()
 	can10, err := g1.CanAccessPeer(g0)
 	if err != nil {
 		return fmt.Errorf("whether GPU 1 can reach GPU 0: %w", err)
@@ -232,7 +244,11 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 	if err != nil {
 		return err
 	}
-	defer pk.Close()
+	defer func() {
+		if !stuck(err) {
+			pk.Close()
+		}
+	}()
 	if _, _, err := pk.PingPong(ctx, 1000, cfg.Peer.Timeout); err != nil { // warm up
 		return fmt.Errorf("peer ping-pong, warming up: %w", err)
 	}
@@ -259,12 +275,13 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 	pp50, pp99 := median(p50s), median(p99s)
 	for _, size := range cfg.Sizes {
 		run, err := measurePeerSize(ctx, g0, k, pk, cfg, size, pp50, pp99, p.Timer == "sm clock")
+		if len(run.Each) > 0 {
+			p.Runs = append(p.Runs, run) // a failed size's runs before the failure too
+		}
 		if err != nil {
 			return fmt.Errorf("%d-byte slots: %w", size, err)
 		}
-		p.Runs = append(p.Runs, run)
 	}
-	p.Goals = p.goals()
 	return nil
 }
 
@@ -277,8 +294,14 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 	if err != nil {
 		return run, fmt.Errorf("the ring in GPU 0's memory: %w", err)
 	}
-	defer func() { err = errors.Join(err, r.Free()) }()
 	run = peerSizeRun{SlotBytes: size, Throttled: size <= cfg.Peer.ThrottledBytes}
+	var figs []map[string]float64
+	defer func() {
+		run.Spread = spreads(figs)
+		if !stuck(err) {
+			err = errors.Join(err, r.Free())
+		}
+	}()
 	base := resident.PeerRun{Duration: cfg.Duration, Blocks: cfg.Peer.Blocks, Timeout: cfg.Peer.Timeout}
 	alone := func(pace float64) (resident.Throughput, int, error) {
 		if err := r.Reset(); err != nil {
@@ -289,7 +312,6 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 		out, err := pk.Produce(ctx, r, pr)
 		return rate(out.Fills, size, out.Elapsed), out.Blocks, err
 	}
-	var figs []map[string]float64
 	for i := range cfg.Repeats {
 		x, err := measurePeerRepeat(ctx, g0, k, pk, r, cfg, base, run.Throttled, smClock, alone)
 		if err != nil {
@@ -299,7 +321,6 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 		run.Each = append(run.Each, x)
 		figs = append(figs, x.figures())
 	}
-	run.Spread = spreads(figs)
 	return run, nil
 }
 
