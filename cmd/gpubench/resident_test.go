@@ -98,7 +98,7 @@ func TestResidentJSONShape(t *testing.T) {
 		{SlotBytes: 65536, Each: []peerRepeat{{ConsumerToAlone: 0.9}}}}
 	peer.Goals = peer.goals()
 	r := residentReport{Resident: &residentPass{Runs: []residentSizeRun{combineRuns([]residentSizeRun{run(0.9, 9), run(0.8, 8), run(0.95, 9.5)})},
-		Peer: peer}}
+		Peer: peer, Baselines: spreads([]map[string]float64{{"pingpong.p50_us": 2.5}, {"pingpong.p50_us": 3.5}})}}
 	r.Topology = topology{GPUs: []gpuInfo{{Ordinal: 0, Name: "NVIDIA H200", BusID: "00000000:19:00.0"}},
 		Peers: &peerAccess{GPU0ToGPU1: true, GPU1ToGPU0: true}, TopoM: "\tGPU0\tGPU1\nGPU0\t X \tNV18"}
 	b, err := json.Marshal(r)
@@ -119,6 +119,7 @@ func TestResidentJSONShape(t *testing.T) {
 		"resident/runs/0/median_of_repeats/gpu_resident.sustained.gb_per_s/max":              9.5,
 		"resident/runs/0/median_of_repeats/resident_gbps_to_producer_alone/min":              0.8,
 		"resident/runs/0/each/2/resident_gbps_to_producer_alone":                             0.95,
+		"resident/baselines_median_of_repeats/pingpong.p50_us/median":                        3.0,
 		"resident/peer/pingpong/p50_us/median":                                               2.0,
 		"resident/peer/runs/0/median_of_repeats/consumer_to_producer_alone/median":           0.96,
 		"resident/peer/runs/0/median_of_repeats/producer_alone_throttled.slots_per_s/median": 12.5e6,

@@ -55,14 +55,20 @@ func (c *residentConfig) defaults() {
 // producer the producer alone, the GPU-resident consumer and the
 // CPU-driven one on the same ring and producer.
 type residentPass struct {
-	Config             residentConfig    `json:"config"`
-	RDMAWritesOrdering int               `json:"gpudirect_rdma_writes_ordering"`
-	RDMAOrderingName   string            `json:"gpudirect_rdma_writes_ordering_name"`
-	RDMAFlushOptions   int               `json:"gpudirect_rdma_flush_writes_options"`
-	PingPong           resident.Latency  `json:"pingpong"`
-	LaunchSync         resident.Latency  `json:"launch_sync"`
-	PingPongAfter      resident.Latency  `json:"pingpong_after"`
-	Runs               []residentSizeRun `json:"runs"`
+	Config             residentConfig   `json:"config"`
+	RDMAWritesOrdering int              `json:"gpudirect_rdma_writes_ordering"`
+	RDMAOrderingName   string           `json:"gpudirect_rdma_writes_ordering_name"`
+	RDMAFlushOptions   int              `json:"gpudirect_rdma_flush_writes_options"`
+	PingPong           resident.Latency `json:"pingpong"`
+	LaunchSync         resident.Latency `json:"launch_sync"`
+	// PingPongEach and LaunchSyncEach are every repeat; PingPong and
+	// LaunchSync the one whose p50 is the median, Baselines the p50s'
+	// and p99s' spreads.
+	PingPongEach   []resident.Latency `json:"pingpong_each,omitempty"`
+	LaunchSyncEach []resident.Latency `json:"launch_sync_each,omitempty"`
+	Baselines      map[string]spread  `json:"baselines_median_of_repeats,omitempty"`
+	PingPongAfter  resident.Latency   `json:"pingpong_after"`
+	Runs           []residentSizeRun  `json:"runs"`
 	// Peer is the producer on a second GPU, or why it did not run.
 	Peer *peerPass `json:"peer,omitempty"`
 }
@@ -166,16 +172,24 @@ func measureResident(ctx context.Context, g *cuda.Device, cfg residentConfig) (*
 	if _, err := k.PingPong(ctx, g, 1000); err != nil { // warm up
 		return nil, fmt.Errorf("ping-pong: %w", err)
 	}
-	pp, err := k.PingPong(ctx, g, cfg.PingPongs)
-	if err != nil {
-		return nil, fmt.Errorf("ping-pong: %w", err)
+	var figs []map[string]float64
+	for i := range cfg.Repeats {
+		pp, err := k.PingPong(ctx, g, cfg.PingPongs)
+		if err != nil {
+			return nil, fmt.Errorf("ping-pong, run %d of %d: %w", i+1, cfg.Repeats, err)
+		}
+		ls, err := k.LaunchSync(g, cfg.PingPongs)
+		if err != nil {
+			return nil, fmt.Errorf("launch and synchronize, run %d of %d: %w", i+1, cfg.Repeats, err)
+		}
+		p, l := resident.Summarize(pp), resident.Summarize(ls)
+		rep.PingPongEach, rep.LaunchSyncEach = append(rep.PingPongEach, p), append(rep.LaunchSyncEach, l)
+		figs = append(figs, map[string]float64{"pingpong.p50_us": p.P50, "pingpong.p99_us": p.P99,
+			"launch_sync.p50_us": l.P50, "launch_sync.p99_us": l.P99})
 	}
-	rep.PingPong = resident.Summarize(pp)
-	ls, err := k.LaunchSync(g, cfg.PingPongs)
-	if err != nil {
-		return nil, fmt.Errorf("launch and synchronize: %w", err)
-	}
-	rep.LaunchSync = resident.Summarize(ls)
+	rep.Baselines = spreads(figs)
+	rep.PingPong = medianLatency(rep.PingPongEach)
+	rep.LaunchSync = medianLatency(rep.LaunchSyncEach)
 	for _, size := range cfg.Sizes {
 		for _, where := range []resident.Placement{resident.SlotsHost, resident.SlotsGPU} {
 			if cfg.PeerOnly {
@@ -203,8 +217,9 @@ func measureResident(ctx context.Context, g *cuda.Device, cfg residentConfig) (*
 	if rep.Peer, err = measurePeer(ctx, g, k, cfg); err != nil {
 		return rep, fmt.Errorf("peer producer: %w", err)
 	}
-	if pp, err = k.PingPong(ctx, g, cfg.PingPongs); err != nil {
-		return rep, fmt.Errorf("ping-pong: %w", err)
+	pp, err := k.PingPong(ctx, g, cfg.PingPongs)
+	if err != nil {
+		return rep, fmt.Errorf("ping-pong after: %w", err)
 	}
 	rep.PingPongAfter = resident.Summarize(pp)
 	return rep, nil
@@ -316,4 +331,16 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// medianLatency is the summary whose p50 is the median of ls's.
+func medianLatency(ls []resident.Latency) resident.Latency {
+	p50 := make([]float64, len(ls))
+	for i, l := range ls {
+		p50[i] = l.P50
+	}
+	if i := medianIndex(p50); i >= 0 {
+		return ls[i]
+	}
+	return resident.Latency{}
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"reflect"
 	"testing"
+
+	"github.com/gpufpga/gpufpga/pkg/resident"
 )
 
 func TestSpreadOf(t *testing.T) {
@@ -52,5 +54,15 @@ func TestMedianIndex(t *testing.T) {
 		if got := medianIndex(tc.in); got != tc.want {
 			t.Errorf("medianIndex(%v) = %d, want %d", tc.in, got, tc.want)
 		}
+	}
+}
+
+func TestMedianLatency(t *testing.T) {
+	ls := []resident.Latency{{P50: 3, P99: 9}, {P50: 1, P99: 20}, {P50: 2, P99: 4}}
+	if got := medianLatency(ls); got != ls[2] {
+		t.Errorf("medianLatency = %+v, want %+v", got, ls[2])
+	}
+	if got := medianLatency(nil); got != (resident.Latency{}) {
+		t.Errorf("medianLatency(nil) = %+v", got)
 	}
 }
