@@ -168,7 +168,7 @@ gpubin:
 	done
 	CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/acquire.test ./examples/acquire/
 	CGO_ENABLED=0 $(GO) test -c -tags gpu -o $(BIN)/gpu/cuda-resident.test ./examples/cuda-resident/
-	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx pkg/resident/func.ptx examples/acquire/framestats.ptx \
+	cp hw/gpu/run pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx pkg/resident/func.ptx pkg/resident/peer.ptx examples/acquire/framestats.ptx \
 		examples/cuda-resident/consumer.ptx $(BIN)/gpu/
 	@# cuda.test's TestLinkExternFunction reads them from its directory.
 	mkdir -p $(BIN)/gpu/testdata && cp pkg/cuda/testdata/link_*.ptx $(BIN)/gpu/testdata/
@@ -199,6 +199,7 @@ ptx:
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/resident.cu -o pkg/resident/resident.ptx
 	$(PTXCC) $(PTXFLAGS) -include examples/acquire/clang_cuda.h examples/acquire/framestats.cu -o examples/acquire/framestats.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/func.cu -o pkg/resident/func.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/peer.cu -o pkg/resident/peer.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/testdata/sum.cu -o pkg/resident/testdata/sum.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/cuda/testdata/link_caller.cu -o pkg/cuda/testdata/link_caller.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/cuda/testdata/link_user.cu -o pkg/cuda/testdata/link_user.ptx
@@ -214,7 +215,7 @@ PTXAS_DEB_DIR := build/cuda
 PTXAS ?= $(PTXAS_DEB_DIR)/usr/bin/ptxas
 ptxcheck: $(PTXAS)
 	@for a in sm_70 sm_75 sm_80 sm_86 sm_89 sm_90; do \
-		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx examples/acquire/framestats.ptx examples/cuda-resident/consumer.ptx; do \
+		for p in pkg/gpucheck/framecheck.ptx pkg/resident/resident.ptx pkg/resident/peer.ptx examples/acquire/framestats.ptx examples/cuda-resident/consumer.ptx; do \
 			echo "== ptxas -arch=$$a $$p"; \
 			$(PTXAS) -arch=$$a -v $$p -o /dev/null || exit 1; \
 		done; \

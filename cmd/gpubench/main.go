@@ -17,6 +17,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
@@ -53,6 +54,7 @@ type machine struct {
 	CUDAVersion int               `json:"cuda_driver_version"`
 	CPU         string            `json:"cpu"`
 	CPUs        int               `json:"cpus"`
+	Topology    topology          `json:"topology"`
 }
 
 // describe reads the machine a run started at t0 measures on g.
@@ -69,6 +71,7 @@ func describe(g *cuda.Device, t0 time.Time) (machine, error) {
 	m.ComputeCap = fmt.Sprintf("%d.%d", major, minor)
 	m.SMs, _ = g.Attribute(cuda.AttrMultiprocessorCount)
 	m.CUDAVersion, _ = g.Driver().Version()
+	m.Topology = describeTopology(g.Driver())
 	return m, nil
 }
 
@@ -114,34 +117,74 @@ const (
 )
 
 func main() {
-	var cc compatConfig
-	flag.IntVar(&cc.slots, "compat-slots", 8, "compat path: slots in the ring")
-	flag.IntVar(&cc.slotSize, "compat-slot-size", 64<<20, "compat path: bytes per slot")
-	flag.IntVar(&cc.workers, "compat-workers", 0, "compat path: device model workers encoding frames; 0: the fewest that outrun the copy peak 1.3 times")
-	flag.IntVar(&cc.streams, "compat-streams", cudamem.CopyStreams, "compat path: CUDA streams the copies go round")
-	flag.IntVar(&cc.runs, "compat-runs", 5, "compat path: runs, each with the source alone first; the median is reported")
-	flag.DurationVar(&cc.seconds, "compat-time", 4*time.Second, "compat path: length of each run")
-	compatOnly := flag.Bool("compat-only", false, "measure the compat path alone (against a fresh copy peak)")
-	reps := flag.Int("reps", 8, "frame checker and read baseline: timed repetitions, each verified")
-	out := flag.String("out", "-", "directory for a new result file named for date, GPU and revision; - for standard output")
-	res := flag.Bool("resident", false, "measure GPU-resident streams alone (pkg/resident), into a new DATE-GPU-REV-resident.json")
-	var rc residentConfig
-	flag.IntVar(&rc.NSlots, "resident-slots", 64, "GPU-resident: slots in each ring")
-	flag.IntVar(&rc.Workers, "resident-workers", 16, "GPU-resident: the persistent kernel's worker blocks")
-	flag.DurationVar(&rc.Duration, "resident-time", time.Second, "GPU-resident: length of each throughput run")
-	flag.IntVar(&rc.LatencyFills, "resident-rtt", 2000, "GPU-resident: round trips measured for each path")
-	flag.Parse()
-	if *res {
-		if err := runResident(rc, *out); err != nil {
-			fmt.Fprintln(os.Stderr, "gpubench:", err)
-			os.Exit(1)
-		}
-		return
+	o, err := parseFlags(flag.CommandLine, os.Args[1:])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "gpubench:", err)
+		os.Exit(2)
 	}
-	if err := run(cc, *compatOnly, *reps, *out); err != nil {
+	if o.resident {
+		err = runResident(o.rc, o.out)
+	} else {
+		err = run(o.cc, o.compatOnly, o.reps, o.out)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpubench:", err)
 		os.Exit(1)
 	}
+}
+
+// options are gpubench's flags.
+type options struct {
+	cc         compatConfig
+	compatOnly bool
+	reps       int
+	out        string
+	resident   bool
+	rc         residentConfig
+}
+
+// parseFlags defines gpubench's flags on fs and parses args.
+func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
+	var o options
+	cc := &o.cc
+	fs.IntVar(&cc.slots, "compat-slots", 8, "compat path: slots in the ring")
+	fs.IntVar(&cc.slotSize, "compat-slot-size", 64<<20, "compat path: bytes per slot")
+	fs.IntVar(&cc.workers, "compat-workers", 0, "compat path: device model workers encoding frames; 0: the fewest that outrun the copy peak 1.3 times")
+	fs.IntVar(&cc.streams, "compat-streams", cudamem.CopyStreams, "compat path: CUDA streams the copies go round")
+	fs.IntVar(&cc.runs, "compat-runs", 5, "compat path: runs, each with the source alone first; the median is reported")
+	fs.DurationVar(&cc.seconds, "compat-time", 4*time.Second, "compat path: length of each run")
+	fs.BoolVar(&o.compatOnly, "compat-only", false, "measure the compat path alone (against a fresh copy peak)")
+	fs.IntVar(&o.reps, "reps", 8, "frame checker and read baseline: timed repetitions, each verified")
+	fs.StringVar(&o.out, "out", "-", "directory for a new result file named for date, GPU and revision; - for standard output")
+	fs.BoolVar(&o.resident, "resident", false, "measure GPU-resident streams alone (pkg/resident), into a new DATE-GPU-REV-resident.json")
+	rc := &o.rc
+	fs.IntVar(&rc.NSlots, "resident-slots", 64, "GPU-resident: slots in each ring")
+	fs.IntVar(&rc.Workers, "resident-workers", 16, "GPU-resident: the persistent kernel's worker blocks")
+	fs.DurationVar(&rc.Duration, "resident-time", time.Second, "GPU-resident: length of each throughput run")
+	fs.IntVar(&rc.LatencyFills, "resident-rtt", 2000, "GPU-resident: round trips measured for each path")
+	fs.IntVar(&rc.Repeats, "resident-repeats", 5, "GPU-resident: runs of every figure, reported as the median and the spread")
+	fs.BoolVar(&rc.PeerOnly, "peer-only", false, "GPU-resident: the bare round trips and the peer producer (GPU 1 writing GPU 0's memory) alone")
+	fs.IntVar(&rc.Peer.NSlots, "peer-slots", 256, "peer producer: slots in each ring")
+	fs.IntVar(&rc.Peer.Blocks, "peer-blocks", 0, "peer producer: fills written at once; 0: the ring's slots")
+	fs.Float64Var(&rc.Peer.Rate, "peer-rate", 12.5e6, "peer producer: the throttled rate, slots per second, for slots of 4 KiB or less")
+	fs.DurationVar(&rc.Peer.Timeout, "peer-timeout", 2*time.Second, "peer producer: bound of each wait of its kernels")
+	if err := fs.Parse(args); err != nil {
+		return o, err
+	}
+	switch {
+	case fs.NArg() != 0:
+		return o, fmt.Errorf("unexpected arguments %q", fs.Args())
+	case rc.PeerOnly && !o.resident:
+		return o, errors.New("-peer-only needs -resident")
+	case rc.Repeats < 1:
+		return o, fmt.Errorf("-resident-repeats %d: at least 1", rc.Repeats)
+	case rc.Peer.Rate <= 0:
+		return o, fmt.Errorf("-peer-rate %g: above 0", rc.Peer.Rate)
+	case rc.Peer.NSlots < 1 || rc.Peer.Blocks < 0 || rc.Peer.Timeout <= 0:
+		return o, fmt.Errorf("-peer-slots %d, -peer-blocks %d, -peer-timeout %v: slots and a timeout above 0, blocks at least 0",
+			rc.Peer.NSlots, rc.Peer.Blocks, rc.Peer.Timeout)
+	}
+	return o, nil
 }
 
 func run(cc compatConfig, compatOnly bool, reps int, out string) error {

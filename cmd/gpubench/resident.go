@@ -3,7 +3,9 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"time"
@@ -19,11 +21,15 @@ type residentReport struct {
 	GPUEnd   gpuState      `json:"gpu_at_end"`
 	Resident *residentPass `json:"resident"`
 	Seconds  float64       `json:"seconds"`
+	// Error is why the pass stopped early: the file keeps what it had
+	// measured by then.
+	Error string `json:"error,omitempty"`
 }
 
 // runResident measures GPU-resident streams against the CPU-driven path
 // and the bare round trips (pkg/resident), into a new
-// DATE-GPU-REV-resident.json in out (or standard output with -).
+// DATE-GPU-REV-resident.json in out (DATE-GPU-REV-resident-peer.json with
+// -peer-only), or standard output with -.
 func runResident(cfg residentConfig, out string) error {
 	runtime.LockOSThread()
 	t0 := time.Now()
@@ -46,14 +52,31 @@ func runResident(cfg residentConfig, out string) error {
 	r.GPUEnd = nvidiaSMI()
 	r.Seconds = time.Since(t0).Seconds()
 	if err != nil {
-		if r.Resident != nil {
-			json.NewEncoder(os.Stderr).Encode(r.Resident)
+		err = fmt.Errorf("resident: %w", err)
+		if r.Resident == nil {
+			return err
 		}
-		return fmt.Errorf("resident: %w", err)
+		// What was measured before the failure, and the failure, go
+		// to the file: a run on a lent machine may not come again.
+		r.Error = err.Error()
+		if werr := writeResident(&r, t0, out); werr != nil {
+			return errors.Join(err, werr)
+		}
+		return err
 	}
+	return writeResident(&r, t0, out)
+}
+
+// writeResident writes the document into a new file in out, or to
+// standard output with -, and the table to standard error.
+func writeResident(r *residentReport, t0 time.Time, out string) error {
 	w := os.Stdout
 	if out != "-" {
-		f, err := createResult(out, t0, r.Device, r.Build.shortRev()+"-resident")
+		kind := "-resident"
+		if r.Resident.Config.PeerOnly {
+			kind = "-resident-peer"
+		}
+		f, err := createResult(out, t0, r.Device, r.Build.shortRev()+kind)
 		if err != nil {
 			return err
 		}
@@ -68,7 +91,7 @@ func runResident(cfg residentConfig, out string) error {
 }
 
 // printResident writes the table the README carries.
-func printResident(w *os.File, rep *residentPass) {
+func printResident(w io.Writer, rep *residentPass) {
 	fmt.Fprintf(w, "GPU_DIRECT_RDMA_WRITES_ORDERING %d (%s), FLUSH_WRITES_OPTIONS %d\n",
 		rep.RDMAWritesOrdering, rep.RDMAOrderingName, rep.RDMAFlushOptions)
 	fmt.Fprintf(w, "ping-pong p50 %.2f p99 %.2f us; launch+sync p50 %.2f p99 %.2f us; ping-pong after p50 %.2f p99 %.2f us\n",
@@ -84,5 +107,53 @@ func printResident(w *os.File, rep *residentPass) {
 		}
 		fmt.Fprintf(w, "        ratios: resident/alone %.3f, cpu-driven/alone %.3f, resident/cpu-driven slots/s %.2f, resident rtt/ping-pong p50 %.2f p99 %.2f\n",
 			x.ResidentToAlone, x.CPUDrivenToAlone, x.ResidentToCPUDriven, x.ResidentRTTToPingPong, x.ResidentRTT99ToPingPong)
+	}
+	if rep.Peer != nil {
+		printPeer(w, rep.Peer)
+	}
+}
+
+// printPeer writes the peer producer's table: each figure's median and
+// spread over the repeats, then the goals.
+func printPeer(w io.Writer, p *peerPass) {
+	switch {
+	case p.Skipped != "":
+		fmt.Fprintf(w, "peer producer skipped: %s\n", p.Skipped)
+		return
+	case p.Error != "":
+		fmt.Fprintf(w, "peer producer failed: %s\n", p.Error)
+	}
+	sp := func(s spread, format string) string {
+		return fmt.Sprintf(format+" ["+format+" .. "+format+"]", s.Median, s.Min, s.Max)
+	}
+	if pp, ok := p.PingPongSpread["p50_us"]; ok {
+		fmt.Fprintf(w, "peer ping-pong (GPU %d -> GPU %d -> GPU %d) p50 %s us, p99 %s us\n", p.ProducerGPU, p.ConsumerGPU, p.ProducerGPU,
+			sp(pp, "%.2f"), sp(p.PingPongSpread["p99_us"], "%.2f"))
+	}
+	for _, r := range p.Runs {
+		s := r.Spread
+		fmt.Fprintf(w, "%7d peer   alone %s/s", r.SlotBytes, sp(s["producer_alone_unthrottled.slots_per_s"], "%.0f"))
+		if r.Throttled {
+			fmt.Fprintf(w, ", throttled %s/s", sp(s["producer_alone_throttled.slots_per_s"], "%.0f"))
+		}
+		fmt.Fprintf(w, " | consumer %s/s %s GB/s", sp(s["consumer.slots_per_s"], "%.0f"), sp(s["consumer.gb_per_s"], "%.2f"))
+		if r.Throttled {
+			fmt.Fprintf(w, ", unthrottled %s/s", sp(s["consumer_unthrottled.slots_per_s"], "%.0f"))
+		}
+		fmt.Fprintf(w, " | rtt p50 %s p99 %s us\n", sp(s["round_trip.p50_us"], "%.2f"), sp(s["round_trip.p99_us"], "%.2f"))
+		fmt.Fprintf(w, "        ratios: consumer/alone %s, rtt/ping-pong p50 %s p99 %s; lost %s errors %s\n",
+			sp(s["consumer_to_producer_alone"], "%.3f"), sp(s["round_trip_p50_to_pingpong_p50"], "%.2f"),
+			sp(s["round_trip_p99_to_pingpong_p99"], "%.2f"), sp(s["lost"], "%.0f"), sp(s["errors"], "%.0f"))
+	}
+	for _, g := range p.Goals {
+		cmp := ">="
+		if g.AtMost {
+			cmp = "<="
+		}
+		met := "MET"
+		if !g.Met {
+			met = "NOT MET"
+		}
+		fmt.Fprintf(w, "goal %-7s %s: %s (goal %s %g)\n", met, g.Name, sp(g.Measured, "%.3f"), cmp, g.Goal)
 	}
 }

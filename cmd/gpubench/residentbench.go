@@ -21,6 +21,9 @@ type residentConfig struct {
 	Duration     time.Duration // each throughput run (default 1 s)
 	LatencyFills int           // round trips measured for each path, one fill at a time (default 2000)
 	PingPongs    int           // bare round trips and launch+synchronize pairs (default 10000)
+	Repeats      int           // runs of each figure, reported as the median and spread (default 5)
+	PeerOnly     bool          // the bare round trips and the peer producer alone
+	Peer         peerConfig
 }
 
 func (c *residentConfig) defaults() {
@@ -42,20 +45,32 @@ func (c *residentConfig) defaults() {
 	if c.PingPongs <= 0 {
 		c.PingPongs = 10000
 	}
+	if c.Repeats <= 0 {
+		c.Repeats = 5
+	}
+	c.Peer.defaults()
 }
 
 // residentPass is one pass: the bare round trips, then for each slot size and
 // producer the producer alone, the GPU-resident consumer and the
 // CPU-driven one on the same ring and producer.
 type residentPass struct {
-	Config             residentConfig    `json:"config"`
-	RDMAWritesOrdering int               `json:"gpudirect_rdma_writes_ordering"`
-	RDMAOrderingName   string            `json:"gpudirect_rdma_writes_ordering_name"`
-	RDMAFlushOptions   int               `json:"gpudirect_rdma_flush_writes_options"`
-	PingPong           resident.Latency  `json:"pingpong"`
-	LaunchSync         resident.Latency  `json:"launch_sync"`
-	PingPongAfter      resident.Latency  `json:"pingpong_after"`
-	Runs               []residentSizeRun `json:"runs"`
+	Config             residentConfig   `json:"config"`
+	RDMAWritesOrdering int              `json:"gpudirect_rdma_writes_ordering"`
+	RDMAOrderingName   string           `json:"gpudirect_rdma_writes_ordering_name"`
+	RDMAFlushOptions   int              `json:"gpudirect_rdma_flush_writes_options"`
+	PingPong           resident.Latency `json:"pingpong"`
+	LaunchSync         resident.Latency `json:"launch_sync"`
+	// PingPongEach and LaunchSyncEach are every repeat; PingPong and
+	// LaunchSync the one whose p50 is the median, Baselines the p50s'
+	// and p99s' spreads.
+	PingPongEach   []resident.Latency `json:"pingpong_each,omitempty"`
+	LaunchSyncEach []resident.Latency `json:"launch_sync_each,omitempty"`
+	Baselines      map[string]spread  `json:"baselines_median_of_repeats,omitempty"`
+	PingPongAfter  resident.Latency   `json:"pingpong_after"`
+	Runs           []residentSizeRun  `json:"runs"`
+	// Peer is the producer on a second GPU, or why it did not run.
+	Peer *peerPass `json:"peer,omitempty"`
 }
 
 // residentSizeRun is one slot size and producer.
@@ -72,6 +87,53 @@ type residentSizeRun struct {
 	ResidentRTTToPingPong   float64 `json:"resident_rtt_p50_to_pingpong_p50"`
 	ResidentRTT99ToPingPong float64 `json:"resident_rtt_p99_to_pingpong_p99"`
 	CPUDrivenRTTToPingPong  float64 `json:"cpu_driven_rtt_p50_to_pingpong_p50"`
+	// Repeats is how many times this size and producer ran: the fields
+	// above are the run whose resident/alone ratio is the median (the
+	// lower middle one for an even count), Each is every run, and Spread
+	// each figure's median and range over them, by its JSON path.
+	Repeats int               `json:"repeats,omitempty"`
+	Spread  map[string]spread `json:"median_of_repeats,omitempty"`
+	Each    []residentSizeRun `json:"each,omitempty"`
+}
+
+// figures are a run's numbers by their JSON paths, for its spread.
+func (x residentSizeRun) figures() map[string]float64 {
+	m := map[string]float64{
+		"resident_gbps_to_producer_alone":    x.ResidentToAlone,
+		"cpu_driven_gbps_to_producer_alone":  x.CPUDrivenToAlone,
+		"resident_slots_per_s_to_cpu_driven": x.ResidentToCPUDriven,
+		"resident_rtt_p50_to_pingpong_p50":   x.ResidentRTTToPingPong,
+		"resident_rtt_p99_to_pingpong_p99":   x.ResidentRTT99ToPingPong,
+		"cpu_driven_rtt_p50_to_pingpong_p50": x.CPUDrivenRTTToPingPong,
+	}
+	for name, p := range map[string]residentPath{"gpu_resident": x.Resident, "cpu_driven": x.CPUDriven} {
+		m[name+".producer_alone.slots_per_s"] = p.Alone.PerS
+		m[name+".producer_alone.gb_per_s"] = p.Alone.GBps
+		m[name+".sustained.slots_per_s"] = p.Throughput.PerS
+		m[name+".sustained.gb_per_s"] = p.Throughput.GBps
+		m[name+".round_trip.p50_us"] = p.RTT.P50
+		m[name+".round_trip.p99_us"] = p.RTT.P99
+		m[name+".consumer_cpu_ns_per_slot"] = p.CPUPerSlot
+		m[name+".lost"] = float64(p.Lost)
+		m[name+".counters.errors"] = float64(p.Counters.Errors)
+	}
+	return m
+}
+
+// combineRuns is repeated runs of one size and producer as one: the
+// median run's fields, every run, and each figure's spread.
+func combineRuns(each []residentSizeRun) residentSizeRun {
+	if len(each) == 0 {
+		return residentSizeRun{}
+	}
+	keys := make([]float64, len(each))
+	figs := make([]map[string]float64, len(each))
+	for i, x := range each {
+		keys[i], figs[i] = x.ResidentToAlone, x.figures()
+	}
+	out := each[medianIndex(keys)]
+	out.Repeats, out.Spread, out.Each = len(each), spreads(figs), each
+	return out
 }
 
 // residentPath is one consumer on its ring.
@@ -110,33 +172,54 @@ func measureResident(ctx context.Context, g *cuda.Device, cfg residentConfig) (*
 	if _, err := k.PingPong(ctx, g, 1000); err != nil { // warm up
 		return nil, fmt.Errorf("ping-pong: %w", err)
 	}
-	pp, err := k.PingPong(ctx, g, cfg.PingPongs)
-	if err != nil {
-		return nil, fmt.Errorf("ping-pong: %w", err)
+	var figs []map[string]float64
+	for i := range cfg.Repeats {
+		pp, err := k.PingPong(ctx, g, cfg.PingPongs)
+		if err != nil {
+			return nil, fmt.Errorf("ping-pong, run %d of %d: %w", i+1, cfg.Repeats, err)
+		}
+		ls, err := k.LaunchSync(g, cfg.PingPongs)
+		if err != nil {
+			return nil, fmt.Errorf("launch and synchronize, run %d of %d: %w", i+1, cfg.Repeats, err)
+		}
+		p, l := resident.Summarize(pp), resident.Summarize(ls)
+		rep.PingPongEach, rep.LaunchSyncEach = append(rep.PingPongEach, p), append(rep.LaunchSyncEach, l)
+		figs = append(figs, map[string]float64{"pingpong.p50_us": p.P50, "pingpong.p99_us": p.P99,
+			"launch_sync.p50_us": l.P50, "launch_sync.p99_us": l.P99})
 	}
-	rep.PingPong = resident.Summarize(pp)
-	ls, err := k.LaunchSync(g, cfg.PingPongs)
-	if err != nil {
-		return nil, fmt.Errorf("launch and synchronize: %w", err)
-	}
-	rep.LaunchSync = resident.Summarize(ls)
+	rep.Baselines = spreads(figs)
+	rep.PingPong = medianLatency(rep.PingPongEach)
+	rep.LaunchSync = medianLatency(rep.LaunchSyncEach)
 	for _, size := range cfg.Sizes {
 		for _, where := range []resident.Placement{resident.SlotsHost, resident.SlotsGPU} {
-			run, err := measureRing(ctx, g, k, cfg, size, where)
-			if err != nil {
-				return rep, fmt.Errorf("%d-byte slots, %s: %w", size, run.Producer, err)
+			if cfg.PeerOnly {
+				break
 			}
-			run.ResidentToAlone = ratio(run.Resident.Throughput.GBps, run.Resident.Alone.GBps)
-			run.CPUDrivenToAlone = ratio(run.CPUDriven.Throughput.GBps, run.CPUDriven.Alone.GBps)
-			run.ResidentToCPUDriven = ratio(run.Resident.Throughput.PerS, run.CPUDriven.Throughput.PerS)
-			run.ResidentRTTToPingPong = ratio(run.Resident.RTT.P50, rep.PingPong.P50)
-			run.ResidentRTT99ToPingPong = ratio(run.Resident.RTT.P99, rep.PingPong.P99)
-			run.CPUDrivenRTTToPingPong = ratio(run.CPUDriven.RTT.P50, rep.PingPong.P50)
-			rep.Runs = append(rep.Runs, run)
+			var each []residentSizeRun
+			for i := range cfg.Repeats {
+				run, err := measureRing(ctx, g, k, cfg, size, where)
+				if err != nil {
+					return rep, fmt.Errorf("%d-byte slots, %s, run %d of %d: %w", size, run.Producer, i+1, cfg.Repeats, err)
+				}
+				run.ResidentToAlone = ratio(run.Resident.Throughput.GBps, run.Resident.Alone.GBps)
+				run.CPUDrivenToAlone = ratio(run.CPUDriven.Throughput.GBps, run.CPUDriven.Alone.GBps)
+				run.ResidentToCPUDriven = ratio(run.Resident.Throughput.PerS, run.CPUDriven.Throughput.PerS)
+				run.ResidentRTTToPingPong = ratio(run.Resident.RTT.P50, rep.PingPong.P50)
+				run.ResidentRTT99ToPingPong = ratio(run.Resident.RTT.P99, rep.PingPong.P99)
+				run.CPUDrivenRTTToPingPong = ratio(run.CPUDriven.RTT.P50, rep.PingPong.P50)
+				each = append(each, run)
+			}
+			rep.Runs = append(rep.Runs, combineRuns(each))
 		}
 	}
-	if pp, err = k.PingPong(ctx, g, cfg.PingPongs); err != nil {
-		return rep, fmt.Errorf("ping-pong: %w", err)
+	// The peer producer: recorded as skipped where the machine has no
+	// second GPU its first can be a peer of; a failure is the pass's.
+	if rep.Peer, err = measurePeer(ctx, g, k, cfg); err != nil {
+		return rep, fmt.Errorf("peer producer: %w", err)
+	}
+	pp, err := k.PingPong(ctx, g, cfg.PingPongs)
+	if err != nil {
+		return rep, fmt.Errorf("ping-pong after: %w", err)
 	}
 	rep.PingPongAfter = resident.Summarize(pp)
 	return rep, nil
@@ -248,4 +331,16 @@ func ratio(a, b float64) float64 {
 		return 0
 	}
 	return a / b
+}
+
+// medianLatency is the summary whose p50 is the median of ls's.
+func medianLatency(ls []resident.Latency) resident.Latency {
+	p50 := make([]float64, len(ls))
+	for i, l := range ls {
+		p50[i] = l.P50
+	}
+	if i := medianIndex(p50); i >= 0 {
+		return ls[i]
+	}
+	return resident.Latency{}
 }

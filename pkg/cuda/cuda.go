@@ -87,6 +87,8 @@ const (
 	ErrorHostMemoryAlreadyRegistered Result = 712
 	ErrorHostMemoryNotRegistered     Result = 713
 	ErrorPeerAccessUnsupported       Result = 217
+	ErrorPeerAccessAlreadyEnabled    Result = 704
+	ErrorPeerAccessNotEnabled        Result = 705
 )
 
 // Device attributes the project reads (CUdevice_attribute).
@@ -174,6 +176,8 @@ const (
 	cuLinkComplete
 	cuLinkDestroy
 	cuCtxGetCurrent
+	cuDeviceCanAccessPeer
+	cuCtxEnablePeerAccess
 	numSyms
 )
 
@@ -241,6 +245,8 @@ var symNames = [numSyms]string{
 	cuLinkComplete:                "cuLinkComplete",
 	cuLinkDestroy:                 "cuLinkDestroy",
 	cuCtxGetCurrent:               "cuCtxGetCurrent",
+	cuDeviceCanAccessPeer:         "cuDeviceCanAccessPeer",
+	cuCtxEnablePeerAccess:         "cuCtxEnablePeerAccess",
 }
 
 // Driver is the loaded libcuda, its functions bound at Open. It holds no

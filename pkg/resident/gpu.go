@@ -78,7 +78,7 @@ const (
 )
 
 // GPURing is a ring the GPU consumes: the consumer word in host memory
-// mapped into the GPU, the slots in host memory mapped into it
+// mapped into the GPU (GPU memory for NewPeerRing), the slots in host memory mapped into it
 // (SlotsHost) or in GPU memory (SlotsGPU), and the results in host memory
 // mapped into the GPU, or in GPU memory where resultsInGPU (the placement
 // GPU-resident mode prefers: the GPU polls its own memory; only a copy
@@ -91,6 +91,7 @@ type GPURing struct {
 	results    *cuda.MappedBuffer
 	gpuResults *cuda.Buffer
 	consumer   *cuda.MappedBuffer
+	gpuCons    *cuda.Buffer // the consumer word in GPU memory (NewPeerRing)
 	hostSlot   *cuda.MappedBuffer
 	gpuSlot    *cuda.Buffer
 	// SlotsDev, ResultsDev and ConsumerDev are the addresses kernels use.
@@ -99,7 +100,20 @@ type GPURing struct {
 
 // NewGPURing allocates a ring of nslots slots of size bytes. The context
 // must be current.
-func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU bool) (_ *GPURing, err error) {
+func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU bool) (*GPURing, error) {
+	return newGPURing(g, nslots, size, where, resultsInGPU, false)
+}
+
+// NewPeerRing allocates a ring a peer GPU writes as an FPGA does: its
+// slots, its results and its consumer word all in g's memory, which the
+// peer's kernels reach by g's addresses once it has peer access to g
+// (cuda.Device.EnablePeerAccess). The host reaches none of it: Consumed
+// reads the consumer word by a copy.
+func NewPeerRing(g *cuda.Device, nslots, size int) (*GPURing, error) {
+	return newGPURing(g, nslots, size, SlotsGPU, true, true)
+}
+
+func newGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU, consumerInGPU bool) (_ *GPURing, err error) {
 	if nslots < 1 || size < 16 || size%16 != 0 {
 		return nil, fmt.Errorf("%w: %d slots of %d bytes", ErrConfig, nslots, size)
 	}
@@ -121,8 +135,17 @@ func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU 
 		}
 		results, gr.ResultsDev = gr.results.Bytes(), gr.results.DevPtr
 	}
-	if gr.consumer, err = g.HostAllocMapped(uint64(ConsumerSize)); err != nil {
-		return nil, err
+	var consumer []byte
+	if consumerInGPU {
+		if gr.gpuCons, err = g.Alloc(uint64(ConsumerSize)); err != nil {
+			return nil, err
+		}
+		gr.ConsumerDev = gr.gpuCons.Ptr
+	} else {
+		if gr.consumer, err = g.HostAllocMapped(uint64(ConsumerSize)); err != nil {
+			return nil, err
+		}
+		consumer, gr.ConsumerDev = gr.consumer.Bytes(), gr.consumer.DevPtr
 	}
 	var slots []byte
 	switch where {
@@ -139,8 +162,7 @@ func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU 
 	default:
 		return nil, fmt.Errorf("%w: placement %d", ErrConfig, where)
 	}
-	gr.ConsumerDev = gr.consumer.DevPtr
-	if gr.Ring, err = NewRing(nslots, size, slots, results, gr.consumer.Bytes()); err != nil {
+	if gr.Ring, err = NewRing(nslots, size, slots, results, consumer); err != nil {
 		return nil, err
 	}
 	return gr, gr.Reset()
@@ -152,9 +174,27 @@ func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU 
 func (gr *GPURing) Reset() error {
 	gr.Ring.Reset()
 	if gr.gpuResults != nil {
-		return gr.dev.CopyHtoD(gr.gpuResults.Ptr, make([]byte, gr.NSlots*ResultSize))
+		if err := gr.dev.CopyHtoD(gr.gpuResults.Ptr, make([]byte, gr.NSlots*ResultSize)); err != nil {
+			return err
+		}
+	}
+	if gr.gpuCons != nil {
+		return gr.dev.CopyHtoD(gr.gpuCons.Ptr, make([]byte, ConsumerSize))
 	}
 	return nil
+}
+
+// ConsumedIndex reads the consumer index wherever it is, with a copy where
+// it is GPU memory (NewPeerRing).
+func (gr *GPURing) ConsumedIndex() (uint64, error) {
+	if gr.gpuCons == nil {
+		return gr.Consumed(), nil
+	}
+	b := make([]byte, 8)
+	if err := gr.dev.CopyDtoH(b, gr.gpuCons.Ptr); err != nil {
+		return 0, err
+	}
+	return binary.LittleEndian.Uint64(b), nil
 }
 
 // Statuses returns every slot's status word, with the context current.
@@ -181,7 +221,7 @@ func (gr *GPURing) Free() error {
 			errs = append(errs, m.Free())
 		}
 	}
-	for _, b := range []*cuda.Buffer{gr.gpuSlot, gr.gpuResults} {
+	for _, b := range []*cuda.Buffer{gr.gpuSlot, gr.gpuResults, gr.gpuCons} {
 		if b != nil {
 			errs = append(errs, b.Free())
 		}

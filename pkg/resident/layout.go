@@ -6,7 +6,9 @@
 // event and releases the slot) and the bare CPU <-> GPU round trips, all
 // fed by an emulated producer that plays the engine: it writes a slot's
 // data, then its result, and reads the consumer index to know which slots
-// are free, as the engine does through credits.
+// are free, as the engine does through credits. On a machine with two GPUs
+// that are peers, a producer kernel on the second (peer.cu, PeerKernels)
+// writes a ring in the first's memory (NewPeerRing) as an FPGA does.
 package resident
 
 import "unsafe"

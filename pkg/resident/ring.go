@@ -23,21 +23,22 @@ type Ring struct {
 	// they are GPU memory only a copy engine reaches.
 	Slots    []byte
 	Results  []byte // NSlots records of ResultSize bytes; nil where the host does not reach them
-	Consumer []byte // ConsumerSize bytes
+	Consumer []byte // ConsumerSize bytes; nil where the host does not reach it
 }
 
-// NewRing checks the geometry and wraps the memory; slots and results may
-// be nil (memory the host does not reach: then Status and Release must not
-// be called). Results and consumer must be 8-byte aligned.
+// NewRing checks the geometry and wraps the memory; slots, results and
+// consumer may be nil (memory the host does not reach: then Status and
+// Release, or Publish and Consumed, must not be called). Results and
+// consumer must be 8-byte aligned.
 func NewRing(nslots, slotSize int, slots, results, consumer []byte) (*Ring, error) {
 	switch {
 	case nslots < 1 || slotSize < 16 || slotSize%16 != 0:
 		return nil, fmt.Errorf("%w: %d slots of %d bytes (at least one slot, a multiple of 16 bytes)", ErrConfig, nslots, slotSize)
 	case slots != nil && len(slots) < nslots*slotSize:
 		return nil, fmt.Errorf("%w: %d bytes of slots for %d of %d bytes", ErrConfig, len(slots), nslots, slotSize)
-	case results != nil && len(results) < nslots*ResultSize || len(consumer) < ConsumerSize:
+	case results != nil && len(results) < nslots*ResultSize || consumer != nil && len(consumer) < ConsumerSize:
 		return nil, fmt.Errorf("%w: %d bytes of results and %d of consumer word for %d slots", ErrConfig, len(results), len(consumer), nslots)
-	case results != nil && uintptr(unsafe.Pointer(&results[0]))%8 != 0 || uintptr(unsafe.Pointer(&consumer[0]))%8 != 0:
+	case results != nil && uintptr(unsafe.Pointer(&results[0]))%8 != 0 || consumer != nil && uintptr(unsafe.Pointer(&consumer[0]))%8 != 0:
 		return nil, fmt.Errorf("%w: results and consumer word must be 8-byte aligned", ErrConfig)
 	}
 	return &Ring{NSlots: nslots, SlotSize: slotSize, NSrc: uint64(nslots) + 1, Slots: slots, Results: results, Consumer: consumer}, nil
@@ -67,13 +68,15 @@ func (r *Ring) Consumed() uint64 {
 	return atomic.LoadUint64((*uint64)(unsafe.Pointer(&r.Consumer[0])))
 }
 
-// Reset clears every result and the consumer index; nothing may use the
-// ring meanwhile.
+// Reset clears every result and the consumer index the host reaches;
+// nothing may use the ring meanwhile.
 func (r *Ring) Reset() {
 	for i := 0; r.Results != nil && i < r.NSlots; i++ {
 		atomic.StoreUint64(r.resultWord(i), 0)
 	}
-	r.Publish(0)
+	if r.Consumer != nil {
+		r.Publish(0)
+	}
 }
 
 // Slot returns slot i's bytes where the host can write them.
