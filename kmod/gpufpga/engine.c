@@ -14,12 +14,6 @@
 
 #include "gpufpga.h"
 
-u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
-{
-	return XDMA_BASE(ch->dir == GPUFPGA_H2C ? XDMA_TARGET_H2C : XDMA_TARGET_C2H,
-			 ch->index) + reg;
-}
-
 /*
  * Reads the channel's read-to-clear status and keeps what it returns in
  * ch->status_seen for the running chain: a bit read is gone from the

@@ -431,10 +431,10 @@ u32 gpufpga_read(struct gpufpga_dev *dev, u32 off);
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val);
 int gpufpga_regs_init(struct gpufpga_dev *dev);
 bool gpufpga_answers(struct gpufpga_dev *dev);
+u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
 int gpufpga_discover_channels(struct gpufpga_dev *dev);
 
 /* engine.c */
-u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
 int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status);
 void gpufpga_dev_cut_bus(struct gpufpga_dev *dev);
 u32 gpufpga_chan_status(struct gpufpga_chan *ch);

@@ -44,6 +44,13 @@ void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val)
 		iowrite32(val, dev->bar + off);
 }
 
+/* The address of register reg in ch's channel block. */
+u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
+{
+	return XDMA_BASE(ch->dir == GPUFPGA_H2C ? XDMA_TARGET_H2C : XDMA_TARGET_C2H,
+			 ch->index) + reg;
+}
+
 /* Whether the BAR answers with the XDMA identifier, offline or not. */
 bool gpufpga_answers(struct gpufpga_dev *dev)
 {
