@@ -35,6 +35,7 @@
 #include <linux/completion.h>
 #include <linux/dma-buf.h>
 #include <linux/eventfd.h>
+#include <linux/idr.h>
 #include <linux/kref.h>
 #include <linux/miscdevice.h>
 #include <linux/mutex.h>
@@ -59,6 +60,7 @@
 /* Looks a jiffy apart at a completed count that lags its chain's stop. */
 #define GPUFPGA_STALE_LOOKS	8
 
+/* params.c */
 extern unsigned int gpufpga_max_descs;
 extern unsigned int gpufpga_max_segs;
 extern unsigned int gpufpga_max_pins;
@@ -70,7 +72,6 @@ extern unsigned int gpufpga_max_queued;
 extern unsigned int gpufpga_resident_poll_us;
 extern unsigned long gpufpga_card_mem_size;
 extern bool gpufpga_nv_revocable_pins;
-extern struct workqueue_struct *gpufpga_wq;
 
 struct gpufpga_dev;
 
@@ -498,11 +499,15 @@ void gpufpga_debugfs_exit(struct gpufpga_dev *dev);
 void gpufpga_debugfs_module_init(void);
 void gpufpga_debugfs_module_exit(void);
 
-/* main.c */
-void gpufpga_dev_release(struct kref *ref);
+/* uaccess.c */
 int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
 		    size_t minsize);
 int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src,
 		     size_t ksize);
+
+/* dev.c */
+extern struct workqueue_struct *gpufpga_wq;
+extern struct ida gpufpga_ida;
+void gpufpga_dev_release(struct kref *ref);
 
 #endif /* GPUFPGA_H */
