@@ -49,7 +49,7 @@
 #error "gpufpga needs a 64-bit kernel"
 #endif
 
-#include "gpufpga_nv.h"
+#include "nv_ops.h"
 #include "uapi/gpufpga.h"
 #include "xdma_regs.h"
 
@@ -104,9 +104,6 @@ struct gpufpga_event_block {
 	u32 n;
 	struct gpufpga_event ev[];
 };
-
-struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n);
-void gpufpga_event_block_put(struct gpufpga_event_block *b);
 
 /*
  * Whether the page at @next follows the page of @size bytes at @prev on the
@@ -468,24 +465,30 @@ int gpufpga_ioctl_unpin(struct gpufpga_file *f, void __user *arg, unsigned int s
 int gpufpga_ioctl_query(struct gpufpga_file *f, void __user *arg, unsigned int size);
 void gpufpga_unpin_all(struct gpufpga_file *f);
 void gpufpga_mem_put(struct gpufpga_mem *m);
+bool gpufpga_mem_active(struct gpufpga_mem *m);
 u32 gpufpga_pin_kinds(void);
 
 /* xfer.c */
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
-int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
-			    u32 nsegs, u64 card);
 int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_xfer_chan_init(struct gpufpga_chan *ch);
+
+/* event.c */
+struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n);
+void gpufpga_event_block_put(struct gpufpga_event_block *b);
+void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
+			struct eventfd_ctx *efd);
 void gpufpga_drain_completions(struct gpufpga_file *f);
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock);
-void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
-			struct eventfd_ctx *efd);
+
+/* req.c */
+void gpufpga_req_put(struct gpufpga_req *r);
 int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
 int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
 				  u64 len, u32 max);
-bool gpufpga_mem_active(struct gpufpga_mem *m);
-void gpufpga_start_next(struct gpufpga_chan *ch);
+int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
+			    u32 nsegs, u64 card);
 
 /* stream.c */
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size,

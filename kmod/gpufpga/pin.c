@@ -619,6 +619,16 @@ void gpufpga_mem_put(struct gpufpga_mem *m)
 	kref_put(&m->ref, gpufpga_mem_free);
 }
 
+/*
+ * Lockless, as it is asked under ch->lock, which the IRQ handler takes and
+ * m->lock must not nest in: the state is written under m->lock before the
+ * revoker takes ch->lock, so a reader under ch->lock sees it or is seen.
+ */
+bool gpufpga_mem_active(struct gpufpga_mem *m)
+{
+	return READ_ONCE(m->state) == GPUFPGA_MEM_ACTIVE;
+}
+
 static u64 gpufpga_mem_bytes(struct gpufpga_mem *m)
 {
 	return (u64)m->npages * m->page_size;
