@@ -12,6 +12,14 @@
 struct workqueue_struct *gpufpga_wq;
 DEFINE_IDA(gpufpga_ida);
 
+/**
+ * gpufpga_dev_release - free a device once its last reference is gone
+ * @ref: the device's
+ *
+ * Removal, every open file and every pin hold one.
+ *
+ * Context: process context.
+ */
 void gpufpga_dev_release(struct kref *ref)
 {
 	struct gpufpga_dev *dev = container_of(ref, struct gpufpga_dev, ref);

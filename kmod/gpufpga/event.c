@@ -10,10 +10,16 @@
 #include "compat.h"
 #include "gpufpga.h"
 
-/*
- * Queues a record for read(), and signals efd if given. Both happen under
- * done_lock, which read() takes to dequeue: the record, and what it
- * points to, outlive the signal.
+/**
+ * gpufpga_post_event - queue a record for read()
+ * @f: the file
+ * @ev: the record
+ * @efd: signalled too, if not NULL
+ *
+ * Both happen under f->done_lock, which read() takes to dequeue: the
+ * record, and what it points to, outlive the signal.
+ *
+ * Context: any, hard IRQ too; takes f->done_lock.
  */
 void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
 			struct eventfd_ctx *efd)
@@ -55,7 +61,12 @@ static void gpufpga_event_block_release(struct kref *ref)
 	kvfree(container_of(ref, struct gpufpga_event_block, ref));
 }
 
-/* Context: process context (the last put frees), may sleep. */
+/**
+ * gpufpga_event_block_put - drop a reference to a stream's slot records
+ * @b: the block
+ *
+ * Context: process context (the last put frees), may sleep.
+ */
 void gpufpga_event_block_put(struct gpufpga_event_block *b)
 {
 	kref_put(&b->ref, gpufpga_event_block_release);
@@ -80,7 +91,12 @@ static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
 	}
 }
 
-/* Drops the records nobody read. */
+/**
+ * gpufpga_drain_completions - drop the records nobody read
+ * @f: the file, being closed
+ *
+ * Context: process context, may sleep; takes f->done_lock.
+ */
 void gpufpga_drain_completions(struct gpufpga_file *f)
 {
 	struct gpufpga_event *ev, *tmp;
@@ -93,6 +109,19 @@ void gpufpga_drain_completions(struct gpufpga_file *f)
 		gpufpga_event_free(f, ev);
 }
 
+/**
+ * gpufpga_read_completions - read(): hand out whole records
+ * @f: the file
+ * @buf: the caller's buffer
+ * @count: its size, at least one record's
+ * @nonblock: return -EAGAIN rather than wait for a first record
+ *
+ * A record that cannot be copied goes back to the head of the queue.
+ *
+ * Context: process context, may sleep; takes f->done_lock.
+ * Return: the bytes read; -ENODEV once the device is gone and every
+ * record is read; or a negative errno.
+ */
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock)
 {

@@ -568,6 +568,7 @@ static void gpufpga_reset_prepare(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
+	device_lock_assert(&pdev->dev);
 	trace_gpufpga_lifecycle(dev->id, "reset_prepare", dev->aer_held);
 	/*
 	 * An AER recovery still holding the function has failed, or will end
@@ -606,6 +607,7 @@ static pci_ers_result_t gpufpga_error_detected(struct pci_dev *pdev, pci_channel
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 	bool frozen = state != pci_channel_io_normal;
 
+	device_lock_assert(&pdev->dev);
 	trace_gpufpga_lifecycle(dev->id, "error_detected", (__force int)state);
 	/* A recovery that failed reports its error again as permanent. */
 	if (!dev->aer_held) {
@@ -636,6 +638,7 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
+	device_lock_assert(&pdev->dev);
 	pci_restore_state(pdev);
 	/*
 	 * Bus mastering stays off until the driver has programmed the
@@ -664,6 +667,7 @@ static void gpufpga_error_resume(struct pci_dev *pdev)
 	bool programmed = false;
 	int ret = 0;
 
+	device_lock_assert(&pdev->dev);
 	/* Bound during the recovery, or superseded by a reset: nothing to undo. */
 	if (dev->aer_held) {
 		dev->aer_held = false;

@@ -26,6 +26,13 @@ static void gpufpga_req_free(struct kref *ref)
 	kfree(r);
 }
 
+/**
+ * gpufpga_req_put - drop a reference to a request
+ * @r: the request
+ *
+ * Context: process context where it may be the last: freeing a request
+ * lets its pins go, which may sleep.
+ */
 void gpufpga_req_put(struct gpufpga_req *r)
 {
 	kref_put(&r->ref, gpufpga_req_free);
@@ -77,13 +84,33 @@ static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32
 	return 0;
 }
 
-/* Appends len bytes from byte off of the pinned pages of m. */
+/**
+ * gpufpga_append_window - append a window of pinned pages to a request
+ * @r: the request
+ * @m: the pin
+ * @off: the window's first byte in m's pages
+ * @len: its bytes
+ *
+ * Context: process context, may sleep: a long chain's segments move to an
+ * array of max_descs.
+ * Return: 0; -E2BIG past max_descs segments; -ENOMEM.
+ */
 int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len)
 {
 	return gpufpga_append_window_limited(r, m, off, len, gpufpga_max_descs);
 }
 
-/* As gpufpga_append_window, with at most max segments in r. */
+/**
+ * gpufpga_append_window_limited - gpufpga_append_window(), up to max segments
+ * @r: the request
+ * @m: the pin
+ * @off: the window's first byte in m's pages
+ * @len: its bytes
+ * @max: the most segments r may hold
+ *
+ * Context: process context, may sleep, as gpufpga_append_window().
+ * Return: 0; -E2BIG past max segments; -ENOMEM.
+ */
 int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
 				  u64 len, u32 max)
 {
@@ -108,10 +135,19 @@ int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, 
 	return 0;
 }
 
-/*
- * Every descriptor as the engine's ALIGNMENTS register allows: its bus
- * address and, on a memory-mapped channel, its card address aligned, its
- * length a multiple of the granularity.
+/**
+ * gpufpga_check_alignment - whether the engine can run every segment
+ * @ch: the channel
+ * @segs: the segments, one descriptor each
+ * @nsegs: how many
+ * @card: the card address of the first, on a memory-mapped channel
+ *
+ * As the engine's ALIGNMENTS register allows: each bus address and, on a
+ * memory-mapped channel, card address aligned, each length a multiple of
+ * the granularity.
+ *
+ * Context: any.
+ * Return: 0, or -EINVAL.
  */
 int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
 			    u32 nsegs, u64 card)

@@ -32,6 +32,7 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 	u32 i;
 	int ret;
 
+	lockdep_assert_held(&f->lock);
 	for (i = 0; i < n; i++) {
 		m = xa_load(&f->pins, us[i].handle);
 		if (!m)
@@ -70,6 +71,7 @@ static void gpufpga_build_chain(struct gpufpga_chan *ch, struct gpufpga_ring *ri
 	u64 card = r->card_addr;
 	u32 i, n = r->nsegs;
 
+	lockdep_assert_held(&ch->build_mutex);
 	for (i = 0; i < n; i++, d++) {
 		bool last = i == n - 1;
 		u32 ctrl = XDMA_DESC_MAGIC << 16;
@@ -136,13 +138,6 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 	gpufpga_post_event(r->file, &r->ev, r->efd);
 }
 
-/*
- * Ends a request: records the result, lets its pins go, and tells whoever
- * waits. Called with ch->lock held, maybe in hard IRQ; r is off the queue
- * and not active. The channel's reference passes to the waiting ioctl or
- * to the completion record, whose owner drops it in process context:
- * freeing a request may sleep (its pins' last references).
- */
 /* r's pins are no longer in flight with it: ended, or never queued. */
 static void gpufpga_req_let_go(struct gpufpga_req *r)
 {
@@ -155,9 +150,17 @@ static void gpufpga_req_let_go(struct gpufpga_req *r)
 	}
 }
 
+/*
+ * Ends a request: records the result, lets its pins go, and tells whoever
+ * waits. Called with ch->lock held, maybe in hard IRQ; r is off the queue
+ * and not active. The channel's reference passes to the waiting ioctl or
+ * to the completion record, whose owner drops it in process context:
+ * freeing a request may sleep (its pins' last references).
+ */
 static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 			   int error, u32 status, u64 bytes)
 {
+	lockdep_assert_held(&ch->lock);
 	r->error = error;
 	r->status = status;
 	r->bytes = bytes;
@@ -215,6 +218,7 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool r
 	struct gpufpga_dev *dev = ch->dev;
 	u32 control;
 
+	lockdep_assert_held(&ch->lock);
 	if (READ_ONCE(dev->link_down) || READ_ONCE(dev->dead)) {
 		gpufpga_finish(ch, r, -ENODEV, 0, 0);
 		return;
@@ -254,6 +258,7 @@ static void gpufpga_start_next(struct gpufpga_chan *ch)
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_req *r;
 
+	lockdep_assert_held(&ch->lock);
 	while (!ch->active && !list_empty(&ch->queue)) {
 		r = list_first_entry(&ch->queue, struct gpufpga_req, chan_node);
 		if (!r->ready && !READ_ONCE(dev->link_down) && !READ_ONCE(dev->dead)) {
@@ -322,6 +327,7 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 {
 	u32 completed;
 
+	lockdep_assert_held(&ch->lock);
 	if (seen & XDMA_STAT_ERRORS)
 		return true;
 	if (!(seen & XDMA_STAT_DESC_STOPPED))
@@ -349,6 +355,7 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
  */
 static bool gpufpga_failed_busy(struct gpufpga_chan *ch, u32 seen)
 {
+	lockdep_assert_held(&ch->lock);
 	if (!(seen & XDMA_STAT_ERRORS) || !(seen & XDMA_STAT_BUSY))
 		return false;
 	ch->deadline = jiffies;
@@ -369,6 +376,7 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	u32 completed = r->nsegs;
 	int error = 0;
 
+	lockdep_assert_held(&ch->lock);
 	if (READ_ONCE(dev->link_down))
 		error = -ENODEV;
 	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_DESC_STOPPED))
@@ -434,6 +442,7 @@ static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
  */
 static void gpufpga_xfer_irq(struct gpufpga_chan *ch, u32 seen)
 {
+	lockdep_assert_held(&ch->lock);
 	if (!ch->active)
 		return;
 	if (READ_ONCE(ch->dev->link_down)) {
@@ -459,6 +468,7 @@ static bool gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, 
 {
 	u32 status, completed;
 
+	lockdep_assert_held(&ch->mutex);
 	if (!gpufpga_chan_own(ch, r, run))
 		return false;
 	gpufpga_chan_halt(ch, &status);
@@ -489,6 +499,7 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 	u32 status;
 	int error;
 
+	lockdep_assert_held(&ch->mutex);
 	spin_lock_irq(&ch->lock);
 	r = ch->active;
 	run = ch->runs;
@@ -532,6 +543,7 @@ out:
  */
 static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
 {
+	lockdep_assert_held(&ch->mutex);
 	spin_lock_irq(&ch->lock);
 	if (r->finished) {
 		spin_unlock_irq(&ch->lock);
@@ -618,6 +630,7 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 	struct gpufpga_dev *dev = ch->dev;
 	u32 status;
 
+	lockdep_assert_held(&ch->mutex);
 	for (;;) {
 		spin_lock_irq(&ch->lock);
 		if (ch->active != r || ch->runs != run || ch->halting) {
@@ -673,6 +686,7 @@ static void gpufpga_xfer_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
 	struct gpufpga_req *r;
 	u64 run;
 
+	lockdep_assert_held(&ch->mutex);
 	gpufpga_finish_queued(ch, f, m, error);
 	spin_lock_irq(&ch->lock);
 	gpufpga_start_next(ch);	/* what is left, if the first went */
@@ -897,6 +911,18 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 	}
 }
 
+/**
+ * gpufpga_ioctl_xfer - GPUFPGA_IOC_XFER: run a transfer, or queue it
+ * @f: the file
+ * @arg: the caller's struct gpufpga_xfer
+ * @size: its size
+ *
+ * A synchronous transfer waits for its end, which only a fatal signal
+ * cuts short; an asynchronous one is queued, and its record read().
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading.
+ * Return: 0, or a negative errno: the transfer's own error where it ran.
+ */
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_seg us_inline[GPUFPGA_INLINE_SEGS];
@@ -906,6 +932,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	struct gpufpga_req *r;
 	int ret;
 
+	lockdep_assert_held(&dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_xfer, user_data));
 	if (ret)
 		return ret;
@@ -1007,12 +1034,22 @@ out_segs:
 	return ret;
 }
 
+/**
+ * gpufpga_ioctl_cancel - GPUFPGA_IOC_CANCEL: end a queued or running async transfer
+ * @f: the file
+ * @arg: the caller's struct gpufpga_cancel
+ * @size: its size
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes ch->mutex.
+ * Return: 0, or -ENOENT where f has no such transfer unfinished.
+ */
 int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_cancel a;
 	struct gpufpga_req *r;
 	int ret;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
 	if (ret)
 		return ret;
@@ -1037,7 +1074,15 @@ static const struct gpufpga_chan_user gpufpga_xfer_user = {
 	.stop = gpufpga_xfer_stop,
 };
 
-/* Sets the channel's engine up, run by transfers until a stream starts. */
+/**
+ * gpufpga_xfer_chan_init - set the channel's engine up for transfers
+ * @ch: the channel
+ *
+ * Transfers run it until a stream starts.
+ *
+ * Context: process context (probe).
+ * Return: 0, or -ENOMEM.
+ */
 int gpufpga_xfer_chan_init(struct gpufpga_chan *ch)
 {
 	return gpufpga_chan_init(ch, &gpufpga_xfer_user, gpufpga_build_work);
