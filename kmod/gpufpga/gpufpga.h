@@ -424,6 +424,17 @@ struct gpufpga_req {
 	struct gpufpga_event ev;	/* its completion record */
 };
 
+/* uaccess.c */
+int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
+		    size_t minsize);
+int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src,
+		     size_t ksize);
+
+/* dev.c */
+extern struct workqueue_struct *gpufpga_wq;
+extern struct ida gpufpga_ida;
+void gpufpga_dev_release(struct kref *ref);
+
 /* regs.c */
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off);
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val);
@@ -468,10 +479,13 @@ void gpufpga_mem_put(struct gpufpga_mem *m);
 bool gpufpga_mem_active(struct gpufpga_mem *m);
 u32 gpufpga_pin_kinds(void);
 
-/* xfer.c */
-int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
-int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
-int gpufpga_xfer_chan_init(struct gpufpga_chan *ch);
+/* req.c */
+void gpufpga_req_put(struct gpufpga_req *r);
+int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
+int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
+				  u64 len, u32 max);
+int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
+			    u32 nsegs, u64 card);
 
 /* event.c */
 struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n);
@@ -482,13 +496,10 @@ void gpufpga_drain_completions(struct gpufpga_file *f);
 ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
 				 size_t count, bool nonblock);
 
-/* req.c */
-void gpufpga_req_put(struct gpufpga_req *r);
-int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
-int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
-				  u64 len, u32 max);
-int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
-			    u32 nsegs, u64 card);
+/* xfer.c */
+int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_xfer_chan_init(struct gpufpga_chan *ch);
 
 /* stream.c */
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size,
@@ -501,16 +512,5 @@ void gpufpga_debugfs_init(struct gpufpga_dev *dev);
 void gpufpga_debugfs_exit(struct gpufpga_dev *dev);
 void gpufpga_debugfs_module_init(void);
 void gpufpga_debugfs_module_exit(void);
-
-/* uaccess.c */
-int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
-		    size_t minsize);
-int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src,
-		     size_t ksize);
-
-/* dev.c */
-extern struct workqueue_struct *gpufpga_wq;
-extern struct ida gpufpga_ida;
-void gpufpga_dev_release(struct kref *ref);
 
 #endif /* GPUFPGA_H */
