@@ -164,6 +164,12 @@ static const struct file_operations chain_fops = {
 	.llseek = default_llseek,
 };
 
+/**
+ * gpufpga_debugfs_init - the device's files under gpufpga/
+ * @dev: the device, probed
+ *
+ * Context: process context.
+ */
 void gpufpga_debugfs_init(struct gpufpga_dev *dev)
 {
 	struct gpufpga_chan *ch;
@@ -180,6 +186,14 @@ void gpufpga_debugfs_init(struct gpufpga_dev *dev)
 	}
 }
 
+/**
+ * gpufpga_debugfs_exit - remove the device's files
+ * @dev: the device
+ *
+ * Returns once no reader is left in them: removal frees what they show.
+ *
+ * Context: process context, may sleep.
+ */
 void gpufpga_debugfs_exit(struct gpufpga_dev *dev)
 {
 	debugfs_remove_recursive(dev->debugfs);

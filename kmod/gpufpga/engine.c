@@ -14,20 +14,18 @@
 
 #include "gpufpga.h"
 
-u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
-{
-	return XDMA_BASE(ch->dir == GPUFPGA_H2C ? XDMA_TARGET_H2C : XDMA_TARGET_C2H,
-			 ch->index) + reg;
-}
-
-/*
- * Reads the channel's read-to-clear status and keeps what it returns in
+/**
+ * gpufpga_chan_status - read and keep the channel's status bits
+ * @ch: the channel
+ *
+ * Reads the read-to-clear status and keeps what it returns in
  * ch->status_seen for the running chain: a bit read is gone from the
  * engine, and a card may report a chain's stop before BUSY drops, or its
  * completion and its stop in different reads (PG195 promises no order).
- * Returns every bit seen since the chain started, with this read's BUSY.
- * Under ch->lock, or ch->mutex with ch->halting set, or where no chain can
- * run (probe, shutdown).
+ *
+ * Context: any; ch->lock held, or ch->mutex with ch->halting set, or no
+ * chain can run (probe, shutdown).
+ * Return: every bit seen since the chain started, with this read's BUSY.
  */
 u32 gpufpga_chan_status(struct gpufpga_chan *ch)
 {
@@ -169,17 +167,19 @@ static void gpufpga_chan_mask(struct gpufpga_chan *ch, bool mask)
 		gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE);
 }
 
-/*
- * Programs every register the channel's engine needs, from the driver's
- * state: the ring it runs (descriptor address and first adjacent count),
- * the poll-mode writeback address, credit mode and the credits granted
- * (a stream's; credits is what the engine may fetch from here on), the
- * channel's interrupt enables and its bit in the IRQ block. RUN is not
- * touched. Channel setup, a stream's start and end, and
- * gpufpga_dev_program (probe, and anything after which the engine's
- * registers hold their reset values) call it; the fast paths that start a
- * chain (gpufpga_chan_run, gpufpga_chan_rerun) rely on what it wrote.
- * Called with ch->lock held or where no chain can run; the engine idle.
+/**
+ * gpufpga_chan_program - write every register the channel's engine needs
+ * @ch: the channel
+ * @credits: what a stream's engine may fetch from here on
+ *
+ * From the driver's state: the ring it runs (descriptor address and first
+ * adjacent count), the poll-mode writeback address, credit mode and the
+ * credits granted, the channel's interrupt enables and its bit in the IRQ
+ * block. RUN is not touched. Channel setup, a stream's start and end, and
+ * gpufpga_dev_program() call it; the fast paths that start a chain
+ * (gpufpga_chan_run(), gpufpga_chan_rerun()) rely on what it wrote.
+ *
+ * Context: any; ch->lock held, or no chain can run. The engine idle.
  */
 void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits)
 {
@@ -203,12 +203,16 @@ void gpufpga_chan_program(struct gpufpga_chan *ch, u32 credits)
 	gpufpga_chan_mask(ch, ch->halting);
 }
 
-/*
- * Programs the device's engine: the IRQ block's routing of each channel to
- * its vector (dev->chan_vectors, set up with the vectors), then every
- * channel (gpufpga_chan_program, no credits). Probe calls it once the
- * interrupts are set up; so must anything after which the engine holds its
- * reset values, with no chain running.
+/**
+ * gpufpga_dev_program - program the device's engine
+ * @dev: the device
+ *
+ * The IRQ block's routing of each channel to its vector (dev->chan_vectors,
+ * set up with the vectors), then every channel (gpufpga_chan_program(), no
+ * credits). Probe calls it once the interrupts are set up; so must anything
+ * after which the engine holds its reset values, with no chain running.
+ *
+ * Context: process context; takes each channel's ch->lock.
  */
 void gpufpga_dev_program(struct gpufpga_dev *dev)
 {
@@ -250,13 +254,17 @@ static void gpufpga_dev_sync(struct gpufpga_dev *dev)
 	}
 }
 
-/*
- * The function is about to lose its engine's state (a reset, an AER
- * recovery, a system sleep): new work is refused, and whatever is queued,
- * running or streaming ends with -ECONNRESET, halted first where the
- * registers answer (not when frozen: an error may have cut the link).
- * From then on the registers are left alone, until gpufpga_dev_restart.
- * Pins stay valid. Process context, no lock held.
+/**
+ * gpufpga_dev_quiesce - stop using a function about to lose its engine's state
+ * @dev: the device
+ * @frozen: an error may have cut the link: the engines are not halted
+ *
+ * A reset, an AER recovery or a system sleep: new work is refused, and
+ * whatever is queued, running or streaming ends with -ECONNRESET, halted
+ * first where the registers answer. From then on the registers are left
+ * alone, until gpufpga_dev_restart(). Pins stay valid.
+ *
+ * Context: process context, may sleep; no lock held.
  */
 void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 {
@@ -297,6 +305,7 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
 	struct gpufpga_chan *ch;
 	int ci;
 
+	lockdep_assert_held(&dev->lifecycle_lock);
 	if (READ_ONCE(dev->dead))
 		return -ENODEV;
 	if (!gpufpga_answers(dev)) {
@@ -334,7 +343,7 @@ static int gpufpga_dev_reprogram(struct gpufpga_dev *dev)
  * Only when *@programmed is set does the configuration hold what the
  * driver wants saved (pci_save_state()).
  *
- * Context: process context.
+ * Context: process context; takes dev->lifecycle_lock.
  * Return: 0, or -ENODEV where the function does not answer or was given up on.
  */
 int gpufpga_dev_restart(struct gpufpga_dev *dev, bool *programmed)
@@ -358,7 +367,7 @@ int gpufpga_dev_restart(struct gpufpga_dev *dev, bool *programmed)
  * An AER recovery that failed, or that a reset superseded: the function
  * stays offline until a later event's restart, or a rebind, programs it.
  *
- * Context: process context.
+ * Context: process context; takes dev->lifecycle_lock.
  */
 void gpufpga_dev_abandon(struct gpufpga_dev *dev)
 {
@@ -368,25 +377,36 @@ void gpufpga_dev_abandon(struct gpufpga_dev *dev)
 	mutex_unlock(&dev->lifecycle_lock);
 }
 
-/*
+/**
+ * gpufpga_chan_set_quiet - turn the channel's interrupt off for polled chains
+ * @ch: the channel
+ * @quiet: off (true), or on again
+ *
  * Poll mode keeps the channel's interrupt off (a quiet channel), so that
  * polled chains raise none; leaving it, the status the polled chains left
- * is cleared before their stop could raise one. Under ch->lock, the
- * channel idle.
+ * is cleared before their stop could raise one.
+ *
+ * Context: ch->lock held, the channel idle.
  */
 void gpufpga_chan_set_quiet(struct gpufpga_chan *ch, bool quiet)
 {
 	struct gpufpga_dev *dev = ch->dev;
 
+	lockdep_assert_held(&ch->lock);
 	if (!quiet)
 		gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 	gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), quiet ? 0 : ch->int_enable);
 	ch->quiet = quiet;
 }
 
-/*
- * The ring no chain runs from, for the caller to build the next chain
- * into. Called with ch->build_mutex held: no other writer, and cur stays.
+/**
+ * gpufpga_chan_spare - the ring no chain runs from
+ * @ch: the channel
+ *
+ * For the caller to build the next chain into.
+ *
+ * Context: ch->build_mutex held: no other writer, and cur stays.
+ * Return: the spare ring.
  */
 struct gpufpga_ring *gpufpga_chan_spare(struct gpufpga_chan *ch)
 {
@@ -394,11 +414,16 @@ struct gpufpga_ring *gpufpga_chan_spare(struct gpufpga_chan *ch)
 	return &ch->rings[ch->cur ^ 1];
 }
 
-/*
- * The ring the engine ran last, for the caller to build the next chain
- * into while the channel is idle: then nothing reads it, and restarting it
- * (gpufpga_chan_rerun) costs no ring switch. Called with ch->build_mutex
- * and ch->lock held, no chain running.
+/**
+ * gpufpga_chan_idle_ring - the ring the idle channel's engine ran last
+ * @ch: the channel
+ *
+ * For the caller to build the next chain into while the channel is idle:
+ * then nothing reads it, and restarting it (gpufpga_chan_rerun()) costs no
+ * ring switch.
+ *
+ * Context: ch->build_mutex and ch->lock held, no chain running.
+ * Return: the ring.
  */
 struct gpufpga_ring *gpufpga_chan_idle_ring(struct gpufpga_chan *ch)
 {
@@ -410,6 +435,7 @@ struct gpufpga_ring *gpufpga_chan_idle_ring(struct gpufpga_chan *ch)
 /* Sets RUN on the chain the descriptor registers name. Under ch->lock. */
 static void gpufpga_chan_go(struct gpufpga_chan *ch, u32 control)
 {
+	lockdep_assert_held(&ch->lock);
 	ch->status_seen = 0;
 	ch->runs++;
 	/* The chain is in coherent memory; order it before RUN. */
@@ -417,23 +443,34 @@ static void gpufpga_chan_go(struct gpufpga_chan *ch, u32 control)
 	gpufpga_write(ch->dev, gpufpga_chan_reg(ch, XDMA_REG_CONTROL), control);
 }
 
-/*
- * Starts the chain built into the ring the engine ran last: the
- * descriptor address stands, so two register writes. Called with ch->lock
- * held, the engine idle.
+/**
+ * gpufpga_chan_rerun - start the chain built into the ring the engine ran last
+ * @ch: the channel
+ * @control: the control register's value, RUN set
+ *
+ * The descriptor address stands, so two register writes.
+ *
+ * Context: ch->lock held, the engine idle.
  */
 void gpufpga_chan_rerun(struct gpufpga_chan *ch, u32 control)
 {
+	lockdep_assert_held(&ch->lock);
 	gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_ADJ),
 		      ch->rings[ch->cur].first_adj);
 	gpufpga_chan_go(ch, control);
 }
 
-/*
- * Starts the chain built into the spare ring: it becomes the one the
- * engine runs. A constant number of register writes whatever its length;
- * in credit mode every register is programmed, with credits granted.
- * Called with ch->lock held, the engine idle.
+/**
+ * gpufpga_chan_run - start the chain built into the spare ring
+ * @ch: the channel
+ * @control: the control register's value, RUN set
+ * @credits: granted in credit mode
+ *
+ * The spare ring becomes the one the engine runs. A constant number of
+ * register writes whatever its length; in credit mode every register is
+ * programmed, with credits granted.
+ *
+ * Context: ch->lock held, the engine idle.
  */
 void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits)
 {
@@ -441,6 +478,7 @@ void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits)
 	struct gpufpga_ring *ring = &ch->rings[ch->cur ^ 1];
 	struct gpufpga_ring *prev = &ch->rings[ch->cur];
 
+	lockdep_assert_held(&ch->lock);
 	ch->cur ^= 1;
 	if (ch->credit_mode) {
 		gpufpga_chan_program(ch, credits);
@@ -455,52 +493,84 @@ void gpufpga_chan_run(struct gpufpga_chan *ch, u32 control, u32 credits)
 	gpufpga_chan_go(ch, control);
 }
 
-/* Grants a stream n more descriptors. Called with ch->lock held. */
+/**
+ * gpufpga_chan_add_credits - grant a stream more descriptors
+ * @ch: the channel
+ * @n: descriptors the engine may fetch on top of those granted
+ *
+ * Context: ch->lock held.
+ */
 void gpufpga_chan_add_credits(struct gpufpga_chan *ch, u32 n)
 {
+	lockdep_assert_held(&ch->lock);
 	gpufpga_write(ch->dev, gpufpga_sgdma_reg(ch, XDMA_REG_DESC_CREDITS), n);
 }
 
-/*
- * A stream takes the engine (user runs it), or gives it back to
- * transfers. Called with ch->mutex and ch->lock held.
+/**
+ * gpufpga_chan_attach - a stream takes the engine
+ * @ch: the channel
+ * @user: runs the engine from here on
+ *
+ * Context: ch->mutex and ch->lock held.
  */
 void gpufpga_chan_attach(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user)
 {
+	lockdep_assert_held(&ch->mutex);
+	lockdep_assert_held(&ch->lock);
 	ch->user = user;
 }
 
+/**
+ * gpufpga_chan_detach - a stream gives the engine back to transfers
+ * @ch: the channel
+ *
+ * Context: ch->mutex and ch->lock held.
+ */
 void gpufpga_chan_detach(struct gpufpga_chan *ch)
 {
+	lockdep_assert_held(&ch->mutex);
+	lockdep_assert_held(&ch->lock);
 	ch->user = ch->idle_user;
 }
 
-/*
- * The channel's interrupt fired, or a vector it shares did. Hard IRQ,
- * ch->lock held. The status is read to clear, which drops the channel's
- * request: the next completion raises a fresh edge, and a level interrupt
- * deasserts. Its bits are kept for the running chain, and its user decides.
+/**
+ * gpufpga_chan_irq - the channel's interrupt fired, or a vector it shares did
+ * @ch: the channel
+ *
+ * The status is read to clear, which drops the channel's request: the next
+ * completion raises a fresh edge, and a level interrupt deasserts. Its bits
+ * are kept for the running chain, and its user decides.
+ *
+ * Context: hard IRQ, ch->lock held.
  */
 void gpufpga_chan_irq(struct gpufpga_chan *ch)
 {
+	lockdep_assert_held(&ch->lock);
 	if (ch->halting || READ_ONCE(ch->dev->offline))
 		return;		/* the mutex holder owns the engine, or a reset */
 	ch->user->irq(ch, gpufpga_chan_status(ch));
 }
 
-/*
- * Takes the engine from the IRQ handler, to halt it: returns false if the
- * channel is already halting, or no longer runs r as its run'th chain (r
- * NULL: the stream). r is only compared: it may have ended and been freed,
- * and run tells a new request at the same address apart. The interrupt
- * is masked before the lock is dropped, so that a level one cannot fire
- * at a handler that leaves the channel alone. Called with ch->mutex held
- * and ch->lock not held.
+/**
+ * gpufpga_chan_own - take the engine from the IRQ handler, to halt it
+ * @ch: the channel
+ * @r: the request it should run, or NULL for the stream
+ * @run: which chain of the channel's r should be
+ *
+ * r is only compared: it may have ended and been freed, and run tells a
+ * new request at the same address apart. The interrupt is masked before
+ * the lock is dropped, so that a level one cannot fire at a handler that
+ * leaves the channel alone. gpufpga_chan_release() gives the engine back.
+ *
+ * Context: process context; ch->mutex held, ch->lock not held.
+ * Return: false if the channel is already halting, or no longer runs r as
+ * its run'th chain.
  */
 bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run)
 {
 	bool own;
 
+	lockdep_assert_held(&ch->mutex);
 	spin_lock_irq(&ch->lock);
 	own = !ch->halting && (r ? ch->active == r && ch->runs == run : !!ch->acq);
 	if (own) {
@@ -511,9 +581,16 @@ bool gpufpga_chan_own(struct gpufpga_chan *ch, struct gpufpga_req *r, u64 run)
 	return own;
 }
 
-/* Gives the engine back to the IRQ handler. Called with ch->lock held. */
+/**
+ * gpufpga_chan_release - give the engine back to the IRQ handler
+ * @ch: the channel
+ *
+ * Context: ch->lock held, and ch->mutex that gpufpga_chan_own() took it under.
+ */
 void gpufpga_chan_release(struct gpufpga_chan *ch)
 {
+	lockdep_assert_held(&ch->mutex);
+	lockdep_assert_held(&ch->lock);
 	ch->halting = false;
 	gpufpga_chan_mask(ch, false);
 }
@@ -532,13 +609,20 @@ static void gpufpga_chan_work(struct work_struct *work)
 	mutex_unlock(&ch->mutex);
 }
 
-/*
- * Ends the work that f started (f NULL: anyone's) or that uses m (m NULL:
- * any), with error, on every channel. A revoke (m) runs under NVIDIA's
- * lock or the exporter's reservation lock, so it takes the mutex only of
- * the channels whose work uses m; gpufpga_xfer_stop says how long it may
- * wait. m is marked revoking before, so work queued on a channel
- * after its check here sees the mark (under ch->lock) and never starts.
+/**
+ * gpufpga_chan_stop_all - end work on every channel
+ * @dev: the device
+ * @f: the file whose work ends, or NULL for anyone's
+ * @m: the pin whose work ends, or NULL for any
+ * @error: what the work ends with
+ *
+ * A revoke (m) runs under NVIDIA's lock or the exporter's reservation
+ * lock, so it takes the mutex only of the channels whose work uses m;
+ * gpufpga_xfer_stop says how long it may wait. m is marked revoking
+ * before, so work queued on a channel after its check here sees the mark
+ * (under ch->lock) and never starts.
+ *
+ * Context: process context, may sleep; takes ch->mutex of each channel.
  */
 void gpufpga_chan_stop_all(struct gpufpga_dev *dev, struct gpufpga_file *f,
 			   struct gpufpga_mem *m, int error)
@@ -577,12 +661,18 @@ static void gpufpga_chan_free_rings(struct gpufpga_chan *ch)
 	ch->wb = NULL;
 }
 
-/*
- * Sets up the channel's engine: two rings of max_descs descriptors (and
- * their stream results), each its own coherent buffer (65,536 descriptors
- * make one of 4 MiB, the most one allocation gives), and the writeback
- * word; the registers programmed for user, which runs it from here on;
- * build is the work that builds a queued chain outside the IRQ handler.
+/**
+ * gpufpga_chan_init - set up the channel's engine
+ * @ch: the channel
+ * @user: runs the engine from here on, and whenever no stream does
+ * @build: the work that builds a queued chain outside the IRQ handler
+ *
+ * Two rings of max_descs descriptors (and their stream results), each its
+ * own coherent buffer (65,536 descriptors make one of 4 MiB, the most one
+ * allocation gives), and the writeback word; the registers programmed.
+ *
+ * Context: process context (probe).
+ * Return: 0, or -ENOMEM.
  */
 int gpufpga_chan_init(struct gpufpga_chan *ch, const struct gpufpga_chan_user *user,
 		      work_func_t build)
@@ -617,9 +707,14 @@ err:
 	return -ENOMEM;
 }
 
-/*
- * The channel has no work left (the device is dead): the build work and
- * the watchdog, which may each queue the other, are cancelled in turn.
+/**
+ * gpufpga_chan_fini - free the channel's engine
+ * @ch: the channel, with no work left (the device is dead)
+ *
+ * The build work and the watchdog, which may each queue the other, are
+ * cancelled in turn.
+ *
+ * Context: process context, may sleep.
  */
 void gpufpga_chan_fini(struct gpufpga_chan *ch)
 {

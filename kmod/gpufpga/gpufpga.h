@@ -35,6 +35,7 @@
 #include <linux/completion.h>
 #include <linux/dma-buf.h>
 #include <linux/eventfd.h>
+#include <linux/idr.h>
 #include <linux/kref.h>
 #include <linux/miscdevice.h>
 #include <linux/mutex.h>
@@ -48,7 +49,7 @@
 #error "gpufpga needs a 64-bit kernel"
 #endif
 
-#include "gpufpga_nv.h"
+#include "nv_ops.h"
 #include "uapi/gpufpga.h"
 #include "xdma_regs.h"
 
@@ -63,6 +64,7 @@
 /* Looks a jiffy apart at a completed count that lags its chain's stop. */
 #define GPUFPGA_STALE_LOOKS	8
 
+/* params.c */
 extern unsigned int gpufpga_max_descs;
 extern unsigned int gpufpga_max_segs;
 extern unsigned int gpufpga_max_pins;
@@ -74,7 +76,6 @@ extern unsigned int gpufpga_max_queued;
 extern unsigned int gpufpga_resident_poll_us;
 extern unsigned long gpufpga_card_mem_size;
 extern bool gpufpga_nv_revocable_pins;
-extern struct workqueue_struct *gpufpga_wq;
 
 struct gpufpga_dev;
 
@@ -107,9 +108,6 @@ struct gpufpga_event_block {
 	u32 n;
 	struct gpufpga_event ev[];
 };
-
-struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n);
-void gpufpga_event_block_put(struct gpufpga_event_block *b);
 
 /*
  * Whether the page at @next follows the page of @size bytes at @prev on the
@@ -447,15 +445,35 @@ struct gpufpga_req {
 	struct gpufpga_event ev;	/* its completion record */
 };
 
+/* uaccess.c */
+int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
+		    size_t minsize);
+int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src,
+		     size_t ksize);
+
+/* dev.c */
+extern struct workqueue_struct *gpufpga_wq;
+extern struct ida gpufpga_ida;
+void gpufpga_dev_release(struct kref *ref);
+
 /* regs.c */
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off);
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val);
 int gpufpga_regs_init(struct gpufpga_dev *dev);
 bool gpufpga_answers(struct gpufpga_dev *dev);
+u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
 int gpufpga_discover_channels(struct gpufpga_dev *dev);
 
+/* user_irq.c */
+void gpufpga_user_init(struct gpufpga_dev *dev);
+void gpufpga_user_program(struct gpufpga_dev *dev);
+void gpufpga_user_disable(struct gpufpga_dev *dev);
+bool gpufpga_user_irq(struct gpufpga_dev *dev, int index);
+void gpufpga_user_open(struct gpufpga_file *f);
+void gpufpga_user_wake(struct gpufpga_dev *dev);
+int gpufpga_ioctl_user_irq(struct gpufpga_file *f, void __user *arg, unsigned int size);
+
 /* engine.c */
-u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg);
 int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status);
 void gpufpga_dev_cut_bus(struct gpufpga_dev *dev);
 u32 gpufpga_chan_status(struct gpufpga_chan *ch);
@@ -488,24 +506,30 @@ int gpufpga_ioctl_unpin(struct gpufpga_file *f, void __user *arg, unsigned int s
 int gpufpga_ioctl_query(struct gpufpga_file *f, void __user *arg, unsigned int size);
 void gpufpga_unpin_all(struct gpufpga_file *f);
 void gpufpga_mem_put(struct gpufpga_mem *m);
+bool gpufpga_mem_active(struct gpufpga_mem *m);
 u32 gpufpga_pin_kinds(void);
 
-/* xfer.c */
-int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
-int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
-			    u32 nsegs, u64 card);
-int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
-int gpufpga_xfer_chan_init(struct gpufpga_chan *ch);
-void gpufpga_drain_completions(struct gpufpga_file *f);
-ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
-				 size_t count, bool nonblock);
-void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
-			struct eventfd_ctx *efd);
+/* req.c */
+void gpufpga_req_put(struct gpufpga_req *r);
 int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len);
 int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
 				  u64 len, u32 max);
-bool gpufpga_mem_active(struct gpufpga_mem *m);
-void gpufpga_start_next(struct gpufpga_chan *ch);
+int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
+			    u32 nsegs, u64 card);
+
+/* event.c */
+struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n);
+void gpufpga_event_block_put(struct gpufpga_event_block *b);
+void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
+			struct eventfd_ctx *efd);
+void gpufpga_drain_completions(struct gpufpga_file *f);
+ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
+				 size_t count, bool nonblock);
+
+/* xfer.c */
+int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size);
+int gpufpga_xfer_chan_init(struct gpufpga_chan *ch);
 
 /* stream.c */
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size,
@@ -513,26 +537,10 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size);
 int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size);
 
-/* user_irq.c */
-void gpufpga_user_init(struct gpufpga_dev *dev);
-void gpufpga_user_program(struct gpufpga_dev *dev);
-void gpufpga_user_disable(struct gpufpga_dev *dev);
-bool gpufpga_user_irq(struct gpufpga_dev *dev, int index);
-void gpufpga_user_open(struct gpufpga_file *f);
-void gpufpga_user_wake(struct gpufpga_dev *dev);
-int gpufpga_ioctl_user_irq(struct gpufpga_file *f, void __user *arg, unsigned int size);
-
 /* debugfs.c */
 void gpufpga_debugfs_init(struct gpufpga_dev *dev);
 void gpufpga_debugfs_exit(struct gpufpga_dev *dev);
 void gpufpga_debugfs_module_init(void);
 void gpufpga_debugfs_module_exit(void);
-
-/* main.c */
-void gpufpga_dev_release(struct kref *ref);
-int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
-		    size_t minsize);
-int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src,
-		     size_t ksize);
 
 #endif /* GPUFPGA_H */

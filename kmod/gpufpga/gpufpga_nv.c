@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: GPL-2.0 OR MIT
 /*
- * gpufpga_nv: hands NVIDIA's P2P entry points to gpufpga (see gpufpga_nv.h).
+ * gpufpga_nv: hands NVIDIA's P2P entry points to gpufpga (see nv_ops.h).
  *
  * NVIDIA's proprietary nvidia.ko is not GPL: the kernel refuses a module
  * that imports its symbols and uses any GPL-only one. This module uses
@@ -8,7 +8,7 @@
  */
 #include <linux/module.h>
 
-#include "gpufpga_nv.h"
+#include "nv_ops.h"
 
 /* Drivers before the persistent API lack these: then they resolve to NULL. */
 extern typeof(nvidia_p2p_get_pages_persistent) nvidia_p2p_get_pages_persistent __weak;

@@ -10,7 +10,6 @@
 #include <linux/module.h>
 #include <linux/poll.h>
 #include <linux/slab.h>
-#include <linux/uaccess.h>
 #include <linux/wait_bit.h>
 
 #include "compat.h"
@@ -19,156 +18,12 @@
 #define CREATE_TRACE_POINTS
 #include "trace.h"
 
-/*
- * A channel's two rings hold max_descs descriptors and results each: 65,536
- * make 4 MiB, the most one coherent allocation gives.
- */
-#define GPUFPGA_MAX_DESCS	65536
-
-static int gpufpga_set_max_descs(const char *val, const struct kernel_param *kp)
-{
-	return param_set_uint_minmax(val, kp, 1, GPUFPGA_MAX_DESCS);
-}
-
-static const struct kernel_param_ops gpufpga_max_descs_ops = {
-	.set = gpufpga_set_max_descs,
-	.get = param_get_uint,
-};
-
-unsigned int gpufpga_max_descs = 4096;
-module_param_cb(max_descs, &gpufpga_max_descs_ops, &gpufpga_max_descs, 0444);
-MODULE_PARM_DESC(max_descs, "descriptors per transfer and per channel ring (1 to 65536)");
-
-bool gpufpga_nv_revocable_pins;
-module_param_named(nv_revocable_pins, gpufpga_nv_revocable_pins, bool, 0644);
-MODULE_PARM_DESC(nv_revocable_pins, "let users without CAP_SYS_RAWIO pin GPU memory revocably through NVIDIA's P2P API, whose window lets a cudaFree racing the pin corrupt kernel memory (default: no; persistent and dma-buf pins are open to all)");
-
-unsigned int gpufpga_max_segs = 1024;
-module_param_named(max_segs, gpufpga_max_segs, uint, 0644);
-MODULE_PARM_DESC(max_segs, "segments per transfer");
-
-unsigned int gpufpga_max_pins = 4096;
-module_param_named(max_pins, gpufpga_max_pins, uint, 0644);
-MODULE_PARM_DESC(max_pins, "pins per open file");
-
-unsigned long gpufpga_max_pinned = 64UL << 30;
-module_param_named(max_pinned, gpufpga_max_pinned, ulong, 0644);
-MODULE_PARM_DESC(max_pinned, "pinned bytes per open file");
-
-unsigned long gpufpga_max_pinned_total = 256UL << 30;
-module_param_named(max_pinned_total, gpufpga_max_pinned_total, ulong, 0644);
-MODULE_PARM_DESC(max_pinned_total, "pinned bytes per device");
-
-/*
- * Parameters writable at run time are checked when set: a zero timeout
- * would spin the channel's watchdog, a zero queue refuse every record.
- */
-#define GPUFPGA_MAX_TIMEOUT_MS	(3600U * 1000)
-#define GPUFPGA_MAX_QUEUED	BIT(20)
-
-static int gpufpga_set_max_queued(const char *val, const struct kernel_param *kp)
-{
-	return param_set_uint_minmax(val, kp, 1, GPUFPGA_MAX_QUEUED);
-}
-
-static const struct kernel_param_ops gpufpga_max_queued_ops = {
-	.set = gpufpga_set_max_queued,
-	.get = param_get_uint,
-};
-
-unsigned int gpufpga_max_queued = 1024;
-module_param_cb(max_queued, &gpufpga_max_queued_ops, &gpufpga_max_queued, 0644);
-MODULE_PARM_DESC(max_queued, "asynchronous transfers per open file, queued or finished but not yet read (1 to 1048576)");
-
-static int gpufpga_set_timeout_ms(const char *val, const struct kernel_param *kp)
-{
-	return param_set_uint_minmax(val, kp, 1, GPUFPGA_MAX_TIMEOUT_MS);
-}
-
-static const struct kernel_param_ops gpufpga_timeout_ms_ops = {
-	.set = gpufpga_set_timeout_ms,
-	.get = param_get_uint,
-};
-
-unsigned int gpufpga_timeout_ms = 5000;
-module_param_cb(timeout_ms, &gpufpga_timeout_ms_ops, &gpufpga_timeout_ms, 0644);
-MODULE_PARM_DESC(timeout_ms, "default transfer timeout (1 to 3600000)");
-
 /* Read at probe: a device bound later (or rebound) takes the new value. */
 static char *gpufpga_interrupts = "auto";
 module_param_named(interrupts, gpufpga_interrupts, charp, 0644);
 MODULE_PARM_DESC(interrupts, "interrupt kind to use: auto (MSI-X, else MSI, else INTx), msix, msi or intx");
 
-/* NVIDIA's free callback waits this long with NVIDIA's locks held: bounded. */
-#define GPUFPGA_MAX_REVOKE_WAIT_MS	100
-
-static int gpufpga_set_revoke_wait_ms(const char *val, const struct kernel_param *kp)
-{
-	return param_set_uint_minmax(val, kp, 0, GPUFPGA_MAX_REVOKE_WAIT_MS);
-}
-
-static const struct kernel_param_ops gpufpga_revoke_wait_ms_ops = {
-	.set = gpufpga_set_revoke_wait_ms,
-	.get = param_get_uint,
-};
-
-unsigned int gpufpga_revoke_wait_ms = 20;
-module_param_cb(revoke_wait_ms, &gpufpga_revoke_wait_ms_ops, &gpufpga_revoke_wait_ms, 0444);
-MODULE_PARM_DESC(revoke_wait_ms, "how long a revoked pin's running transfer may finish before its channel is halted (at most 100)");
-
-static int gpufpga_set_resident_poll_us(const char *val, const struct kernel_param *kp)
-{
-	return param_set_uint_minmax(val, kp, 10, 1000000);
-}
-
-static const struct kernel_param_ops gpufpga_resident_poll_us_ops = {
-	.set = gpufpga_set_resident_poll_us,
-	.get = param_get_uint,
-};
-
-/* Read at a stream's start. */
-unsigned int gpufpga_resident_poll_us = 100;
-module_param_cb(resident_poll_us, &gpufpga_resident_poll_us_ops, &gpufpga_resident_poll_us, 0644);
-MODULE_PARM_DESC(resident_poll_us, "how often a GPU-resident stream whose engine is short of credits reads its consumer's count (10 to 1000000)");
-
-unsigned long gpufpga_card_mem_size;
-module_param_named(card_mem_size, gpufpga_card_mem_size, ulong, 0444);
-MODULE_PARM_DESC(card_mem_size, "end of the card (AXI) address window of memory-mapped channels, which starts at 0: reported by INFO, and transfers past it are refused (0: memory-mapped transfers refused)");
-
-struct workqueue_struct *gpufpga_wq;
-static DEFINE_IDA(gpufpga_ida);
 static struct lock_class_key gpufpga_pending_key;
-
-/*
- * Copies an ioctl struct of usize bytes into one of ksize: a shorter one
- * (an older ABI, at least minsize) reads as zero-extended; a longer one
- * must have a zero tail.
- */
-int gpufpga_copy_in(void *dst, size_t ksize, void __user *src, unsigned int usize,
-		    size_t minsize)
-{
-	if (usize < minsize)
-		return -EINVAL;
-	return copy_struct_from_user(dst, ksize, src, usize);
-}
-
-int gpufpga_copy_out(void __user *dst, unsigned int usize, const void *src, size_t ksize)
-{
-	if (copy_to_user(dst, src, min_t(size_t, usize, ksize)))
-		return -EFAULT;
-	if (usize > ksize && clear_user(dst + ksize, usize - ksize))
-		return -EFAULT;
-	return 0;
-}
-
-void gpufpga_dev_release(struct kref *ref)
-{
-	struct gpufpga_dev *dev = container_of(ref, struct gpufpga_dev, ref);
-
-	ida_free(&gpufpga_ida, dev->id);
-	pci_dev_put(dev->pdev);
-	kfree(dev);
-}
 
 /* What INFO reports of the device's lifecycle (GPUFPGA_DEV_*). */
 static u32 gpufpga_dev_state(struct gpufpga_dev *dev)
@@ -750,6 +605,7 @@ static void gpufpga_reset_prepare(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
+	device_lock_assert(&pdev->dev);
 	trace_gpufpga_lifecycle(dev->id, "reset_prepare", dev->aer_held);
 	/*
 	 * An AER recovery still holding the function has failed, or will end
@@ -788,6 +644,7 @@ static pci_ers_result_t gpufpga_error_detected(struct pci_dev *pdev, pci_channel
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 	bool frozen = state != pci_channel_io_normal;
 
+	device_lock_assert(&pdev->dev);
 	trace_gpufpga_lifecycle(dev->id, "error_detected", (__force int)state);
 	/* A recovery that failed reports its error again as permanent. */
 	if (!dev->aer_held) {
@@ -818,6 +675,7 @@ static pci_ers_result_t gpufpga_slot_reset(struct pci_dev *pdev)
 {
 	struct gpufpga_dev *dev = pci_get_drvdata(pdev);
 
+	device_lock_assert(&pdev->dev);
 	pci_restore_state(pdev);
 	/*
 	 * Bus mastering stays off until the driver has programmed the
@@ -846,6 +704,7 @@ static void gpufpga_error_resume(struct pci_dev *pdev)
 	bool programmed = false;
 	int ret = 0;
 
+	device_lock_assert(&pdev->dev);
 	/* Bound during the recovery, or superseded by a reset: nothing to undo. */
 	if (dev->aer_held) {
 		dev->aer_held = false;

@@ -23,6 +23,13 @@ GPUFPGA_IMPORT_DMA_BUF_NS();
 static DEFINE_MUTEX(gpufpga_nv_lock);
 static const struct gpufpga_nv_ops *gpufpga_nv;
 
+/**
+ * gpufpga_register_nv - hand gpufpga NVIDIA's P2P entry points
+ * @ops: the bridge's, which stay until gpufpga_unregister_nv()
+ *
+ * Context: process context; takes gpufpga_nv_lock.
+ * Return: 0, or -EBUSY where another bridge registered first.
+ */
 int gpufpga_register_nv(const struct gpufpga_nv_ops *ops)
 {
 	int ret = 0;
@@ -40,6 +47,14 @@ int gpufpga_register_nv(const struct gpufpga_nv_ops *ops)
 /* Not GPL-only: the bridge links NVIDIA's proprietary exports too. */
 EXPORT_SYMBOL(gpufpga_register_nv);
 
+/**
+ * gpufpga_unregister_nv - take NVIDIA's P2P entry points back
+ * @ops: as registered
+ *
+ * Pins hold the bridge module, so none is left when it unloads.
+ *
+ * Context: process context; takes gpufpga_nv_lock.
+ */
 void gpufpga_unregister_nv(const struct gpufpga_nv_ops *ops)
 {
 	mutex_lock(&gpufpga_nv_lock);
@@ -67,6 +82,12 @@ static void gpufpga_nv_put(const struct gpufpga_nv_ops *ops)
 	module_put(ops->owner);
 }
 
+/**
+ * gpufpga_pin_kinds - the kinds of memory the driver can pin now
+ *
+ * Context: process context; takes gpufpga_nv_lock.
+ * Return: a mask of BIT(GPUFPGA_PIN_*): GPU pins only with a bridge.
+ */
 u32 gpufpga_pin_kinds(void)
 {
 	const struct gpufpga_nv_ops *ops = gpufpga_nv_get();
@@ -234,6 +255,7 @@ static void gpufpga_count_runs(struct gpufpga_mem *m)
 /* Takes the mapping's bus addresses. Called with m->lock held. */
 static int gpufpga_nv_take_map(struct gpufpga_mem *m, struct nvidia_p2p_dma_mapping *map)
 {
+	lockdep_assert_held(&m->lock);
 	if (NVIDIA_P2P_MAJOR_VERSION(map->version) != NVIDIA_P2P_MAJOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
 	    NVIDIA_P2P_MINOR_VERSION(map->version) < NVIDIA_P2P_MINOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
 	    map->entries != m->npages) {
@@ -614,9 +636,32 @@ static void gpufpga_mem_free(struct kref *ref)
 	kfree(m);
 }
 
+/**
+ * gpufpga_mem_put - drop a reference to a pin
+ * @m: the pin
+ *
+ * Context: any where the reference is not the last; process context
+ * where it may be: the last one frees.
+ */
 void gpufpga_mem_put(struct gpufpga_mem *m)
 {
 	kref_put(&m->ref, gpufpga_mem_free);
+}
+
+/**
+ * gpufpga_mem_active - whether a pin is neither revoked nor being revoked
+ * @m: the pin
+ *
+ * Lockless, as it is asked under ch->lock, which the IRQ handler takes and
+ * m->lock must not nest in: the state is written under m->lock before the
+ * revoker takes ch->lock, so a reader under ch->lock sees it or is seen.
+ *
+ * Context: any.
+ * Return: true while m may be used for new work.
+ */
+bool gpufpga_mem_active(struct gpufpga_mem *m)
+{
+	return READ_ONCE(m->state) == GPUFPGA_MEM_ACTIVE;
 }
 
 static u64 gpufpga_mem_bytes(struct gpufpga_mem *m)
@@ -690,6 +735,15 @@ static int gpufpga_pin_errno(struct gpufpga_dev *dev, int ret)
 	return -EIO;
 }
 
+/**
+ * gpufpga_ioctl_pin - GPUFPGA_IOC_PIN: pin memory for transfers and streams
+ * @f: the file
+ * @arg: the caller's struct gpufpga_pin
+ * @size: its size
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading.
+ * Return: 0, or a negative errno.
+ */
 int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_dev *dev = f->dev;
@@ -698,6 +752,7 @@ int gpufpga_ioctl_pin(struct gpufpga_file *f, void __user *arg, unsigned int siz
 	u64 bytes;
 	int ret;
 
+	lockdep_assert_held(&dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_pin, pad));
 	if (ret)
 		return ret;
@@ -791,17 +846,28 @@ err_unlock:
 /* Removes a pin from the file's table. Called with f->lock held. */
 static void gpufpga_unpublish(struct gpufpga_file *f, struct gpufpga_mem *m)
 {
+	lockdep_assert_held(&f->lock);
 	xa_erase(&f->pins, m->handle);
 	f->npins--;
 	f->pinned -= gpufpga_mem_bytes(m);
 }
 
+/**
+ * gpufpga_ioctl_unpin - GPUFPGA_IOC_UNPIN: let a pin go
+ * @f: the file
+ * @arg: the caller's struct gpufpga_unpin
+ * @size: its size
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes f->lock.
+ * Return: 0; -ENOENT for no such pin; -EBUSY while work uses it.
+ */
 int gpufpga_ioctl_unpin(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_unpin a;
 	struct gpufpga_mem *m;
 	int ret;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
 	if (ret)
 		return ret;
@@ -823,7 +889,15 @@ int gpufpga_ioctl_unpin(struct gpufpga_file *f, void __user *arg, unsigned int s
 	return 0;
 }
 
-/* At close, after every transfer of the file has finished. */
+/**
+ * gpufpga_unpin_all - let every pin of a file go
+ * @f: the file
+ *
+ * At close, after every transfer of the file has ended, and at removal,
+ * after the device's have.
+ *
+ * Context: process context, may sleep; takes f->lock.
+ */
 void gpufpga_unpin_all(struct gpufpga_file *f)
 {
 	struct gpufpga_mem *m;
@@ -842,12 +916,24 @@ void gpufpga_unpin_all(struct gpufpga_file *f)
 	}
 }
 
+/**
+ * gpufpga_ioctl_query - GPUFPGA_IOC_QUERY: describe a pin
+ * @f: the file
+ * @arg: the caller's struct gpufpga_query
+ * @size: its size
+ *
+ * Bus addresses are for CAP_SYS_ADMIN only.
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes f->lock.
+ * Return: 0, or a negative errno: -ENOENT for no such pin.
+ */
 int gpufpga_ioctl_query(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_query a;
 	struct gpufpga_mem *m;
 	int ret;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_query, flags));
 	if (ret)
 		return ret;

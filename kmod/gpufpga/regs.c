@@ -21,7 +21,17 @@ static bool gpufpga_link_lost(struct gpufpga_dev *dev)
 	return id == GPUFPGA_DEAD || !pci_device_is_present(dev->pdev);
 }
 
-/* An offline function's registers read as 0: nothing happened there. */
+/**
+ * gpufpga_read - read a register of the DMA BAR
+ * @dev: the device
+ * @off: the register's offset
+ *
+ * All ones from a device off the bus marks its link down, once confirmed.
+ *
+ * Context: any.
+ * Return: the register's value; 0 where the function is offline: nothing
+ * happened there.
+ */
 u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 {
 	u32 v;
@@ -37,10 +47,25 @@ u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 	return v;
 }
 
+/**
+ * gpufpga_write - write a register of the DMA BAR, unless the function is offline
+ * @dev: the device
+ * @off: the register's offset
+ * @val: its new value
+ *
+ * Context: any.
+ */
 void gpufpga_write(struct gpufpga_dev *dev, u32 off, u32 val)
 {
 	if (!READ_ONCE(dev->offline))
 		iowrite32(val, dev->bar + off);
+}
+
+/* The address of register reg in ch's channel block. */
+u32 gpufpga_chan_reg(struct gpufpga_chan *ch, u32 reg)
+{
+	return XDMA_BASE(ch->dir == GPUFPGA_H2C ? XDMA_TARGET_H2C : XDMA_TARGET_C2H,
+			 ch->index) + reg;
 }
 
 /* Whether the BAR answers with the XDMA identifier, offline or not. */
@@ -49,7 +74,15 @@ bool gpufpga_answers(struct gpufpga_dev *dev)
 	return ioread32(dev->bar + XDMA_BASE(XDMA_TARGET_CONFIG, 0)) >> 20 == XDMA_ID_SUBSYSTEM;
 }
 
-/* Finds the BAR whose config block carries the XDMA identifier. */
+/**
+ * gpufpga_regs_init - find and map the DMA BAR
+ * @dev: the device
+ *
+ * The BAR whose config block carries the XDMA identifier.
+ *
+ * Context: process context (probe).
+ * Return: 0, or -ENODEV where no BAR does.
+ */
 int gpufpga_regs_init(struct gpufpga_dev *dev)
 {
 	struct pci_dev *pdev = dev->pdev;
@@ -87,7 +120,15 @@ static void gpufpga_read_alignments(struct gpufpga_dev *dev, struct gpufpga_chan
 	dev->addr_bits = dev->addr_bits ? min(dev->addr_bits, bits) : bits;
 }
 
-/* Reads the identifier registers: which channels exist, and their kind. */
+/**
+ * gpufpga_discover_channels - find which channels exist, and their kind
+ * @dev: the device
+ *
+ * From the identifier and ALIGNMENTS registers.
+ *
+ * Context: process context (probe).
+ * Return: 0, or -ENODEV where there is none or the link is down.
+ */
 int gpufpga_discover_channels(struct gpufpga_dev *dev)
 {
 	static const u32 targets[2] = { XDMA_TARGET_H2C, XDMA_TARGET_C2H };

@@ -277,6 +277,7 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 	struct xdma_result *res = gpufpga_ring_results(&ch->rings[ch->cur]);
 	u32 n, slot, d, status, len;
 
+	lockdep_assert_held(&ch->lock);
 	/*
 	 * The count says how many descriptors completed, but a card's count
 	 * may leave the last one out while the engine waits for credits: the
@@ -428,6 +429,7 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 	u32 credits;
 	int n;
 
+	lockdep_assert_held(&ch->lock);
 	*starved = false;
 	*granted = false;
 	rmb();	/* the count, read next, is no older than the consumer's */
@@ -530,6 +532,7 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 	u32 status;
 	int collected;
 
+	lockdep_assert_held(&ch->mutex);
 	if (!gpufpga_chan_own(ch, NULL, 0))
 		return;
 	stopped = !gpufpga_chan_halt(ch, &status);
@@ -578,6 +581,7 @@ static void gpufpga_stream_end(struct gpufpga_chan *ch, int error)
 static void gpufpga_stream_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
 				struct gpufpga_mem *m, int error, unsigned long until)
 {
+	lockdep_assert_held(&ch->mutex);
 	if (!ch->acq || (f && ch->acq->file != f) || (m && !gpufpga_stream_uses(ch, m)))
 		return;
 	if (error == -EKEYREVOKED) {
@@ -588,9 +592,13 @@ static void gpufpga_stream_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
 	gpufpga_stream_end(ch, error);
 }
 
-/* The IRQ handler found the stream must end: the watchdog ends it. */
+/*
+ * The IRQ handler, or the poll, found the stream must end: the watchdog
+ * ends it. Under ch->lock.
+ */
 static void gpufpga_stream_fail(struct gpufpga_chan *ch, int error)
 {
+	lockdep_assert_held(&ch->lock);
 	ch->errors++;
 	if (!ch->acq_error)
 		ch->acq_error = error;
@@ -648,6 +656,7 @@ static void gpufpga_stream_irq(struct gpufpga_chan *ch, u32 status)
 	struct gpufpga_dev *dev = ch->dev;
 	int ret;
 
+	lockdep_assert_held(&ch->lock);
 	if (ch->acq_error)
 		return;		/* ending already */
 	if (READ_ONCE(dev->link_down)) {
@@ -672,6 +681,7 @@ static void gpufpga_stream_watchdog(struct gpufpga_chan *ch)
 	int error, found;
 	u32 status;
 
+	lockdep_assert_held(&ch->mutex);
 	spin_lock_irq(&ch->lock);
 	error = ch->acq_error;
 	if (!error && !ch->halting) {
@@ -711,6 +721,7 @@ static void gpufpga_stream_load(struct gpufpga_ring *ring, struct gpufpga_stream
 	struct xdma_desc *d = ring->desc;
 	u32 i, slot = 0, n = st->ndescs;
 
+	lockdep_assert_held(&st->ch->build_mutex);
 	for (i = 0; i < n; i++, d++) {
 		u32 next = (i + 1) % n;
 		dma_addr_t next_addr = ring->bus + (u64)next * XDMA_DESC_SIZE;
@@ -752,6 +763,9 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 {
 	struct gpufpga_dev *dev = ch->dev;
 
+	lockdep_assert_held(&ch->mutex);
+	lockdep_assert_held(&ch->build_mutex);
+	lockdep_assert_held(&ch->lock);
 	st->completed = 0;	/* RUN's rising edge clears the count */
 	st->granted = st->ndescs;
 	gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
@@ -795,6 +809,7 @@ static int gpufpga_stream_slots(struct gpufpga_file *f, struct gpufpga_chan *ch,
 	u32 i;
 	int ret;
 
+	lockdep_assert_held(&f->lock);
 	for (i = 0; i < st->nslots; i++) {
 		m = xa_load(&f->pins, us[i].handle);
 		if (!m)
@@ -861,6 +876,7 @@ static int gpufpga_resident_pins(struct gpufpga_file *f, struct gpufpga_stream_s
 	u32 i;
 	int ret;
 
+	lockdep_assert_held(&f->lock);
 	m = gpufpga_resident_mem(f, &a->results, st->nslots * size, size, st->mems[0]);
 	if (IS_ERR(m))
 		return PTR_ERR(m);
@@ -897,11 +913,15 @@ static struct gpufpga_chan *gpufpga_stream_chan(struct gpufpga_file *f, u32 chan
 	return ch->present && ch->stream ? ch : NULL;
 }
 
-/* Whether st may start on ch: idle, and every slot's pin still active. */
+/*
+ * Whether st may start on ch: idle, and every slot's pin still active.
+ * Under ch->lock.
+ */
 static int gpufpga_stream_can_run(struct gpufpga_chan *ch, struct gpufpga_stream_state *st)
 {
 	u32 i;
 
+	lockdep_assert_held(&ch->lock);
 	if (READ_ONCE(ch->dev->resetting))
 		return -ECONNRESET;
 	if (ch->acq || ch->active || !list_empty(&ch->queue))
@@ -945,10 +965,18 @@ static int gpufpga_resident_args(struct gpufpga_stream *a)
 	return 0;
 }
 
-/*
- * named: the caller's number reads the struct back (ABI 1's first release
- * wrote nothing back) and its struct holds @id, which is written before the
- * stream starts, so that a fault leaves nothing running.
+/**
+ * gpufpga_ioctl_stream_start - GPUFPGA_IOC_STREAM_START: run a stream over pinned slots
+ * @f: the file
+ * @arg: the caller's struct gpufpga_stream
+ * @size: its size
+ * @named: the caller's number reads the struct back (ABI 1's first release
+ *	wrote nothing back): its struct holds @id, which is written before the
+ *	stream starts, so that a fault leaves nothing running
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes
+ * f->lock, then ch->mutex, ch->build_mutex and ch->lock.
+ * Return: 0, or a negative errno: -EBUSY where the channel is in use.
  */
 int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigned int size,
 			       bool named)
@@ -960,6 +988,7 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	struct gpufpga_seg *us;
 	int ret;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_stream, pad));
 	if (ret)
 		return ret;
@@ -1046,6 +1075,19 @@ err:
 	return ret;
 }
 
+/**
+ * gpufpga_ioctl_stream_release - GPUFPGA_IOC_STREAM_RELEASE: give filled slots back
+ * @f: the file
+ * @arg: the caller's struct gpufpga_release
+ * @size: its size
+ *
+ * All or nothing: the engine gets the credits of every slot released
+ * in ring order.
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes ch->lock.
+ * Return: 0; -EINVAL for a slot not filled or not held; -ENOENT where f
+ * runs no such stream.
+ */
 int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_stream_state *st;
@@ -1054,6 +1096,7 @@ int gpufpga_ioctl_stream_release(struct gpufpga_file *f, void __user *arg, unsig
 	u32 *slots, i, credits = 0;
 	int ret = 0;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
 	if (ret)
 		return ret;
@@ -1097,12 +1140,22 @@ out:
 	return ret;
 }
 
+/**
+ * gpufpga_ioctl_stream_stop - GPUFPGA_IOC_STREAM_STOP: end f's stream
+ * @f: the file
+ * @arg: the caller's struct gpufpga_stream_stop
+ * @size: its size
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes ch->mutex.
+ * Return: 0, or -ENOENT where f runs no such stream.
+ */
 int gpufpga_ioctl_stream_stop(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_stream_stop a;
 	struct gpufpga_chan *ch;
 	int ret;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size,
 			      offsetofend(struct gpufpga_stream_stop, flags));
 	if (ret)

@@ -18,114 +18,6 @@
 #include "gpufpga.h"
 #include "trace.h"
 
-static void gpufpga_req_free(struct kref *ref)
-{
-	struct gpufpga_req *r = container_of(ref, struct gpufpga_req, ref);
-	u32 i;
-
-	for (i = 0; i < r->nmems; i++)
-		gpufpga_mem_put(r->mems[i]);
-	if (r->efd)
-		eventfd_ctx_put(r->efd);
-	if (r->mems != r->mem_inline)
-		kfree(r->mems);
-	if (r->segs != r->seg_inline)
-		kvfree(r->segs);
-	kfree(r);
-}
-
-static void gpufpga_req_put(struct gpufpga_req *r)
-{
-	kref_put(&r->ref, gpufpga_req_free);
-}
-
-/*
- * Most chains are a few descriptors: they are built in the request itself,
- * and only a longer one moves to an array of the most it may take.
- */
-static int gpufpga_req_grow(struct gpufpga_req *r, u32 max)
-{
-	struct gpufpga_busseg *segs = kvmalloc_array(max, sizeof(*segs), GFP_KERNEL_ACCOUNT);
-
-	if (!segs)
-		return -ENOMEM;
-	memcpy(segs, r->segs, r->nsegs * sizeof(*segs));
-	r->segs = segs;
-	return 0;
-}
-
-/* Appends n bytes at bus address addr, merging with the last segment. */
-static int gpufpga_append_bus(struct gpufpga_req *r, dma_addr_t addr, u64 n, u32 max)
-{
-	struct gpufpga_busseg *last = r->nsegs ? &r->segs[r->nsegs - 1] : NULL;
-	u64 take;
-	int ret;
-
-	if (last && last->addr + last->len == addr) {
-		take = min_t(u64, XDMA_DESC_SPLIT_LEN - last->len, n);
-		last->len += take;
-		addr += take;
-		n -= take;
-	}
-	while (n) {
-		if (r->nsegs == max)
-			return -E2BIG;
-		if (r->segs == r->seg_inline && r->nsegs == ARRAY_SIZE(r->seg_inline)) {
-			ret = gpufpga_req_grow(r, max);
-			if (ret)
-				return ret;
-		}
-		take = min_t(u64, XDMA_DESC_SPLIT_LEN, n);
-		r->segs[r->nsegs].addr = addr;
-		r->segs[r->nsegs].len = take;
-		r->nsegs++;
-		addr += take;
-		n -= take;
-	}
-	return 0;
-}
-
-/* Appends len bytes from byte off of the pinned pages of m. */
-int gpufpga_append_window(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off, u64 len)
-{
-	return gpufpga_append_window_limited(r, m, off, len, gpufpga_max_descs);
-}
-
-/* As gpufpga_append_window, with at most max segments in r. */
-int gpufpga_append_window_limited(struct gpufpga_req *r, struct gpufpga_mem *m, u64 off,
-				  u64 len, u32 max)
-{
-	u64 ps = m->page_size, page, n;
-	dma_addr_t addr;
-	int ret;
-
-	while (len) {
-		page = off / ps;
-		addr = m->bus[page] + off % ps;
-		n = min(len, ps - off % ps);
-		while (n < len && gpufpga_bus_follows(m->bus[page], m->bus[page + 1], ps)) {
-			page++;
-			n = min(len, n + ps);
-		}
-		ret = gpufpga_append_bus(r, addr, n, max);
-		if (ret)
-			return ret;
-		off += n;
-		len -= n;
-	}
-	return 0;
-}
-
-/*
- * Lockless, as it is asked under ch->lock, which the IRQ handler takes and
- * m->lock must not nest in: the state is written under m->lock before the
- * revoker takes ch->lock, so a reader under ch->lock sees it or is seen.
- */
-bool gpufpga_mem_active(struct gpufpga_mem *m)
-{
-	return READ_ONCE(m->state) == GPUFPGA_MEM_ACTIVE;
-}
-
 /*
  * Looks up and checks every user segment. A pin is held once however many
  * segments name it, so that what the completion does for the request's
@@ -140,6 +32,7 @@ static int gpufpga_req_build(struct gpufpga_file *f, struct gpufpga_req *r,
 	u32 i;
 	int ret;
 
+	lockdep_assert_held(&f->lock);
 	for (i = 0; i < n; i++) {
 		m = xa_load(&f->pins, us[i].handle);
 		if (!m)
@@ -178,6 +71,7 @@ static void gpufpga_build_chain(struct gpufpga_chan *ch, struct gpufpga_ring *ri
 	u64 card = r->card_addr;
 	u32 i, n = r->nsegs;
 
+	lockdep_assert_held(&ch->build_mutex);
 	for (i = 0; i < n; i++, d++) {
 		bool last = i == n - 1;
 		u32 ctrl = XDMA_DESC_MAGIC << 16;
@@ -218,57 +112,6 @@ static void gpufpga_build_chain(struct gpufpga_chan *ch, struct gpufpga_ring *ri
 	ring->first_adj = gpufpga_adjacent_after(ring->bus, n - 1);
 }
 
-/*
- * Queues a record for read(), and signals efd if given. Both happen under
- * done_lock, which read() takes to dequeue: the record, and what it
- * points to, outlive the signal.
- */
-void gpufpga_post_event(struct gpufpga_file *f, struct gpufpga_event *ev,
-			struct eventfd_ctx *efd)
-{
-	unsigned long flags;
-
-	spin_lock_irqsave(&f->done_lock, flags);
-	list_add_tail(&ev->node, &f->done);
-	if (efd)
-		gpufpga_eventfd_signal(efd);
-	spin_unlock_irqrestore(&f->done_lock, flags);
-	wake_up_interruptible(&f->done_wq);
-}
-
-/**
- * gpufpga_event_block_alloc - a stream's slot records, one per slot
- * @n: the stream's slots
- *
- * Context: process context, may sleep.
- * Return: the block, holding the stream's reference, or NULL.
- */
-struct gpufpga_event_block *gpufpga_event_block_alloc(u32 n)
-{
-	struct gpufpga_event_block *b;
-	u32 i;
-
-	b = kvzalloc(struct_size(b, ev, n), GFP_KERNEL_ACCOUNT);
-	if (!b)
-		return NULL;
-	kref_init(&b->ref);
-	b->n = n;
-	for (i = 0; i < n; i++)
-		b->ev[i].block = b;
-	return b;
-}
-
-static void gpufpga_event_block_release(struct kref *ref)
-{
-	kvfree(container_of(ref, struct gpufpga_event_block, ref));
-}
-
-/* Context: process context (the last put frees), may sleep. */
-void gpufpga_event_block_put(struct gpufpga_event_block *b)
-{
-	kref_put(&b->ref, gpufpga_event_block_release);
-}
-
 static void gpufpga_req_signal(struct gpufpga_req *r)
 {
 	struct gpufpga_completion *c = &r->ev.rec;
@@ -295,13 +138,6 @@ static void gpufpga_req_signal(struct gpufpga_req *r)
 	gpufpga_post_event(r->file, &r->ev, r->efd);
 }
 
-/*
- * Ends a request: records the result, lets its pins go, and tells whoever
- * waits. Called with ch->lock held, maybe in hard IRQ; r is off the queue
- * and not active. The channel's reference passes to the waiting ioctl or
- * to the completion record, whose owner drops it in process context:
- * freeing a request may sleep (its pins' last references).
- */
 /* r's pins are no longer in flight with it: ended, or never queued. */
 static void gpufpga_req_let_go(struct gpufpga_req *r)
 {
@@ -314,9 +150,17 @@ static void gpufpga_req_let_go(struct gpufpga_req *r)
 	}
 }
 
+/*
+ * Ends a request: records the result, lets its pins go, and tells whoever
+ * waits. Called with ch->lock held, maybe in hard IRQ; r is off the queue
+ * and not active. The channel's reference passes to the waiting ioctl or
+ * to the completion record, whose owner drops it in process context:
+ * freeing a request may sleep (its pins' last references).
+ */
 static void gpufpga_finish(struct gpufpga_chan *ch, struct gpufpga_req *r,
 			   int error, u32 status, u64 bytes)
 {
+	lockdep_assert_held(&ch->lock);
 	r->error = error;
 	r->status = status;
 	r->bytes = bytes;
@@ -374,6 +218,7 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool r
 	struct gpufpga_dev *dev = ch->dev;
 	u32 control;
 
+	lockdep_assert_held(&ch->lock);
 	if (READ_ONCE(dev->link_down) || READ_ONCE(dev->dead)) {
 		gpufpga_finish(ch, r, -ENODEV, 0, 0);
 		return;
@@ -408,11 +253,12 @@ static void gpufpga_start(struct gpufpga_chan *ch, struct gpufpga_req *r, bool r
  * work, whatever the chain's length: called from the hard IRQ handler.
  * Called with ch->lock held.
  */
-void gpufpga_start_next(struct gpufpga_chan *ch)
+static void gpufpga_start_next(struct gpufpga_chan *ch)
 {
 	struct gpufpga_dev *dev = ch->dev;
 	struct gpufpga_req *r;
 
+	lockdep_assert_held(&ch->lock);
 	while (!ch->active && !list_empty(&ch->queue)) {
 		r = list_first_entry(&ch->queue, struct gpufpga_req, chan_node);
 		if (!r->ready && !READ_ONCE(dev->link_down) && !READ_ONCE(dev->dead)) {
@@ -481,6 +327,7 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 {
 	u32 completed;
 
+	lockdep_assert_held(&ch->lock);
 	if (seen & XDMA_STAT_ERRORS)
 		return true;
 	if (!(seen & XDMA_STAT_DESC_STOPPED))
@@ -508,6 +355,7 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
  */
 static bool gpufpga_failed_busy(struct gpufpga_chan *ch, u32 seen)
 {
+	lockdep_assert_held(&ch->lock);
 	if (!(seen & XDMA_STAT_ERRORS) || !(seen & XDMA_STAT_BUSY))
 		return false;
 	ch->deadline = jiffies;
@@ -528,6 +376,7 @@ static void gpufpga_complete_active(struct gpufpga_chan *ch, u32 status)
 	u32 completed = r->nsegs;
 	int error = 0;
 
+	lockdep_assert_held(&ch->lock);
 	if (READ_ONCE(dev->link_down))
 		error = -ENODEV;
 	else if (status & XDMA_STAT_ERRORS || !(status & XDMA_STAT_DESC_STOPPED))
@@ -593,6 +442,7 @@ static void gpufpga_chan_drop_all(struct gpufpga_chan *ch, int error)
  */
 static void gpufpga_xfer_irq(struct gpufpga_chan *ch, u32 seen)
 {
+	lockdep_assert_held(&ch->lock);
 	if (!ch->active)
 		return;
 	if (READ_ONCE(ch->dev->link_down)) {
@@ -618,6 +468,7 @@ static bool gpufpga_halt_active(struct gpufpga_chan *ch, struct gpufpga_req *r, 
 {
 	u32 status, completed;
 
+	lockdep_assert_held(&ch->mutex);
 	if (!gpufpga_chan_own(ch, r, run))
 		return false;
 	gpufpga_chan_halt(ch, &status);
@@ -648,6 +499,7 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 	u32 status;
 	int error;
 
+	lockdep_assert_held(&ch->mutex);
 	spin_lock_irq(&ch->lock);
 	r = ch->active;
 	run = ch->runs;
@@ -692,6 +544,7 @@ out:
  */
 static void gpufpga_stop_req(struct gpufpga_chan *ch, struct gpufpga_req *r, int error)
 {
+	lockdep_assert_held(&ch->mutex);
 	spin_lock_irq(&ch->lock);
 	if (r->finished) {
 		spin_unlock_irq(&ch->lock);
@@ -778,6 +631,7 @@ static void gpufpga_revoke_active(struct gpufpga_chan *ch, struct gpufpga_req *r
 	struct gpufpga_dev *dev = ch->dev;
 	u32 status;
 
+	lockdep_assert_held(&ch->mutex);
 	for (;;) {
 		spin_lock_irq(&ch->lock);
 		if (ch->active != r || ch->runs != run || ch->halting) {
@@ -833,6 +687,7 @@ static void gpufpga_xfer_stop(struct gpufpga_chan *ch, struct gpufpga_file *f,
 	struct gpufpga_req *r;
 	u64 run;
 
+	lockdep_assert_held(&ch->mutex);
 	gpufpga_finish_queued(ch, f, m, error);
 	spin_lock_irq(&ch->lock);
 	gpufpga_start_next(ch);	/* what is left, if the first went */
@@ -854,38 +709,6 @@ static void gpufpga_cancel_req(struct gpufpga_req *r, int error)
 	mutex_lock(&ch->mutex);
 	gpufpga_stop_req(ch, r, error);
 	mutex_unlock(&ch->mutex);
-}
-
-static void gpufpga_event_free(struct gpufpga_file *f, struct gpufpga_event *ev)
-{
-	if (ev->req) {
-		gpufpga_req_put(ev->req);	/* the channel's */
-		gpufpga_req_put(ev->req);	/* the ioctl's */
-		atomic_dec(&f->nasync);
-	} else if (ev->block) {
-		struct gpufpga_event_block *b = ev->block;
-
-		atomic_dec(&f->nevents);
-		/* The slot may fill again, and ev be posted, from here on. */
-		smp_store_release(&ev->queued, false);
-		gpufpga_event_block_put(b);
-	} else {
-		atomic_dec(&f->nevents);
-		kfree(ev);
-	}
-}
-
-/* Drops the records nobody read. */
-void gpufpga_drain_completions(struct gpufpga_file *f)
-{
-	struct gpufpga_event *ev, *tmp;
-	LIST_HEAD(done);
-
-	spin_lock_irq(&f->done_lock);
-	list_splice_init(&f->done, &done);
-	spin_unlock_irq(&f->done_lock);
-	list_for_each_entry_safe(ev, tmp, &done, node)
-		gpufpga_event_free(f, ev);
 }
 
 static int gpufpga_check_xfer_arg(struct gpufpga_dev *dev, const struct gpufpga_xfer *a)
@@ -955,32 +778,6 @@ static int gpufpga_req_shrink(struct gpufpga_req *r)
 	kvfree(r->segs);
 	r->segs = segs;
 	return 0;
-}
-
-/*
- * Every descriptor as the engine's ALIGNMENTS register allows: its bus
- * address and, on a memory-mapped channel, its card address aligned, its
- * length a multiple of the granularity.
- */
-int gpufpga_check_alignment(const struct gpufpga_chan *ch, const struct gpufpga_busseg *segs,
-			    u32 nsegs, u64 card)
-{
-	u32 i;
-
-	if (ch->addr_align == 1 && ch->len_gran == 1)
-		return 0;
-	for (i = 0; i < nsegs; i++) {
-		if (segs[i].addr % ch->addr_align || segs[i].len % ch->len_gran)
-			goto bad;
-		if (!ch->stream && card % ch->addr_align)
-			goto bad;
-		card += segs[i].len;
-	}
-	return 0;
-bad:
-	dev_info_ratelimited(&ch->dev->pdev->dev, "%s channel %u takes %u-byte aligned addresses and lengths in %u-byte steps\n",
-			     ch->dir ? "C2H" : "H2C", ch->index, ch->addr_align, ch->len_gran);
-	return -EINVAL;
 }
 
 /*
@@ -1115,6 +912,18 @@ static void gpufpga_poll_done(struct gpufpga_req *r)
 	}
 }
 
+/**
+ * gpufpga_ioctl_xfer - GPUFPGA_IOC_XFER: run a transfer, or queue it
+ * @f: the file
+ * @arg: the caller's struct gpufpga_xfer
+ * @size: its size
+ *
+ * A synchronous transfer waits for its end, which only a fatal signal
+ * cuts short; an asynchronous one is queued, and its record read().
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading.
+ * Return: 0, or a negative errno: the transfer's own error where it ran.
+ */
 int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_seg us_inline[GPUFPGA_INLINE_SEGS];
@@ -1124,6 +933,7 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	struct gpufpga_req *r;
 	int ret;
 
+	lockdep_assert_held(&dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_xfer, user_data));
 	if (ret)
 		return ret;
@@ -1225,12 +1035,22 @@ out_segs:
 	return ret;
 }
 
+/**
+ * gpufpga_ioctl_cancel - GPUFPGA_IOC_CANCEL: end a queued or running async transfer
+ * @f: the file
+ * @arg: the caller's struct gpufpga_cancel
+ * @size: its size
+ *
+ * Context: process context, dev->ioctl_rwsem held for reading; takes ch->mutex.
+ * Return: 0, or -ENOENT where f has no such transfer unfinished.
+ */
 int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int size)
 {
 	struct gpufpga_cancel a;
 	struct gpufpga_req *r;
 	int ret;
 
+	lockdep_assert_held(&f->dev->ioctl_rwsem);
 	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, sizeof(a));
 	if (ret)
 		return ret;
@@ -1248,48 +1068,6 @@ int gpufpga_ioctl_cancel(struct gpufpga_file *f, void __user *arg, unsigned int 
 	return 0;
 }
 
-ssize_t gpufpga_read_completions(struct gpufpga_file *f, char __user *buf,
-				 size_t count, bool nonblock)
-{
-	struct gpufpga_event *ev;
-	size_t done = 0;
-	int ret;
-
-	if (count < sizeof(ev->rec))
-		return -EINVAL;
-	while (done + sizeof(ev->rec) <= count) {
-		spin_lock_irq(&f->done_lock);
-		ev = list_first_entry_or_null(&f->done, struct gpufpga_event, node);
-		if (ev)
-			list_del(&ev->node);
-		spin_unlock_irq(&f->done_lock);
-		if (!ev) {
-			if (done)
-				break;
-			/* Records queued before removal are still read. */
-			if (READ_ONCE(f->dev->gone))
-				return -ENODEV;
-			if (nonblock)
-				return -EAGAIN;
-			ret = wait_event_interruptible(f->done_wq, !list_empty(&f->done) ||
-						       READ_ONCE(f->dev->gone));
-			if (ret)
-				return ret;
-			continue;
-		}
-		if (copy_to_user(buf + done, &ev->rec, sizeof(ev->rec))) {
-			/* Put it back: nothing is lost. */
-			spin_lock_irq(&f->done_lock);
-			list_add(&ev->node, &f->done);
-			spin_unlock_irq(&f->done_lock);
-			return done ? done : -EFAULT;
-		}
-		gpufpga_event_free(f, ev);
-		done += sizeof(ev->rec);
-	}
-	return done;
-}
-
 static const struct gpufpga_chan_user gpufpga_xfer_user = {
 	.irq = gpufpga_xfer_irq,
 	.watchdog = gpufpga_xfer_watchdog,
@@ -1297,7 +1075,15 @@ static const struct gpufpga_chan_user gpufpga_xfer_user = {
 	.stop = gpufpga_xfer_stop,
 };
 
-/* Sets the channel's engine up, run by transfers until a stream starts. */
+/**
+ * gpufpga_xfer_chan_init - set the channel's engine up for transfers
+ * @ch: the channel
+ *
+ * Transfers run it until a stream starts.
+ *
+ * Context: process context (probe).
+ * Return: 0, or -ENOMEM.
+ */
 int gpufpga_xfer_chan_init(struct gpufpga_chan *ch)
 {
 	return gpufpga_chan_init(ch, &gpufpga_xfer_user, gpufpga_build_work);

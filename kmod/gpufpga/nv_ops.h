@@ -9,8 +9,8 @@
  * symbol_get() of NVIDIA's non-GPL exports, which rules out resolving them
  * from gpufpga.ko itself.
  */
-#ifndef GPUFPGA_NV_H
-#define GPUFPGA_NV_H
+#ifndef GPUFPGA_NV_OPS_H
+#define GPUFPGA_NV_OPS_H
 
 #include <linux/module.h>
 
@@ -29,4 +29,4 @@ struct gpufpga_nv_ops {
 int gpufpga_register_nv(const struct gpufpga_nv_ops *ops);
 void gpufpga_unregister_nv(const struct gpufpga_nv_ops *ops);
 
-#endif /* GPUFPGA_NV_H */
+#endif /* GPUFPGA_NV_OPS_H */
