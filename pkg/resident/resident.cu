@@ -507,6 +507,14 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 				while (clock64() - t < delay)
 					;
 			}
+			if (frame_size && !stopped) {
+				// The fill's first sequence number, beside its
+				// length: one barrier for both.
+				u64 h0, h1;
+
+				ld_cv2(slot + 0, &h0, &h1);
+				s_base = h1;
+			}
 		}
 		__syncthreads();
 		if (s_stop)
@@ -519,13 +527,12 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 			lo = nf * ch / chunks;
 			hi = nf * (ch + 1) / chunks;
 			bad = len == 0 || len % frame_size != 0 || len > slot_size;
-			if (threadIdx.x == 0) {
-				u64 h0, h1;
-
-				ld_cv2(slot + 0, &h0, &h1);
-				s_base = h1;
-			}
-			__syncthreads();
+			// Each frame's barrier comes after every thread's reads
+			// of the slot and of s_*, and makes bad the block's; with
+			// no frame to check, one barrier parts those reads from
+			// the next fill's writes to s_*.
+			if (bad || lo >= hi)
+				__syncthreads();
 			for (f = lo; !bad && f < hi; f++)
 				bad = __syncthreads_or(verify_frame(slot + f * frame_size, frame_size, s_base + f));
 			c.frames += threadIdx.x == 0 && !bad ? hi - lo : 0;
@@ -544,8 +551,8 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 			bad = len != slot_size || len % 16 != 0;
 			if (!bad)
 				bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
+			bad = __syncthreads_or(bad);
 		}
-		bad = __syncthreads_or(bad);
 		if (threadIdx.x == 0) {
 			c.slots += ch == 0;
 			c.bytes += (hi - lo) * 16 + (ch == 0 ? len % 16 : 0);
