@@ -9,13 +9,14 @@
 // (ready[k % nslots] = k + 1, with its length). Worker block w (1..W) takes
 // fills k = w - 1, w - 1 + W, ...: it waits for ready[] in GPU memory,
 // verifies the slot's bytes (step 2) and marks it done in done[k % nslots].
-// One thread of block 0's second warp, the publisher, walks done[] in
-// order, stores 0 to each done fill's status (step 3) and stores how far
-// every fill is done to consumer->consumed with st.release.sys (step 4),
-// once for as many slots as are done by then. So one warp polls what the
-// producer writes and one thread publishes what the driver reads, without
-// waiting behind the other's reads; the workers touch no memory outside
-// the GPU but the slots, and need no system-scope fence per slot.
+// Block 0's second warp, the publisher, walks done[] in order, 32 fills
+// at a time, each lane one fill: it stores 0 to each done fill's status
+// (step 3) and stores how far every fill is done to consumer->consumed
+// with st.release.sys (step 4), once for the done fills of each round. So
+// one warp polls what the producer writes and another publishes what the
+// driver reads, neither waiting behind the other's reads; the workers touch
+// no memory outside the GPU but the slots, and need no system-scope fence
+// per slot.
 //
 // A fill is polled only once its slot's previous fill is published, whose
 // status the publisher cleared before that release: the dispatcher never
@@ -292,50 +293,127 @@ __device__ static void dispatch(struct slot_result *results, u64 nslots, const u
 	}
 }
 
-// The publisher (warp 1, one thread): walks done[] in order, clears each
-// done fill's status and publishes how far every fill is done; it never
-// waits behind the dispatcher's reads of the results.
+// Frames in fill order, as frame.Checker counts them (block 0).
+struct order {
+	u64 next; // the sequence number after the furthest frame seen
+	u64 gaps; // frames missing between fills
+	u64 dups; // frames at or behind the last one seen
+	bool seen;
+};
+
+// One fill's n frames from first, after every fill before it.
+__device__ static inline void account(struct order *o, u64 first, u64 n)
+{
+	u64 gap = 0, dup = 0; // two sums, not one through a pointer (local memory)
+
+	if (n && o->seen && first > o->next)
+		gap = first - o->next;
+	else if (n && o->seen && first < o->next)
+		dup = o->next - first < n ? o->next - first : n;
+	o->gaps += gap;
+	o->dups += dup;
+	if (n && (!o->seen || first + n > o->next))
+		o->next = first + n;
+	o->seen |= n != 0;
+}
+
+// bar.warp.sync: the warp's lanes meet, and their memory accesses before
+// it are ordered before those after it (as __syncwarp).
+__device__ static inline void warp_sync(void)
+{
+	asm volatile("bar.warp.sync 0xffffffff;" ::: "memory");
+}
+
+// The sum of v over the warp's 32 lanes, in every lane.
+__device__ static inline u64 warp_sum(u64 v)
+{
+	int i;
+
+	for (i = 16; i; i >>= 1) {
+		u32 lo, hi;
+
+		asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;" : "=r"(lo) : "r"((u32)v), "r"(i));
+		asm volatile("shfl.sync.bfly.b32 %0, %1, %2, 0x1f, 0xffffffff;"
+			     : "=r"(hi)
+			     : "r"((u32)(v >> 32)), "r"(i));
+		v += (u64)hi << 32 | lo;
+	}
+	return v;
+}
+
+// The publisher (warp 1, all 32 lanes): walks done[] in order, 32 fills a
+// round, lane i fill pub + i; clears each done fill's status and publishes
+// how far every fill is done; it never waits behind the dispatcher's reads
+// of the results. Every lane keeps pub, the stop decision and the frame
+// order alike (all three come from ballots and shuffles), so the warp
+// never diverges at a collective; each lane sums its own fills' bytes.
 __device__ static void publish(struct slot_result *results, u64 nslots, u64 *consumer, u64 *done,
 			       const u64 *length, const u64 *first_seq, const u64 *nframes,
 			       struct counters *out)
 {
-	u64 pub = 0, next = 0, gaps = 0, dups = 0, bytes = 0;
-	bool seen = false;
+	const u32 lane = threadIdx.x % 32;
+	struct order o = {0, 0, 0, false};
+	u64 pub = 0, at = 0, bytes = 0; // at: pub % nslots
 
 	for (;;) {
-		u64 was = pub;
+		const u64 k = pub + lane, s = at + lane < nslots ? at + lane : at + lane - nslots;
+		u64 first = 0, n = 0;
+		u32 mask, count, framed;
+		int leave = 0;
 
-		while (ld_acquire_gpu(&done[pub % nslots]) == pub + 1) {
-			const u64 first = first_seq[pub % nslots], n = nframes[pub % nslots];
-
-			if (n && seen && first > next)
-				gaps += first - next;
-			else if (n && seen && first < next)
-				dups += next - first < n ? next - first : n;
-			if (n && (!seen || first + n > next))
-				next = first + n;
-			seen |= n != 0;
-			bytes += length[pub % nslots];
-			st_volatile32(&results[pub % nslots].status, 0);
-			pub++;
+		// Each lane's acquire orders its own fill's loads below after
+		// the worker's release of done. Lanes from nslots on would
+		// read slots twice (and s is k % nslots only below that); their
+		// fills are not dispatched before pub's is published anyway.
+		mask = __ballot_sync(0xffffffff, lane < nslots && ld_acquire_gpu(&done[s]) == k + 1);
+		count = ~mask ? __ffs(~mask) - 1 : 32; // the done prefix, at most nslots
+		if (lane < count) {
+			first = first_seq[s];
+			n = nframes[s];
+			bytes += length[s];
+			st_volatile32(&results[s].status, 0);
 		}
-		if (pub != was) {
+		// Frames in fill order: a fill without frames changes nothing.
+		for (framed = __ballot_sync(0xffffffff, n != 0); framed; framed &= framed - 1) {
+			const int i = __ffs(framed) - 1;
+
+			account(&o, __shfl_sync(0xffffffff, first, i), __shfl_sync(0xffffffff, n, i));
+		}
+		if (count) {
+			const u64 was = pub;
+
+			pub += count;
+			at = at + count < nslots ? at + count : at + count - nslots;
 			// The host reads how many bytes while the kernel runs:
 			// every 64 fills, not to add a PCIe write to each batch.
-			if (pub >> 6 != was >> 6)
-				st_volatile64(&out->bytes, bytes);
-			// The release orders the clears before the index, and
-			// before s_pub lets the dispatcher read the slot again.
-			st_release_sys(consumer, pub);
-			s_pub = pub;
-		} else if (s_stopping && pub == s_final) {
-			break;
+			if (pub >> 6 != was >> 6) {
+				const u64 sum = warp_sum(bytes);
+
+				if (lane == 0)
+					st_volatile64(&out->bytes, sum);
+			}
+			// The barrier orders every lane's clears before lane 0's
+			// release, which orders them before the index, and before
+			// s_pub lets the dispatcher read the slots again.
+			warp_sync();
+			if (lane == 0) {
+				st_release_sys(consumer, pub);
+				s_pub = pub;
+			}
+			continue;
 		}
+		if (lane == 0)
+			leave = s_stopping && pub == s_final;
+		if (__shfl_sync(0xffffffff, (u32)leave, 0))
+			break;
 	}
-	st_volatile64(&out->bytes, bytes);
-	st_volatile64(&out->gaps, gaps);
-	st_volatile64(&out->duplicates, dups);
-	s_pub_done = 1;
+	bytes = warp_sum(bytes);
+	if (lane == 0) {
+		st_volatile64(&out->bytes, bytes);
+		st_volatile64(&out->gaps, o.gaps);
+		st_volatile64(&out->duplicates, o.dups);
+		s_pub_done = 1;
+	}
 }
 
 // Block 0: the dispatcher and the publisher; then, once both are done,
@@ -354,7 +432,7 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 	if (threadIdx.x < 32) {
 		dispatch(results, nslots, stop, ready, length);
 	} else {
-		if (threadIdx.x == 32)
+		if (threadIdx.x < 64)
 			publish(results, nslots, consumer, done, length, first_seq, nframes, out);
 		return;
 	}
@@ -429,6 +507,14 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 				while (clock64() - t < delay)
 					;
 			}
+			if (frame_size && !stopped) {
+				// The fill's first sequence number, beside its
+				// length: one barrier for both.
+				u64 h0, h1;
+
+				ld_cv2(slot + 0, &h0, &h1);
+				s_base = h1;
+			}
 		}
 		__syncthreads();
 		if (s_stop)
@@ -441,13 +527,12 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 			lo = nf * ch / chunks;
 			hi = nf * (ch + 1) / chunks;
 			bad = len == 0 || len % frame_size != 0 || len > slot_size;
-			if (threadIdx.x == 0) {
-				u64 h0, h1;
-
-				ld_cv2(slot + 0, &h0, &h1);
-				s_base = h1;
-			}
-			__syncthreads();
+			// Each frame's barrier comes after every thread's reads
+			// of the slot and of s_*, and makes bad the block's; with
+			// no frame to check, one barrier parts those reads from
+			// the next fill's writes to s_*.
+			if (bad || lo >= hi)
+				__syncthreads();
 			for (f = lo; !bad && f < hi; f++)
 				bad = __syncthreads_or(verify_frame(slot + f * frame_size, frame_size, s_base + f));
 			c.frames += threadIdx.x == 0 && !bad ? hi - lo : 0;
@@ -466,8 +551,8 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 			bad = len != slot_size || len % 16 != 0;
 			if (!bad)
 				bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
+			bad = __syncthreads_or(bad);
 		}
-		bad = __syncthreads_or(bad);
 		if (threadIdx.x == 0) {
 			c.slots += ch == 0;
 			c.bytes += (hi - lo) * 16 + (ch == 0 ? len % 16 : 0);
