@@ -126,6 +126,7 @@ int gpufpga_chan_halt(struct gpufpga_chan *ch, u32 *status)
 		 ch->dir ? "C2H" : "H2C", ch->index);
 	gpufpga_dev_cut_bus(dev);
 	WRITE_ONCE(dev->dead, true);
+	wake_up_all(&dev->user_wq);	/* user interrupt waiters */
 	return -EBUSY;
 
 unknown:
@@ -292,11 +293,13 @@ void gpufpga_dev_quiesce(struct gpufpga_dev *dev, bool frozen)
 		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C,
 			      ~0U);
 		gpufpga_read(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE);
+		gpufpga_user_mask(dev);
 		gpufpga_for_each_chan(dev, ch, ci)
 			gpufpga_read(dev, gpufpga_chan_reg(ch, XDMA_REG_STATUS_RC));
 	}
 	WRITE_ONCE(dev->offline, true);
 	gpufpga_dev_sync(dev);
+	gpufpga_user_wake(dev);	/* waiters learn of the reset */
 }
 
 /* Programs the function again, as gpufpga_dev_restart says. */

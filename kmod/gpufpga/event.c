@@ -69,6 +69,7 @@ static void gpufpga_event_block_release(struct kref *ref)
  */
 void gpufpga_event_block_put(struct gpufpga_event_block *b)
 {
+	might_sleep();
 	kref_put(&b->ref, gpufpga_event_block_release);
 }
 

@@ -61,8 +61,11 @@
 #define GPUFPGA_MAX_VECS	(2 * GPUFPGA_MAX_CHANNELS + GPUFPGA_USER_IRQS)
 /* Requests ended per hold of a channel's lock, interrupts off. */
 #define GPUFPGA_FINISH_BATCH	16
-/* Looks a jiffy apart at a completed count that lags its chain's stop. */
-#define GPUFPGA_STALE_LOOKS	8
+/*
+ * A completed count that lags its chain's stop is looked at again after
+ * 1 << looks jiffies, looks growing to this.
+ */
+#define GPUFPGA_STALE_LOOKS	6
 
 /* params.c */
 extern unsigned int gpufpga_max_descs;
@@ -197,7 +200,8 @@ struct gpufpga_chan {
 	 */
 	u32 status_seen;
 	bool stop_may_be_stale;		/* the last chain's stop was not read */
-	u8 stale_looks;			/* quick looks at a count lagging its stop */
+	u8 stale_looks;			/* looks at a count lagging its stop */
+	bool stopping;			/* gpufpga_finish_queued walks the queue */
 	int acq_error;			/* the stream must end with it */
 	/* Watchdog: a lost interrupt, a timeout, a stream that must end. */
 	struct delayed_work work;
@@ -467,6 +471,7 @@ int gpufpga_discover_channels(struct gpufpga_dev *dev);
 /* user_irq.c */
 void gpufpga_user_init(struct gpufpga_dev *dev);
 void gpufpga_user_program(struct gpufpga_dev *dev);
+void gpufpga_user_mask(struct gpufpga_dev *dev);
 void gpufpga_user_disable(struct gpufpga_dev *dev);
 bool gpufpga_user_irq(struct gpufpga_dev *dev, int index);
 void gpufpga_user_open(struct gpufpga_file *f);

@@ -316,7 +316,8 @@ static int gpufpga_setup_irqs(struct gpufpga_dev *dev)
 	dev->nvecs = ret;
 	dev->chan_nvecs = min(ret, nchan);
 	dev->user_own = ret >= nchan + GPUFPGA_USER_IRQS;
-	dev->user_vec = dev->user_own ? nchan : 0;
+	/* Short of one each, the lines share a vector: a spare one if any. */
+	dev->user_vec = ret > nchan ? nchan : 0;
 	dev->intx = !pdev->msix_enabled && !pdev->msi_enabled;
 	dev->irq_kind = pdev->msix_enabled ? "MSI-X" : pdev->msi_enabled ? "MSI" : "INTx";
 	for (i = 0; i < dev->nvecs; i++) {
@@ -406,6 +407,8 @@ static int gpufpga_stop_engines(struct gpufpga_dev *dev)
 	if (READ_ONCE(dev->link_down))
 		return -ENODEV;
 	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+	/* User lines an earlier owner enabled: none may hold INTx up. */
+	gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_USER_INT_ENABLE_W1C, ~0U);
 	/* All stop at once; then each is waited for, and cut off if it must. */
 	gpufpga_for_each_chan(dev, ch, ci) {
 		gpufpga_write(dev, gpufpga_chan_reg(ch, XDMA_REG_INT_ENABLE), 0);

@@ -43,6 +43,7 @@ u32 gpufpga_read(struct gpufpga_dev *dev, u32 off)
 	if (unlikely(v == GPUFPGA_DEAD) && !READ_ONCE(dev->link_down) && gpufpga_link_lost(dev)) {
 		WRITE_ONCE(dev->link_down, true);
 		dev_err(&dev->pdev->dev, "register %#x reads all ones: link down\n", off);
+		wake_up_all(&dev->user_wq);	/* user interrupt waiters */
 	}
 	return v;
 }

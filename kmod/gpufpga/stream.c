@@ -221,11 +221,12 @@ static void gpufpga_fill_event(struct gpufpga_chan *ch, struct gpufpga_stream_st
 }
 
 /*
- * Reports a filled slot with its record, made when the stream started.
- * Records wait for read(); a client that releases slots without reading
- * them would let them pile up, so the stream ends with -EOVERFLOW instead
- * when the slot's last record is still unread, or past max_queued unread
- * records on the file. Under ch->lock, maybe in hard IRQ.
+ * Reports a filled slot with one of its two records, made when the stream
+ * started: a client may read a slot's record lazily, a ring behind. One
+ * that releases slots without reading them would let records pile up, so
+ * the stream ends with -EOVERFLOW instead when both of the slot's records
+ * are unread, or past max_queued unread records on the file. Under
+ * ch->lock, maybe in hard IRQ.
  */
 static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 bytes, u32 flags)
 {
@@ -236,9 +237,12 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 bytes, u32 f
 	if (atomic_read(&st->file->nevents) >= gpufpga_max_queued)
 		return -EOVERFLOW;
 	/* Pairs with the release in gpufpga_event_free: ev is ours again. */
-	if (smp_load_acquire(&ev->queued))
-		return -EOVERFLOW;
-	ev->queued = true;
+	if (smp_load_acquire(&ev->queued)) {
+		ev = &st->events->ev[st->nslots + slot];
+		if (smp_load_acquire(&ev->queued))
+			return -EOVERFLOW;
+	}
+	WRITE_ONCE(ev->queued, true);
 	kref_get(&st->events->ref);
 	gpufpga_fill_event(ch, st, ev, GPUFPGA_EVENT_SLOT, slot, bytes, flags, 0, 0);
 	return 0;
@@ -425,7 +429,7 @@ static int gpufpga_resident_drain(struct gpufpga_chan *ch, struct gpufpga_stream
 static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_state *st,
 				 bool *starved, bool *granted)
 {
-	u64 consumed = gpufpga_resident_consumed(st);
+	u64 consumed = gpufpga_resident_consumed(st), used;
 	u32 credits;
 	int n;
 
@@ -446,7 +450,8 @@ static int gpufpga_resident_pass(struct gpufpga_chan *ch, struct gpufpga_stream_
 	 * it holds by the fills its own count shows, which a consumer count
 	 * run ahead of the engine (a bug in user code) cannot move on.
 	 */
-	credits = min_t(u64, credits, st->seq + XDMA_MAX_CREDITS - st->granted);
+	used = st->granted - st->seq;
+	credits = min_t(u64, credits, used < XDMA_MAX_CREDITS ? XDMA_MAX_CREDITS - used : 0);
 	if (credits) {
 		gpufpga_chan_add_credits(ch, credits);
 		st->granted += credits;
@@ -1030,7 +1035,7 @@ int gpufpga_ioctl_stream_start(struct gpufpga_file *f, void __user *arg, unsigne
 	st->descs = kvcalloc(gpufpga_stream_max_descs(), sizeof(*st->descs), GFP_KERNEL_ACCOUNT);
 	st->end = kzalloc(sizeof(*st->end), GFP_KERNEL_ACCOUNT);
 	if (!st->resident)
-		st->events = gpufpga_event_block_alloc(a.nslots);
+		st->events = gpufpga_event_block_alloc(2 * a.nslots);
 	st->held = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
 	st->released = bitmap_zalloc(a.nslots, GFP_KERNEL_ACCOUNT);
 	if (!st->mems || !st->first || !st->descs || !st->end || !st->held || !st->released ||

@@ -46,13 +46,29 @@ void gpufpga_user_program(struct gpufpga_dev *dev)
 
 	for (reg = 0; reg < GPUFPGA_USER_IRQS / 4; reg++) {
 		map = 0;
-		for (i = 0; dev->user_own && i < 4; i++)
-			map |= (u32)(dev->user_vec + reg * 4 + i) << (i * 8);
+		for (i = 0; i < 4; i++)
+			map |= (u32)(dev->user_vec + (dev->user_own ? reg * 4 + i : 0)) << (i * 8);
 		gpufpga_write(dev, gpufpga_user_reg(XDMA_REG_USER_VECTOR + reg * 4), map);
 	}
 	spin_lock_irq(&dev->user_lock);
 	gpufpga_write(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE), dev->user_armed);
 	spin_unlock_irq(&dev->user_lock);
+}
+
+/**
+ * gpufpga_user_mask - mask every user line in the IP until it is programmed
+ * again, keeping those armed
+ * @dev: the device
+ *
+ * Quiesce calls it, so that no line held high raises a level interrupt
+ * nobody answers while the function is offline.
+ *
+ * Context: process context.
+ */
+void gpufpga_user_mask(struct gpufpga_dev *dev)
+{
+	gpufpga_write(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE_W1C), ~0U);
+	gpufpga_read(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE));
 }
 
 /**
@@ -64,7 +80,7 @@ void gpufpga_user_program(struct gpufpga_dev *dev)
 void gpufpga_user_disable(struct gpufpga_dev *dev)
 {
 	spin_lock_irq(&dev->user_lock);
-	dev->user_armed = 0;
+	WRITE_ONCE(dev->user_armed, 0);
 	if (!READ_ONCE(dev->link_down))
 		gpufpga_write(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE_W1C), ~0U);
 	spin_unlock_irq(&dev->user_lock);
@@ -85,14 +101,14 @@ bool gpufpga_user_irq(struct gpufpga_dev *dev, int index)
 	unsigned long fired;
 	int line;
 
-	if (!READ_ONCE(dev->user_armed))
+	if (!READ_ONCE(dev->user_armed) || READ_ONCE(dev->offline))
 		return false;
 	if (dev->user_own) {
 		line = index - dev->user_vec;
 		if (line < 0 || line >= GPUFPGA_USER_IRQS)
 			return false;
 		fired = BIT(line);
-	} else if (index == 0) {
+	} else if (index == dev->user_vec) {
 		/* Shared: the request register says which lines are up. */
 		fired = gpufpga_read(dev, gpufpga_user_reg(XDMA_REG_USER_INT_REQUEST));
 		if (fired == GPUFPGA_DEAD)
@@ -104,7 +120,9 @@ bool gpufpga_user_irq(struct gpufpga_dev *dev, int index)
 	fired &= dev->user_armed;
 	if (fired) {
 		gpufpga_write(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE_W1C), fired);
-		dev->user_armed &= ~fired;
+		/* Posted: read back, so that a level interrupt drops now. */
+		gpufpga_read(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE));
+		WRITE_ONCE(dev->user_armed, dev->user_armed & ~fired);
 		for_each_set_bit(line, &fired, GPUFPGA_USER_IRQS)
 			dev->user_counts[line]++;
 	}
@@ -146,15 +164,20 @@ static void gpufpga_user_arm(struct gpufpga_dev *dev, u32 lines)
 	spin_lock_irq(&dev->user_lock);
 	lines &= ~dev->user_armed;
 	if (lines) {
-		dev->user_armed |= lines;
+		WRITE_ONCE(dev->user_armed, dev->user_armed | lines);
 		gpufpga_write(dev, gpufpga_user_reg(XDMA_REG_USER_INT_ENABLE_W1S), lines);
 	}
 	spin_unlock_irq(&dev->user_lock);
 }
 
-static bool gpufpga_user_gone(struct gpufpga_dev *dev)
+/* Why a wait must end without a fire: 0 if it need not. */
+static int gpufpga_user_ended(struct gpufpga_dev *dev)
 {
-	return READ_ONCE(dev->gone) || READ_ONCE(dev->link_down) || READ_ONCE(dev->dead);
+	if (READ_ONCE(dev->gone) || READ_ONCE(dev->link_down) || READ_ONCE(dev->dead))
+		return -ENODEV;
+	if (READ_ONCE(dev->resetting))
+		return -ECONNRESET;
+	return 0;
 }
 
 /*
@@ -178,7 +201,10 @@ static u32 gpufpga_user_fired(struct gpufpga_file *f, u32 lines, u64 *counts)
 	return fired;
 }
 
-/* f has been told of @fired up to @counts: what fires later is new. */
+/*
+ * f has been told of @fired up to @counts: what fires later is new. Only
+ * forward: another thread's call on f may have told it of later ones.
+ */
 static void gpufpga_user_take(struct gpufpga_file *f, u32 fired, const u64 *counts)
 {
 	unsigned long told = fired;
@@ -186,7 +212,8 @@ static void gpufpga_user_take(struct gpufpga_file *f, u32 fired, const u64 *coun
 
 	spin_lock_irq(&f->dev->user_lock);
 	for_each_set_bit(line, &told, GPUFPGA_USER_IRQS)
-		f->user_seen[line] = counts[line];
+		if (counts[line] > f->user_seen[line])
+			f->user_seen[line] = counts[line];
 	spin_unlock_irq(&f->dev->user_lock);
 }
 
@@ -211,19 +238,21 @@ int gpufpga_ioctl_user_irq(struct gpufpga_file *f, void __user *arg, unsigned in
 		return ret;
 	if (!a.lines || a.lines & ~GENMASK(GPUFPGA_USER_IRQS - 1, 0) || a.pad)
 		return -EINVAL;
-	if (gpufpga_user_gone(dev))
-		return -ENODEV;
+	ret = gpufpga_user_ended(dev);
+	if (ret)
+		return ret;
 	gpufpga_user_arm(dev, a.lines);
 	if (a.msecs) {
 		left = wait_event_interruptible_timeout(dev->user_wq,
 							gpufpga_user_fired(f, a.lines, NULL) ||
-							gpufpga_user_gone(dev),
+							gpufpga_user_ended(dev),
 							msecs_to_jiffies(a.msecs));
 		if (left < 0)
-			return -EINTR;
+			return left;	/* -ERESTARTSYS: a signal */
 	}
-	if (gpufpga_user_gone(dev))
-		return -ENODEV;
+	ret = gpufpga_user_ended(dev);
+	if (ret)
+		return ret;
 	a.fired = gpufpga_user_fired(f, a.lines, a.counts);
 	if (!a.fired)
 		return a.msecs ? -ETIMEDOUT : -EAGAIN;

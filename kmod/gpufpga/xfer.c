@@ -259,9 +259,18 @@ static void gpufpga_start_next(struct gpufpga_chan *ch)
 	struct gpufpga_req *r;
 
 	lockdep_assert_held(&ch->lock);
+	if (ch->stopping)
+		return;	/* gpufpga_finish_queued walks the queue */
+	if (!ch->active && !list_empty(&ch->queue) &&
+	    (READ_ONCE(dev->link_down) || READ_ONCE(dev->dead))) {
+		/* Nothing can start: the watchdog ends them, a batch at a time. */
+		ch->deadline = jiffies;
+		mod_delayed_work(gpufpga_wq, &ch->work, 0);
+		return;
+	}
 	while (!ch->active && !list_empty(&ch->queue)) {
 		r = list_first_entry(&ch->queue, struct gpufpga_req, chan_node);
-		if (!r->ready && !READ_ONCE(dev->link_down) && !READ_ONCE(dev->dead)) {
+		if (!r->ready) {
 			queue_work(gpufpga_wq, &ch->build_work);
 			return;
 		}
@@ -339,10 +348,11 @@ static bool gpufpga_chain_ended(struct gpufpga_chan *ch, u32 seen)
 		return true;
 	if (seen & XDMA_STAT_BUSY) {
 		ch->status_seen &= ~XDMA_STAT_DESC_STOPPED;
-	} else if (ch->stale_looks < GPUFPGA_STALE_LOOKS) {
-		/* Past a few looks a jiffy apart, the deadline's watchdog. */
-		ch->stale_looks++;
-		mod_delayed_work(gpufpga_wq, &ch->work, 1);
+	} else {
+		/* Looks further apart each time: 1, 2, 4 ... 64 jiffies. */
+		mod_delayed_work(gpufpga_wq, &ch->work, 1UL << ch->stale_looks);
+		if (ch->stale_looks < GPUFPGA_STALE_LOOKS)
+			ch->stale_looks++;
 	}
 	return false;
 }
@@ -503,12 +513,25 @@ static void gpufpga_xfer_watchdog(struct gpufpga_chan *ch)
 	spin_lock_irq(&ch->lock);
 	r = ch->active;
 	run = ch->runs;
-	if (!r || ch->halting)
+	if (ch->halting)
 		goto out;
+	if (!r) {
+		/* Queued behind a device that is gone: gpufpga_start_next. */
+		if (list_empty(&ch->queue) || (!READ_ONCE(dev->link_down) && !READ_ONCE(dev->dead)))
+			goto out;
+		spin_unlock_irq(&ch->lock);
+		gpufpga_chan_drop_all(ch, -ENODEV);
+		return;
+	}
 	/* A read that finds the link down says so: ask it after. */
 	status = gpufpga_chan_status(ch);
 	if (READ_ONCE(dev->link_down)) {
 		spin_unlock_irq(&ch->lock);
+		/*
+		 * The engine cannot be asked whether it stopped: keep it off
+		 * the bus, in case the link comes back, before its pins go.
+		 */
+		gpufpga_dev_cut_bus(dev);
 		gpufpga_chan_drop_all(ch, -ENODEV);
 		return;
 	}
@@ -577,46 +600,43 @@ static bool gpufpga_req_uses(struct gpufpga_req *r, struct gpufpga_mem *m)
 }
 
 /*
- * Ends up to GPUFPGA_FINISH_BATCH of the queued requests that match, and
- * returns whether any are left. Called with ch->lock held.
- */
-static bool gpufpga_finish_queued_some(struct gpufpga_chan *ch, struct gpufpga_file *f,
-				       struct gpufpga_mem *m, int error)
-{
-	struct gpufpga_req *r, *tmp;
-	unsigned int n = 0;
-
-	lockdep_assert_held(&ch->lock);
-	list_for_each_entry_safe(r, tmp, &ch->queue, chan_node) {
-		if ((f && r->file != f) || (m && !gpufpga_req_uses(r, m)))
-			continue;
-		if (n++ == GPUFPGA_FINISH_BATCH)
-			return true;
-		list_del(&r->chan_node);
-		if (error == -EKEYREVOKED)
-			ch->revoked++;
-		gpufpga_finish(ch, r, error, 0, 0);
-	}
-	return false;
-}
-
-/*
- * Ends the queued requests that match, a batch per hold of ch->lock, so
- * that interrupts are off for a bounded time however long the queue.
- * Called with ch->mutex held (no CANCEL meanwhile), ch->lock not held.
+ * Ends the queued requests that match. Interrupts are off for a bounded
+ * time however long the queue: at most GPUFPGA_FINISH_BATCH requests are
+ * looked at per hold of ch->lock, and the walk goes on from where it
+ * stopped. While it runs, ch->stopping keeps every request in the queue
+ * (gpufpga_start_next starts none), and ch->mutex keeps CANCEL out, so
+ * the cursor stays in the queue; new requests only join at its tail.
+ * Called with ch->mutex held, ch->lock not held.
  */
 static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *f,
 				  struct gpufpga_mem *m, int error)
 {
-	bool more;
+	struct gpufpga_req *r, *next;
+	unsigned int n;
 
 	lockdep_assert_held(&ch->mutex);
-	do {
-		spin_lock_irq(&ch->lock);
-		more = gpufpga_finish_queued_some(ch, f, m, error);
+	spin_lock_irq(&ch->lock);
+	ch->stopping = true;
+	r = list_first_entry_or_null(&ch->queue, struct gpufpga_req, chan_node);
+	while (r) {
+		for (n = 0; r && n < GPUFPGA_FINISH_BATCH; n++) {
+			next = list_is_last(&r->chan_node, &ch->queue) ? NULL : list_next_entry(r, chan_node);
+			if ((!f || r->file == f) && (!m || gpufpga_req_uses(r, m))) {
+				list_del(&r->chan_node);
+				if (error == -EKEYREVOKED)
+					ch->revoked++;
+				gpufpga_finish(ch, r, error, 0, 0);
+			}
+			r = next;
+		}
+		if (!r)
+			break;
 		spin_unlock_irq(&ch->lock);
 		cond_resched();
-	} while (more);
+		spin_lock_irq(&ch->lock);
+	}
+	ch->stopping = false;
+	spin_unlock_irq(&ch->lock);
 }
 
 /*
@@ -837,7 +857,7 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
 	if (short_chain && list_is_first(&r->chan_node, &ch->queue)) {
-		if (!ch->active && !ch->stop_may_be_stale && !READ_ONCE(ch->dev->dead) &&
+		if (!ch->active && !ch->stop_may_be_stale && !ch->stopping && !READ_ONCE(ch->dev->dead) &&
 		    !READ_ONCE(ch->dev->link_down)) {
 			/*
 			 * The last chain's stop was read with it: the engine

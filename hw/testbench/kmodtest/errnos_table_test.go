@@ -20,6 +20,6 @@ var callErrnos = map[string][]unix.Errno{
 	"STREAM_START":   {unix.EINVAL, unix.EBUSY, unix.ENOENT, unix.EKEYREVOKED, unix.E2BIG, unix.ENOMEM, unix.ENODEV, unix.ECONNRESET},
 	"STREAM_RELEASE": {unix.EINVAL, unix.ENOENT, unix.ENOMEM},
 	"STREAM_STOP":    {unix.EINVAL, unix.ENOENT},
-	"USER_IRQ":       {unix.EINVAL, unix.EAGAIN, unix.ETIMEDOUT, unix.EINTR, unix.ENODEV},
+	"USER_IRQ":       {unix.EINVAL, unix.EAGAIN, unix.ETIMEDOUT, unix.EINTR, unix.ENODEV, unix.ECONNRESET},
 	"read":           {unix.EINVAL, unix.EAGAIN, unix.EINTR, unix.EFAULT, unix.ENODEV},
 }

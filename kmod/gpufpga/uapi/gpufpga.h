@@ -402,8 +402,8 @@ struct gpufpga_completion {
  * meanwhile is lost upstream, where the FPGA counts it. The stream ends
  * (a STREAM_END record) on STOP, on close, when a pin is revoked, or on an
  * engine error. It ends with -EOVERFLOW when a slot fills while its last
- * SLOT record is still unread, or past gpufpga_info.max_queued unread
- * records on the file: read records before releasing their slots.
+ * two SLOT records are still unread, or past gpufpga_info.max_queued
+ * unread records on the file: read records before releasing their slots.
  *
  * Each stream has an id, never 0 and never reused while the module is
  * loaded, which its SLOT and STREAM_END records carry and which
@@ -557,7 +557,9 @@ struct gpufpga_stream_stop {
  *
  * Errors: -EINVAL (@lines 0 or past line 15, @pad not 0), -EAGAIN (none
  * fired, @msecs 0), -ETIMEDOUT (none fired in @msecs), -EINTR
- * (a signal), -ENODEV (the card is gone or its link is down).
+ * (a signal), -ENODEV (the card is gone or its link is down),
+ * -ECONNRESET (the card is being reset, or recovers from an error: wait
+ * again once it is back).
  */
 struct gpufpga_user_irq {
 	__u32 lines;
