@@ -7,7 +7,6 @@
 
 #include "gpufpga.h"
 
-
 /*
  * A read that a device off the bus answers with all ones is confirmed before
  * the link is declared down: a count register can hold all ones, but the

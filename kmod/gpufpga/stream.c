@@ -239,6 +239,7 @@ static int gpufpga_post_slot(struct gpufpga_chan *ch, u32 slot, u64 bytes, u32 f
 	/* Pairs with the release in gpufpga_event_free: ev is ours again. */
 	if (smp_load_acquire(&ev->queued)) {
 		ev = &st->events->ev[st->nslots + slot];
+		/* As above, for the slot's second record. */
 		if (smp_load_acquire(&ev->queued))
 			return -EOVERFLOW;
 	}

@@ -620,7 +620,8 @@ static void gpufpga_finish_queued(struct gpufpga_chan *ch, struct gpufpga_file *
 	r = list_first_entry_or_null(&ch->queue, struct gpufpga_req, chan_node);
 	while (r) {
 		for (n = 0; r && n < GPUFPGA_FINISH_BATCH; n++) {
-			next = list_is_last(&r->chan_node, &ch->queue) ? NULL : list_next_entry(r, chan_node);
+			next = list_is_last(&r->chan_node, &ch->queue) ? NULL :
+			       list_next_entry(r, chan_node);
 			if ((!f || r->file == f) && (!m || gpufpga_req_uses(r, m))) {
 				list_del(&r->chan_node);
 				if (error == -EKEYREVOKED)
@@ -857,8 +858,8 @@ static int gpufpga_submit(struct gpufpga_req *r)
 	kref_get(&r->ref);	/* the channel's */
 	list_add_tail(&r->chan_node, &ch->queue);
 	if (short_chain && list_is_first(&r->chan_node, &ch->queue)) {
-		if (!ch->active && !ch->stop_may_be_stale && !ch->stopping && !READ_ONCE(ch->dev->dead) &&
-		    !READ_ONCE(ch->dev->link_down)) {
+		if (!ch->active && !ch->stop_may_be_stale && !ch->stopping &&
+		    !READ_ONCE(ch->dev->dead) && !READ_ONCE(ch->dev->link_down)) {
 			/*
 			 * The last chain's stop was read with it: the engine
 			 * fetches nothing more from its ring, which is rerun.
