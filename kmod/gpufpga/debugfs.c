@@ -104,7 +104,8 @@ static int regs_show(struct seq_file *s, void *unused)
 			off = base + chan_regs[i];
 			seq_printf(s, "%#06x %#010x\n", off, gpufpga_read(dev, off));
 		}
-		base = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA, ch->index);
+		base = XDMA_BASE(ch->dir ? XDMA_TARGET_C2H_SGDMA : XDMA_TARGET_H2C_SGDMA,
+				 ch->index);
 		for (i = 0; i < ARRAY_SIZE(sgdma_regs); i++) {
 			off = base + sgdma_regs[i];
 			seq_printf(s, "%#06x %#010x\n", off, gpufpga_read(dev, off));

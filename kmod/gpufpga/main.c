@@ -51,7 +51,8 @@ static int gpufpga_ioctl_info(struct gpufpga_file *f, void __user *arg, unsigned
 			u32 *flags = dir ? &a.c2h[i] : &a.h2c[i];
 
 			if (ch->present)
-				*flags = GPUFPGA_CHAN_PRESENT | (ch->stream ? GPUFPGA_CHAN_STREAM : 0);
+				*flags = GPUFPGA_CHAN_PRESENT |
+					 (ch->stream ? GPUFPGA_CHAN_STREAM : 0);
 		}
 	}
 	a.pin_kinds = gpufpga_pin_kinds();
@@ -348,7 +349,8 @@ static void gpufpga_teardown_irqs(struct gpufpga_dev *dev)
 	int i;
 
 	if (!READ_ONCE(dev->link_down))
-		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C, ~0U);
+		gpufpga_write(dev, XDMA_BASE(XDMA_TARGET_IRQ, 0) + XDMA_REG_CHAN_INT_ENABLE_W1C,
+			      ~0U);
 	gpufpga_user_disable(dev);
 	dev->irq_enabled = 0;
 	dev->chan_vectors[0] = 0;

@@ -18,6 +18,10 @@
 #include "gpufpga.h"
 #include "trace.h"
 
+/* The DMA mapping layout this driver reads (nv-p2p.h). */
+#define GPUFPGA_NV_MAP_MAJOR	NVIDIA_P2P_MAJOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION)
+#define GPUFPGA_NV_MAP_MINOR	NVIDIA_P2P_MINOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION)
+
 GPUFPGA_IMPORT_DMA_BUF_NS();
 
 static DEFINE_MUTEX(gpufpga_nv_lock);
@@ -44,6 +48,7 @@ int gpufpga_register_nv(const struct gpufpga_nv_ops *ops)
 		pr_notice("gpufpga: GPU pins available through NVIDIA P2P\n");
 	return ret;
 }
+
 /* Not GPL-only: the bridge links NVIDIA's proprietary exports too. */
 EXPORT_SYMBOL(gpufpga_register_nv);
 
@@ -256,8 +261,8 @@ static void gpufpga_count_runs(struct gpufpga_mem *m)
 static int gpufpga_nv_take_map(struct gpufpga_mem *m, struct nvidia_p2p_dma_mapping *map)
 {
 	lockdep_assert_held(&m->lock);
-	if (NVIDIA_P2P_MAJOR_VERSION(map->version) != NVIDIA_P2P_MAJOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
-	    NVIDIA_P2P_MINOR_VERSION(map->version) < NVIDIA_P2P_MINOR_VERSION(NVIDIA_P2P_DMA_MAPPING_VERSION) ||
+	if (NVIDIA_P2P_MAJOR_VERSION(map->version) != GPUFPGA_NV_MAP_MAJOR ||
+	    NVIDIA_P2P_MINOR_VERSION(map->version) < GPUFPGA_NV_MAP_MINOR ||
 	    map->entries != m->npages) {
 		dev_info_ratelimited(&m->dev->pdev->dev, "GPU pin: DMA mapping version %#x, %u entries not supported\n",
 				     map->version, map->entries);

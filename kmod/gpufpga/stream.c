@@ -302,7 +302,8 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 		if (st->fill_descs + 1 < gpufpga_slot_descs(st, slot)) {
 			if (len != st->descs[d].len) {
 				dev_warn_ratelimited(&ch->dev->pdev->dev, "C2H channel %u: slot %u: a packet ended after %u of descriptor %u's %u bytes (status %#x)\n",
-						     ch->index, slot, len, d, st->descs[d].len, status);
+						     ch->index, slot, len, d, st->descs[d].len,
+						     status);
 				return -EPROTO;
 			}
 			res[d].status = 0;
@@ -315,7 +316,8 @@ static int gpufpga_stream_collect(struct gpufpga_chan *ch)
 					status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
 		if (ret)
 			return ret;	/* the stream ends with it: nothing unreported */
-		trace_gpufpga_stream_slot(ch->dev->id, ch->index, slot, st->seq, st->fill_bytes + len,
+		trace_gpufpga_stream_slot(ch->dev->id, ch->index, slot, st->seq,
+					  st->fill_bytes + len,
 					  status & XDMA_RESULT_EOP ? GPUFPGA_SLOT_EOP : 0);
 		res[d].status = 0;
 		set_bit(slot, st->held);
@@ -511,7 +513,8 @@ static void gpufpga_resident_order(struct gpufpga_dev *dev, bool start)
 	if (start && !dev->resident_streams++ &&
 	    !pcie_capability_read_word(dev->pdev, PCI_EXP_DEVCTL, &ctl) &&
 	    !PCI_POSSIBLE_ERROR(ctl) && ctl & PCI_EXP_DEVCTL_RELAX_EN) {
-		pcie_capability_write_word(dev->pdev, PCI_EXP_DEVCTL, ctl & ~PCI_EXP_DEVCTL_RELAX_EN);
+		pcie_capability_write_word(dev->pdev, PCI_EXP_DEVCTL,
+					   ctl & ~PCI_EXP_DEVCTL_RELAX_EN);
 		dev->relaxed_off = true;
 	} else if (!start && !--dev->resident_streams && dev->relaxed_off) {
 		dev->relaxed_off = false;
@@ -731,7 +734,8 @@ static void gpufpga_stream_load(struct gpufpga_ring *ring, struct gpufpga_stream
 	for (i = 0; i < n; i++, d++) {
 		u32 next = (i + 1) % n;
 		dma_addr_t next_addr = ring->bus + (u64)next * XDMA_DESC_SIZE;
-		u32 control = XDMA_DESC_MAGIC << 16 | gpufpga_adjacent_after(next_addr, n - next - 1) << 8;
+		u32 control = XDMA_DESC_MAGIC << 16 |
+			      gpufpga_adjacent_after(next_addr, n - next - 1) << 8;
 		dma_addr_t result = results + (u64)i * XDMA_RESULT_SIZE;
 
 		if (st->resident) {
@@ -799,7 +803,7 @@ static void gpufpga_stream_run(struct gpufpga_chan *ch, struct gpufpga_stream_st
 /* The ring's descriptor limit: the channel's ring and the credit counter. */
 static u32 gpufpga_stream_max_descs(void)
 {
-	return min(gpufpga_max_descs, (unsigned int)XDMA_MAX_CREDITS);
+	return min_t(unsigned int, gpufpga_max_descs, XDMA_MAX_CREDITS);
 }
 
 /*

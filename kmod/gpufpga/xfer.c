@@ -955,7 +955,8 @@ int gpufpga_ioctl_xfer(struct gpufpga_file *f, void __user *arg, unsigned int si
 	int ret;
 
 	lockdep_assert_held(&dev->ioctl_rwsem);
-	ret = gpufpga_copy_in(&a, sizeof(a), arg, size, offsetofend(struct gpufpga_xfer, user_data));
+	ret = gpufpga_copy_in(&a, sizeof(a), arg, size,
+			      offsetofend(struct gpufpga_xfer, user_data));
 	if (ret)
 		return ret;
 	ret = gpufpga_check_xfer_arg(dev, &a);
