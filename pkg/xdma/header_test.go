@@ -24,7 +24,10 @@ var cHeader = map[string]uint64{
 	"XDMA_REG_CHAN_INT_ENABLE": RegChanIntEnable, "XDMA_REG_CHAN_INT_ENABLE_W1S": RegChanIntEnableW1S,
 	"XDMA_REG_CHAN_INT_ENABLE_W1C": RegChanIntEnableW1C, "XDMA_REG_CHAN_INT_REQUEST": RegChanIntRequest,
 	"XDMA_REG_CHAN_INT_PENDING": RegChanIntPending, "XDMA_REG_CHAN_VECTOR": RegChanVector,
-	"XDMA_ID_SUBSYSTEM": identifierSubsystem, "XDMA_DESC_SIZE": DescSize, "XDMA_DESC_MAGIC": DescMagic,
+	"XDMA_REG_USER_INT_ENABLE": RegUserIntEnable, "XDMA_REG_USER_INT_ENABLE_W1S": RegUserIntEnableW1S,
+	"XDMA_REG_USER_INT_ENABLE_W1C": RegUserIntEnableW1C, "XDMA_REG_USER_INT_REQUEST": RegUserIntRequest,
+	"XDMA_REG_USER_VECTOR": RegUserVector,
+	"XDMA_ID_SUBSYSTEM":    identifierSubsystem, "XDMA_DESC_SIZE": DescSize, "XDMA_DESC_MAGIC": DescMagic,
 	"XDMA_DESC_MAX_ADJ": MaxNextAdjacent, "XDMA_DESC_BLOCK": AdjacentBlock, "XDMA_RESULT_SIZE": ResultSize,
 	"XDMA_RESULT_MAGIC": ResultMagic,
 }
