@@ -34,12 +34,20 @@ const userWaitSlice = 100 * time.Millisecond
 // is masked by the driver until the next call enables it again: serve the
 // user logic (through its registers) before waiting again, or a request it
 // holds high fires at once. Lines that fired before the call, since the
-// last report, are reported at once.
+// Device last reported them, are reported at once. Reports are per
+// Device: wait for a line from one goroutine.
+//
+// It returns ctx's error (wrapped) within about 100 ms of ctx ending, and
+// ErrInvalid, ErrReset (the card is being reset or recovers: wait again
+// once it is back), ErrDeviceGone or os.ErrClosed.
 func (d *Device) WaitUserInterrupt(ctx context.Context, lines uint16) (UserInterrupts, error) {
 	if lines == 0 {
 		return UserInterrupts{}, &Error{Op: "user interrupt", Err: unix.EINVAL, Kind: ErrInvalid, Detail: "no line asked for"}
 	}
 	for {
+		if err := ctx.Err(); err != nil {
+			return UserInterrupts{}, fmt.Errorf("gpufpga user interrupt: lines %#x: %w", lines, err)
+		}
 		a := userIRQArg{Lines: uint32(lines), Msecs: uint32(userWaitSlice / time.Millisecond)}
 		if dl, ok := ctx.Deadline(); ok {
 			if left := time.Until(dl); left < userWaitSlice {
@@ -53,9 +61,7 @@ func (d *Device) WaitUserInterrupt(ctx context.Context, lines uint16) (UserInter
 			copy(u.Counts[:], a.Counts[:])
 			return u, nil
 		case errors.Is(err, unix.ETIMEDOUT), errors.Is(err, unix.EINTR):
-			if cerr := ctx.Err(); cerr != nil {
-				return UserInterrupts{}, fmt.Errorf("gpufpga user interrupt: lines %#x: %w", lines, cerr)
-			}
+			// A slice ended: look at ctx again.
 		default:
 			return UserInterrupts{}, newError("user interrupt", err, fmt.Sprintf("lines %#x", lines))
 		}

@@ -8,12 +8,12 @@ package userregs
 import (
 	"errors"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -49,8 +49,8 @@ func openAt(sysfs, device string) (*Registers, error) {
 		return nil, fmt.Errorf("userregs: %s: which BAR is the engine's (a gpufpga that exports dma_bar?): %w", name, err)
 	}
 	dma, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return nil, fmt.Errorf("userregs: %s: dma_bar %q: %w", name, b, err)
+	if err != nil || dma < 0 || dma > 5 {
+		return nil, fmt.Errorf("userregs: %s: dma_bar %q is not a BAR number", name, b)
 	}
 	if dma == 0 {
 		return nil, fmt.Errorf("userregs: %s: %w", name, ErrNoUserBAR)
@@ -69,7 +69,7 @@ func openAt(sysfs, device string) (*Registers, error) {
 	if err != nil {
 		return nil, fmt.Errorf("userregs: %w", err)
 	}
-	if st.Size() < 4 || st.Size() > 1<<40 {
+	if st.Size() < 4 || st.Size() > math.MaxInt32 {
 		return nil, fmt.Errorf("userregs: %s: a BAR of %d bytes", path, st.Size())
 	}
 	mem, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
@@ -97,7 +97,8 @@ func (r *Registers) word(off uint32) (*uint32, error) {
 	return (*uint32)(unsafe.Pointer(&r.mem[off])), nil
 }
 
-// Read32 reads the register at byte offset off.
+// Read32 reads the register at byte offset off. A card off the bus reads
+// all ones.
 func (r *Registers) Read32(off uint32) (uint32, error) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
@@ -105,8 +106,7 @@ func (r *Registers) Read32(off uint32) (uint32, error) {
 	if err != nil {
 		return 0, err
 	}
-	// One 32-bit load: one AXI-Lite read, never split or merged.
-	return atomic.LoadUint32(w), nil
+	return load32(w), nil
 }
 
 // Write32 writes v to the register at byte offset off.
@@ -117,9 +117,21 @@ func (r *Registers) Write32(off, v uint32) error {
 	if err != nil {
 		return err
 	}
-	atomic.StoreUint32(w, v)
+	store32(w, v)
 	return nil
 }
+
+// load32 and store32 are one plain 32-bit access each: one AXI-Lite
+// transaction, never split, merged or dropped (not inlined, so the
+// compiler cannot fold two of them). Not sync/atomic: its store is a
+// locked exchange on amd64, a read before the write, which the user
+// logic would see as a read of the register.
+//
+//go:noinline
+func load32(p *uint32) uint32 { return *p }
+
+//go:noinline
+func store32(p *uint32, v uint32) { *p = v }
 
 // Close unmaps the BAR. Closing a closed Registers does nothing.
 func (r *Registers) Close() error {

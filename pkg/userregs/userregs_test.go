@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -79,6 +80,22 @@ func TestReadWrite(t *testing.T) {
 	}
 	if _, err := r.Read32(0); !errors.Is(err, os.ErrClosed) {
 		t.Fatalf("Read32 after Close: %v, want os.ErrClosed", err)
+	}
+	if err := r.Write32(0, 1); !errors.Is(err, os.ErrClosed) {
+		t.Fatalf("Write32 after Close: %v, want os.ErrClosed", err)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("Len after Close: %d", r.Len())
+	}
+}
+
+func TestBadDMABar(t *testing.T) {
+	for _, v := range []string{"x", "-1", "6", ""} {
+		root := fakeSysfs(t, v, make([]byte, 4096))
+		_, err := openAt(root, "/dev/gpufpga0")
+		if err == nil || !strings.Contains(err.Error(), "is not a BAR number") {
+			t.Errorf("dma_bar %q: %v, want \"is not a BAR number\"", v, err)
+		}
 	}
 }
 

@@ -175,9 +175,15 @@ func parseUserAccess(arg string) (userAccess, error) {
 func userRegs(g *globals, acc []userAccess) error {
 	r, err := userregs.Open(g.device)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w (the user BAR needs root, and a gpufpga that gives its dma_bar)", err)
 	}
 	defer r.Close()
+	// Every offset is checked against the BAR before the first access.
+	for _, a := range acc {
+		if uint64(a.Offset)+4 > uint64(r.Len()) {
+			return usageErr("offset %#x: past the user BAR's %d bytes", a.Offset, r.Len())
+		}
+	}
 	for i := range acc {
 		if acc[i].Write {
 			err = r.Write32(acc[i].Offset, acc[i].Value)
