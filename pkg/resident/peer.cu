@@ -65,24 +65,12 @@ struct peer_ctl {
 	u64 credit; // the consumer index, as the credit poller last saw it
 };
 
+#include "resident_ops.cuh"
+
 __device__ static inline u64 globaltimer(void)
 {
 	u64 v;
 	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-	return v;
-}
-
-__device__ static inline u64 clock64(void)
-{
-	u64 v;
-	asm volatile("mov.u64 %0, %%clock64;" : "=l"(v));
-	return v;
-}
-
-__device__ static inline u64 ld_acquire_sys(const void *p)
-{
-	u64 v;
-	asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
 	return v;
 }
 
@@ -93,46 +81,9 @@ __device__ static inline u64 ld_volatile64(const void *p)
 	return v;
 }
 
-__device__ static inline void st_volatile64(void *p, u64 v)
-{
-	asm volatile("st.volatile.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ static inline u64 ld_acquire_gpu(const void *p)
-{
-	u64 v;
-	asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ static inline void st_release_gpu(void *p, u64 v)
-{
-	asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ static inline void st_release_sys(void *p, u64 v)
-{
-	asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 __device__ static inline void st_v2(void *p, u64 a, u64 b)
 {
 	asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-
-__device__ static inline void fence_sys(void)
-{
-	asm volatile("fence.sc.sys;" ::: "memory");
-}
-
-// Word i of fill k (pkg/resident.Word).
-__device__ static inline u64 word(u64 k, u64 src, u64 i)
-{
-	if (i == 0)
-		return k;
-	if (i == 1)
-		return src;
-	return (src + 1) * GOLDEN ^ i;
 }
 
 // Records the first failure and tells every block to leave.

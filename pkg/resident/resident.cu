@@ -96,19 +96,7 @@ struct counters {
 	u64 reserved;
 };
 
-__device__ static inline u64 ld_acquire_sys(const void *p)
-{
-	u64 v;
-	asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ static inline u64 ld_acquire_gpu(const void *p)
-{
-	u64 v;
-	asm volatile("ld.acquire.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
+#include "resident_ops.cuh"
 
 __device__ static inline u32 ld_volatile32(const void *p)
 {
@@ -117,29 +105,9 @@ __device__ static inline u32 ld_volatile32(const void *p)
 	return v;
 }
 
-__device__ static inline void st_release_sys(void *p, u64 v)
-{
-	asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ static inline void st_release_gpu(void *p, u64 v)
-{
-	asm volatile("st.release.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
 __device__ static inline void st_volatile32(void *p, u32 v)
 {
 	asm volatile("st.volatile.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ static inline void st_volatile64(void *p, u64 v)
-{
-	asm volatile("st.volatile.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
-}
-
-__device__ static inline void fence_sys(void)
-{
-	asm volatile("fence.sc.sys;" ::: "memory");
 }
 
 __device__ static inline void fence_gpu(void)
@@ -150,23 +118,6 @@ __device__ static inline void fence_gpu(void)
 __device__ static inline void ld_cv2(const void *p, u64 *a, u64 *b)
 {
 	asm volatile("ld.global.cv.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
-}
-
-__device__ static inline u64 clock64(void)
-{
-	u64 v;
-	asm volatile("mov.u64 %0, %%clock64;" : "=l"(v));
-	return v;
-}
-
-// Expected word i of fill k.
-__device__ static inline u64 word(u64 k, u64 src, u64 i)
-{
-	if (i == 0)
-		return k;
-	if (i == 1)
-		return src;
-	return (src + 1) * GOLDEN ^ i;
 }
 
 // Whether the 16-byte pairs [lo + first, hi) of the slot, stepping by
