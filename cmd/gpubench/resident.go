@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
@@ -46,7 +48,11 @@ func runResident(cfg residentConfig, out string) error {
 	if r.machine, err = describe(g, t0); err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	// Ctrl-C ends the pass as a failure does: what was measured is
+	// still written to the file.
+	sig, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sig, 10*time.Minute)
 	defer cancel()
 	r.Resident, err = measureResident(ctx, g, cfg)
 	r.GPUEnd = nvidiaSMI()
