@@ -67,25 +67,6 @@ struct peer_ctl {
 
 #include "resident_ops.cuh"
 
-__device__ static inline u64 globaltimer(void)
-{
-	u64 v;
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
-	return v;
-}
-
-__device__ static inline u64 ld_volatile64(const void *p)
-{
-	u64 v;
-	asm volatile("ld.volatile.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ static inline void st_v2(void *p, u64 a, u64 b)
-{
-	asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
-}
-
 // Records the first failure and tells every block to leave.
 __device__ static void fail(struct peer_ctl *ctl, u64 code, u64 k, u64 seen)
 {

@@ -98,28 +98,6 @@ struct counters {
 
 #include "resident_ops.cuh"
 
-__device__ static inline u32 ld_volatile32(const void *p)
-{
-	u32 v;
-	asm volatile("ld.volatile.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-	return v;
-}
-
-__device__ static inline void st_volatile32(void *p, u32 v)
-{
-	asm volatile("st.volatile.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-
-__device__ static inline void fence_gpu(void)
-{
-	asm volatile("fence.acq_rel.gpu;" ::: "memory");
-}
-
-__device__ static inline void ld_cv2(const void *p, u64 *a, u64 *b)
-{
-	asm volatile("ld.global.cv.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
-}
-
 // Whether the 16-byte pairs [lo + first, hi) of the slot, stepping by
 // stride, all hold fill k's words.
 __device__ static bool verify(const unsigned char *slot, u64 lo, u64 hi, u64 k, u64 nsrc, u64 first, u64 stride)

@@ -46,6 +46,47 @@ __device__ static inline u64 clock64(void)
 	return v;
 }
 
+__device__ static inline u32 ld_volatile32(const void *p)
+{
+	u32 v;
+	asm volatile("ld.volatile.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline void st_volatile32(void *p, u32 v)
+{
+	asm volatile("st.volatile.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
+__device__ static inline void fence_gpu(void)
+{
+	asm volatile("fence.acq_rel.gpu;" ::: "memory");
+}
+
+__device__ static inline void ld_cv2(const void *p, u64 *a, u64 *b)
+{
+	asm volatile("ld.global.cv.v2.u64 {%0, %1}, [%2];" : "=l"(*a), "=l"(*b) : "l"(p) : "memory");
+}
+
+__device__ static inline u64 globaltimer(void)
+{
+	u64 v;
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(v));
+	return v;
+}
+
+__device__ static inline u64 ld_volatile64(const void *p)
+{
+	u64 v;
+	asm volatile("ld.volatile.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
+__device__ static inline void st_v2(void *p, u64 a, u64 b)
+{
+	asm volatile("st.global.v2.u64 [%0], {%1, %2};" ::"l"(p), "l"(a), "l"(b) : "memory");
+}
+
 // Word i of fill k (pkg/resident.Word).
 __device__ static inline u64 word(u64 k, u64 src, u64 i)
 {
