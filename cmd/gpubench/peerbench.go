@@ -6,6 +6,8 @@ package main
 
 import (
 	"context"
+	_ "embed"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -26,7 +28,24 @@ type peerConfig struct {
 	Rate           float64
 	ThrottledBytes int
 	Timeout        time.Duration // each wait of the peer kernels (default 2 s)
+	// Consumer is GPU 0's consumer: "function", the consumer a user's
+	// function is linked into (the header's kernel: each worker polls
+	// its fill's result), running the pattern check as a linked
+	// function; or "dispatcher", resident_consume (one warp polls the
+	// results and hands fills to the workers).
+	Consumer string
 }
+
+// patternFuncPTX is pattern_func.cu as `make ptx` compiled it.
+//
+//go:embed pattern_func.ptx
+var patternFuncPTX []byte
+
+// The peer pass's consumers.
+const (
+	consumerFunction   = "function"
+	consumerDispatcher = "dispatcher"
+)
 
 func (c *peerConfig) defaults() {
 	if c.NSlots <= 0 {
@@ -41,6 +60,58 @@ func (c *peerConfig) defaults() {
 	if c.Timeout <= 0 {
 		c.Timeout = 2 * time.Second
 	}
+	if c.Consumer == "" {
+		c.Consumer = consumerFunction
+	}
+}
+
+// startConsumer starts GPU 0's consumer on a ring; stop waits until the
+// consumer has published fills (bounded) and stops it.
+type startConsumer func(r *resident.GPURing) (stop func(fills uint64) (resident.Counters, error), err error)
+
+// peerConsumer returns the pass's consumer, linking the pattern function
+// if it runs one (before any kernel runs: loading waits for them).
+func peerConsumer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (startConsumer, func() error, error) {
+	switch cfg.Peer.Consumer {
+	case consumerDispatcher:
+		return func(r *resident.GPURing) (func(uint64) (resident.Counters, error), error) {
+			c, err := k.StartResident(g0, r, resident.Resident{Workers: cfg.Workers})
+			if err != nil {
+				return nil, err
+			}
+			return func(uint64) (resident.Counters, error) { return c.Stop() }, nil
+		}, func() error { return nil }, nil
+	case consumerFunction:
+		f, err := resident.LinkFunc(g0, "pattern_func.ptx", patternFuncPTX)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(r *resident.GPURing) (func(uint64) (resident.Counters, error), error) {
+			state := binary.LittleEndian.AppendUint64(nil, r.NSrc) // struct pattern_state
+			state = binary.LittleEndian.AppendUint64(state, uint64(r.SlotSize))
+			// The consumer word is GPU 0's memory: read by a copy on
+			// the legacy stream, which the consumer's does not hold.
+			published := func() uint64 {
+				n, err := r.ConsumedIndex()
+				if err != nil {
+					return 0
+				}
+				return n
+			}
+			c, err := f.Start(g0, resident.StreamRing{Slots: r.SlotsDev, SlotSize: r.SlotSize, NSlots: r.NSlots,
+				Results: r.ResultsDev, Consumer: r.ConsumerDev, Published: published},
+				resident.FuncConfig{Workers: cfg.Workers, State: state})
+			if err != nil {
+				return nil, err
+			}
+			return func(fills uint64) (resident.Counters, error) {
+				ctx, cancel := context.WithTimeout(ctx, cfg.Peer.Timeout)
+				defer cancel()
+				return c.Stop(ctx, fills)
+			}, nil
+		}, f.Close, nil
+	}
+	return nil, nil, fmt.Errorf("peer consumer %q: %q or %q", cfg.Peer.Consumer, consumerFunction, consumerDispatcher)
 }
 
 // The goals of issue 38 for the peer producer.
@@ -58,6 +129,7 @@ type peerPass struct {
 	ProducerGPU int     `json:"producer_gpu"`
 	ConsumerGPU int     `json:"consumer_gpu"`
 	NSlots      int     `json:"slots_per_ring"`
+	Consumer    string  `json:"consumer"`
 	Rate        float64 `json:"throttled_rate_slots_per_s"`
 	// PingPong is each repeat's bare peer round trips (GPU 1 stores into
 	// GPU 0's memory, GPU 0 answers into GPU 1's, timed on GPU 1 by the
@@ -187,7 +259,7 @@ func (p *peerPass) goals() []goal {
 // measurePeer runs the peer producer's part of a pass with GPU 0's
 // context current: skipped, and said why, where GPU 0 has no peer GPU 1.
 func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (*peerPass, error) {
-	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate}
+	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate, Consumer: cfg.Peer.Consumer}
 	err := p.measure(ctx, g0, k, cfg)
 	if len(p.Runs) > 0 {
 		p.Goals = p.goals()
@@ -249,6 +321,15 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 			pk.Close()
 		}
 	}()
+	start, unload, err := peerConsumer(ctx, g0, k, cfg)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if !stuck(err) {
+			unload()
+		}
+	}()
 	if _, _, err := pk.PingPong(ctx, 1000, cfg.Peer.Timeout); err != nil { // warm up
 		return fmt.Errorf("peer ping-pong, warming up: %w", err)
 	}
@@ -274,7 +355,7 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 	p.PingPongSpread = map[string]spread{"p50_us": spreadOf(p50s), "p99_us": spreadOf(p99s)}
 	pp50, pp99 := median(p50s), median(p99s)
 	for _, size := range cfg.Sizes {
-		run, err := measurePeerSize(ctx, g0, k, pk, cfg, size, pp50, pp99, p.Timer == "sm clock")
+		run, err := measurePeerSize(ctx, g0, start, pk, cfg, size, pp50, pp99, p.Timer == "sm clock")
 		if len(run.Each) > 0 {
 			p.Runs = append(p.Runs, run) // a failed size's runs before the failure too
 		}
@@ -288,7 +369,7 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 // measurePeerSize makes a ring of size-byte slots in GPU 0's memory and
 // measures it cfg.Repeats times: the producer alone, the consumer against
 // it, and the round trips one fill at a time.
-func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, pk *resident.PeerKernels, cfg residentConfig,
+func measurePeerSize(ctx context.Context, g0 *cuda.Device, start startConsumer, pk *resident.PeerKernels, cfg residentConfig,
 	size int, pp50, pp99 float64, smClock bool) (run peerSizeRun, err error) {
 	r, err := resident.NewPeerRing(g0, cfg.Peer.NSlots, size)
 	if err != nil {
@@ -313,7 +394,7 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 		return rate(out.Fills, size, out.Elapsed), out.Blocks, err
 	}
 	for i := range cfg.Repeats {
-		x, err := measurePeerRepeat(ctx, g0, k, pk, r, cfg, base, run.Throttled, smClock, alone)
+		x, err := measurePeerRepeat(ctx, start, pk, r, cfg, base, run.Throttled, smClock, alone)
 		if err != nil {
 			return run, fmt.Errorf("run %d of %d: %w", i+1, cfg.Repeats, err)
 		}
@@ -324,7 +405,7 @@ func measurePeerSize(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, 
 	return run, nil
 }
 
-func measurePeerRepeat(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, pk *resident.PeerKernels, r *resident.GPURing,
+func measurePeerRepeat(ctx context.Context, start startConsumer, pk *resident.PeerKernels, r *resident.GPURing,
 	cfg residentConfig, base resident.PeerRun, throttled, smClock bool,
 	alone func(pace float64) (resident.Throughput, int, error)) (x peerRepeat, err error) {
 	size := r.SlotSize
@@ -344,12 +425,12 @@ func measurePeerRepeat(ctx context.Context, g0 *cuda.Device, k *resident.Kernels
 		if err := r.Reset(); err != nil {
 			return resident.PeerProduced{}, fmt.Errorf("resetting the ring: %w", err)
 		}
-		c, err := k.StartResident(g0, r, resident.Resident{Workers: cfg.Workers})
+		stop, err := start(r)
 		if err != nil {
 			return resident.PeerProduced{}, fmt.Errorf("starting the consumer on GPU 0: %w", err)
 		}
 		out, perr := pk.Produce(ctx, r, pr)
-		cnt, cerr := c.Stop()
+		cnt, cerr := stop(out.Fills)
 		if cerr != nil {
 			cerr = fmt.Errorf("the consumer on GPU 0: %w", cerr)
 		}

@@ -14,7 +14,8 @@
 // With -resident, the stream is GPU-resident: framestats runs as a
 // function inside the GPU's persistent consumer (framestats_func.cu,
 // linked by the driver), on every fill as it lands, with no kernel
-// launch and no CPU work per slot, and prints the same statistics.
+// launch and no CPU work per slot, and prints the same statistics; with
+// -check it checks every frame there too.
 //
 // Ctrl-C stops the stream, waits for the kernels in flight, prints the
 // summary and frees the ring; a second Ctrl-C kills the program. On a
@@ -76,7 +77,7 @@ func main() {
 	flag.BoolVar(&o.check, "check", true, "check every frame's header, CRC and sequence on the GPU too")
 	flag.IntVar(&o.show, "show", 10, "triggered frames to print")
 	flag.BoolVar(&o.every, "v", false, "print every frame's statistics")
-	flag.BoolVar(&o.resident, "resident", false, "GPU-resident: framestats runs inside the GPU's persistent consumer on every fill (no launch per slot; not with -ptx; frames are not checked)")
+	flag.BoolVar(&o.resident, "resident", false, "GPU-resident: framestats runs inside the GPU's persistent consumer on every fill (no launch per slot; not with -ptx)")
 	flag.Parse()
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, unix.SIGTERM)
@@ -139,9 +140,13 @@ func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 			}
 		}
 	}
+	var residentCheck *FrameCount
 	if o.resident {
+		if o.check {
+			residentCheck = &FrameCount{}
+		}
 		cfg.Mode, cfg.Resident = stream.Direct, true
-		if cfg.ResidentFunc, err = ResidentFunc(o.slotSize, o.frameSize, o.threshold, record); err != nil {
+		if cfg.ResidentFunc, err = ResidentFunc(o.slotSize, o.frameSize, o.threshold, residentCheck, record); err != nil {
 			return err
 		}
 	}
@@ -191,10 +196,18 @@ func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 		float64(st.Bytes)/(1<<20), st.Slots, mode, st.Elapsed.Round(time.Millisecond), st.GBps,
 		st.SlotLatency.Round(time.Microsecond), st.MaxHeld)
 	fmt.Fprintln(stdout, sum)
-	if st.Check == stream.CheckGPU {
+	switch {
+	case st.Check == stream.CheckGPU:
 		fmt.Fprintf(stdout, "frames checked on the GPU: %d, %d gaps, %d duplicates, %d CRC failures\n",
 			st.Frames.Frames, st.Frames.Gaps, st.Frames.Duplicates, st.Frames.CRCFailures)
 		if st.Frames.Gaps+st.Frames.Duplicates+st.Frames.CRCFailures != 0 {
+			return errors.New("acquire: frames lost or damaged")
+		}
+	case residentCheck != nil:
+		o := residentCheck.Order()
+		fmt.Fprintf(stdout, "frames checked on the GPU: %d, %d gaps, %d duplicates, %d bad fills\n",
+			o.Frames, o.Gaps, o.Duplicates, st.BadFills)
+		if o.Gaps+o.Duplicates+st.BadFills != 0 {
 			return errors.New("acquire: frames lost or damaged")
 		}
 	}

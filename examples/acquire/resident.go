@@ -4,8 +4,10 @@ import (
 	_ "embed"
 	"encoding/binary"
 	"fmt"
+	"sync"
 	"time"
 
+	"github.com/gpufpga/gpufpga/pkg/resident"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
@@ -18,30 +20,62 @@ var framestatsFuncPTX []byte
 // residentDepth is how many fills' records may wait for the host.
 const residentDepth = 64
 
+// FrameCount counts the frames framestats_func checked where they
+// landed, in fill order (acquire -resident -check); bad fills are the
+// session's Stats.BadFills.
+type FrameCount struct {
+	mu    sync.Mutex
+	order resident.FrameOrder
+}
+
+// Order returns the counts so far.
+func (c *FrameCount) Order() resident.FrameOrder {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order
+}
+
 // ResidentFunc returns framestats as a resident session's function
 // (acquire -resident): the GPU-resident consumer runs it on every fill as
 // the fill lands, with no launch and no CPU work per slot, and every
 // frame's record reaches fn, in order, on a goroutine of the consumer's.
-func ResidentFunc(slotSize uint64, frameSize, threshold int, fn func(Record)) (*stream.ResidentFunc, error) {
+// With check not nil, the function first checks every frame word by word
+// (the library's gpufpga_frm1_check) and check counts them.
+func ResidentFunc(slotSize uint64, frameSize, threshold int, check *FrameCount, fn func(Record)) (*stream.ResidentFunc, error) {
 	if frameSize <= headerBytes || frameSize%4 != 0 || slotSize%uint64(frameSize) != 0 {
 		return nil, fmt.Errorf("%w: frames of %d bytes in slots of %d: frames need a multiple of 4 bytes above the %d-byte header, and slots whole frames",
 			stream.ErrConfig, frameSize, slotSize, headerBytes)
 	}
+	if check != nil && frameSize%16 != 0 {
+		return nil, fmt.Errorf("%w: frames of %d bytes: the GPU checks frames of a multiple of 16 bytes", stream.ErrConfig, frameSize)
+	}
 	perSlot := int(slotSize / uint64(frameSize))
-	state := make([]byte, 8) // struct framestats_state
+	state := make([]byte, 16) // struct framestats_state
 	binary.LittleEndian.PutUint32(state, uint32(frameSize))
 	binary.LittleEndian.PutUint32(state[4:], uint32(int32(threshold)))
+	if check != nil {
+		binary.LittleEndian.PutUint32(state[8:], 1)
+	}
 	return &stream.ResidentFunc{
 		Name: "framestats_func.ptx", PTX: framestatsFuncPTX, State: state,
-		OutSize: 8 + perSlot*recordBytes, OutDepth: residentDepth,
+		OutSize: recordHeader + perSlot*recordBytes, OutDepth: residentDepth,
 		OnRecord: func(_ uint64, rec []byte) {
 			n := min(int(binary.LittleEndian.Uint64(rec)), perSlot)
+			if check != nil {
+				check.mu.Lock()
+				check.order.Add(binary.LittleEndian.Uint64(rec[8:]), binary.LittleEndian.Uint64(rec[16:]))
+				check.mu.Unlock()
+			}
 			for i := range n {
-				fn(decodeRecord(rec[8+i*recordBytes:]))
+				fn(decodeRecord(rec[recordHeader+i*recordBytes:]))
 			}
 		},
 	}, nil
 }
+
+// recordHeader is a fill's record's head: its frames, the first one's
+// sequence number and the frames that passed their check.
+const recordHeader = 24
 
 // ConsumeResident waits for a resident session to end, stopping it once
 // limit bytes have come (0: none): its consumer hands the records over by

@@ -20,15 +20,20 @@ import (
 // would, give framestats_func (linked into the GPU-resident consumer)
 // the same records, frame for frame and in order, as framestats
 // launched once per slot on the same bytes. The frames exercise the
-// trigger both ways.
+// trigger both ways. The function checks the frames too: every one is
+// counted, and the one fill with a flipped payload byte is bad, its
+// frames missing.
 func TestResidentMatchesLaunchPerSlot(t *testing.T) {
 	gpu := openGPU(t)
 	g := gpu.Device()
 	const nslots, slotSize, frameSize, fills, threshold = 8, 256 << 10, 16 << 10, 48, 32760
-	const perSlot = slotSize / frameSize
+	const perSlot, corrupt = slotSize / frameSize, 20
 	fill := func(b []byte, k uint64) {
 		for f := range uint64(perSlot) {
 			frame.Encode(b[f*frameSize:(f+1)*frameSize], k*perSlot+f, k, frameSize-frame.HeaderSize)
+		}
+		if k == corrupt {
+			b[3*frameSize+frame.HeaderSize+100] ^= 0x10
 		}
 	}
 	ring, err := gpu.Alloc(nslots * slotSize)
@@ -63,7 +68,8 @@ func TestResidentMatchesLaunchPerSlot(t *testing.T) {
 
 	var mu sync.Mutex
 	var resident []Record
-	fn, err := ResidentFunc(slotSize, frameSize, threshold, func(r Record) {
+	var check FrameCount
+	fn, err := ResidentFunc(slotSize, frameSize, threshold, &check, func(r Record) {
 		mu.Lock()
 		resident = append(resident, r)
 		mu.Unlock()
@@ -105,8 +111,11 @@ func TestResidentMatchesLaunchPerSlot(t *testing.T) {
 	if err := cons.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if st := cons.Stats(); st.Consumed != fills || st.Bytes != fills*slotSize || st.Bad != 0 {
-		t.Fatalf("consumer %+v", st)
+	if st := cons.Stats(); st.Consumed != fills || st.Bytes != fills*slotSize || st.Bad != 1 {
+		t.Fatalf("consumer %+v, want one bad fill", st)
+	}
+	if o := check.Order(); o.Frames != (fills-1)*perSlot || o.Gaps != perSlot || o.Duplicates != 0 {
+		t.Fatalf("frames checked %+v, want %d, and the bad fill's %d missing", o, (fills-1)*perSlot, perSlot)
 	}
 
 	// The same fills, one launch per slot, once the consumer has

@@ -32,8 +32,12 @@ consume(unsigned char *slots, unsigned long long slot_size, struct gpufpga_slot_
 	unsigned long long k, len, fills = 0, bytes = 0, errors = 0;
 
 	if (blockIdx.x == 0) {
-		if (threadIdx.x == 0)
-			counters[0].fills = gpufpga_publisher(&r);
+		if (threadIdx.x < 32) {
+			const unsigned long long fills = gpufpga_publisher(&r);
+
+			if (threadIdx.x == 0)
+				counters[0].fills = fills;
+		}
 		return;
 	}
 	for (k = blockIdx.x - 1; gpufpga_block_claim(&r, k, &len); k += gridDim.x - 1) {

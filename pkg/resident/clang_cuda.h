@@ -34,3 +34,4 @@ static __device__ inline unsigned long long __shfl_sync(unsigned int mask, unsig
 }
 static __device__ inline unsigned int __ballot_sync(unsigned int mask, int p) { return __nvvm_vote_ballot_sync(mask, p); }
 static __device__ inline int __ffs(unsigned int x) { return x ? __builtin_ctz(x) + 1 : 0; }
+static __device__ inline void __syncwarp(unsigned int mask = 0xffffffff) { __nvvm_bar_warp_sync(mask); }

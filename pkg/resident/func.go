@@ -28,6 +28,16 @@ var FuncPTX []byte
 //go:embed func.cu
 var FuncSource []byte
 
+// frm1PTX is the library of device functions LinkFunc links beside every
+// function, which a user's function may call (frm1.cu):
+//
+//	extern "C" __device__ long long gpufpga_frm1_check(const unsigned char *slot,
+//		unsigned long long len, unsigned long long frame_size,
+//		unsigned long long *first_seq);
+//
+//go:embed frm1.ptx
+var frm1PTX []byte
+
 // FuncName is the function a user's PTX defines:
 //
 //	extern "C" __device__ int gpufpga_process(const unsigned char *slot,
@@ -36,10 +46,13 @@ var FuncSource []byte
 // Every thread of a worker block (256 threads) calls it once for fill k,
 // whose len bytes are at slot, after the fill's result and before the
 // fill is released: it may read the slot and nothing of the ring else,
-// and returns non-zero for a bad fill (counted in Counters.Errors). state
-// is FuncConfig.State, out fill k's record of FuncConfig.OutSize bytes,
-// which the host reads with FuncConsumer.Record once the fill is
-// published.
+// and returns non-zero for a bad fill (counted in Counters.Errors). A
+// function's own __shared__ variables, compiled by clang, are best
+// volatile: LLVM may move their loads across __syncthreads(). state
+// is FuncConfig.State's copy in GPU memory, out fill k's record of
+// FuncConfig.OutSize bytes, which the host reads with FuncConsumer.Record
+// once the fill is published. The function may call the library's
+// gpufpga_frm1_check, which checks a fill's FRM1 frames (frm1.cu).
 const FuncName = "gpufpga_process"
 
 var definesFunc = regexp.MustCompile(`\.visible\s+\.func\s*(\([^)]*\))?\s*` + FuncName + `\s*\(`)
@@ -54,7 +67,8 @@ type Func struct {
 }
 
 // LinkFunc links the user's PTX, which must define FuncName, into the
-// consumer with the driver's JIT linker (no CUDA toolkit) and loads it.
+// consumer with the driver's JIT linker (no CUDA toolkit), beside the
+// library's device functions, and loads it.
 // Loading waits for every kernel running on the device, a persistent
 // consumer's too: link every function before the first consumer starts.
 // name names the PTX in errors.
@@ -62,7 +76,8 @@ func LinkFunc(g *cuda.Device, name string, ptx []byte) (*Func, error) {
 	if !definesFunc.Match(ptx) {
 		return nil, fmt.Errorf("%w: %s defines no extern \"C\" __device__ %s", ErrConfig, name, FuncName)
 	}
-	mod, err := g.Link(cuda.PTXInput{Name: "func.ptx", PTX: FuncPTX}, cuda.PTXInput{Name: name, PTX: ptx})
+	mod, err := g.Link(cuda.PTXInput{Name: "func.ptx", PTX: FuncPTX}, cuda.PTXInput{Name: "frm1.ptx", PTX: frm1PTX},
+		cuda.PTXInput{Name: name, PTX: ptx})
 	if err != nil {
 		return nil, fmt.Errorf("resident: linking %s: %w", name, err)
 	}
@@ -83,8 +98,13 @@ type FuncConfig struct {
 	// Workers is the number of worker blocks (default 16, at most the
 	// ring's slots); one more block publishes.
 	Workers int
-	// State is the device address passed to every call as state.
-	State uint64
+	// State is copied into GPU memory of the consumer's own before it
+	// starts, its address passed to every call as state (0 if empty),
+	// and copied back into State once the kernel has stopped: what the
+	// function accumulated there. The memory is kept for later consumers
+	// of the same Func: nothing is freed, so nothing waits for a running
+	// kernel.
+	State []byte
 	// OutSize and OutDepth: each fill has a record of OutSize bytes (a
 	// multiple of 8) in host memory, of which OutDepth are kept: a worker
 	// calls the function for fill k only once the host has read fill
@@ -107,9 +127,9 @@ type FuncConsumer struct {
 	readQuit, readDone chan struct{}
 }
 
-// Start launches the consumer on a driver stream's ring (StreamRing, whose
-// FrameSize it ignores), on a non-blocking stream of its own, from a host
-// thread that then sleeps until Stop. Start it before the stream, with
+// Start launches the consumer on a driver stream's ring, on a
+// non-blocking stream of its own, from a host thread that then sleeps
+// until Stop. Start it before the stream, with
 // the results zeroed. It allocates from the memory earlier consumers of
 // f ran on, and loads nothing: it waits for no other kernel.
 func (f *Func) Start(g *cuda.Device, r StreamRing, cfg FuncConfig) (*FuncConsumer, error) {
@@ -131,9 +151,22 @@ func (f *Func) Start(g *cuda.Device, r StreamRing, cfg FuncConfig) (*FuncConsume
 	if w+1 > min(sms, maxBlocks) {
 		return nil, fmt.Errorf("%w: %d worker blocks and a publisher on %d multiprocessors", ErrConfig, w, sms)
 	}
-	m, err := f.pool.take(g, uint64(8*(r.NSlots+1)), uint64(cfg.OutSize*cfg.OutDepth))
+	m, err := f.pool.take(g, memSize{state: uint64(8 * (r.NSlots + 1)), out: uint64(cfg.OutSize * cfg.OutDepth),
+		user: uint64(len(cfg.State))})
 	if err != nil {
 		return nil, err
+	}
+	var state uint64
+	if len(cfg.State) > 0 {
+		// Staged in page-locked memory and copied on the consumer's
+		// own stream, ahead of its launch there: a copy from Go
+		// memory may still be under way when its call returns.
+		copy(m.stage.Bytes(), cfg.State)
+		if err := m.s.CopyHtoD(m.user.Ptr, m.stage, 0, uint64(len(cfg.State))); err != nil {
+			f.pool.give(m)
+			return nil, err
+		}
+		state = m.user.Ptr
 	}
 	clear(m.ctl.Bytes())
 	var out uint64
@@ -147,7 +180,7 @@ func (f *Func) Start(g *cuda.Device, r StreamRing, cfg FuncConfig) (*FuncConsume
 	}
 	launch := func() error {
 		return f.fn.Launch(m.s, w+1, threads, 0, r.Slots, uint64(r.SlotSize), r.Results, uint64(r.NSlots), r.Consumer,
-			m.state.Ptr, m.ctl.DevPtr, cfg.State, out, uint64(cfg.OutSize), uint64(cfg.OutDepth))
+			m.state.Ptr, m.ctl.DevPtr, state, out, uint64(cfg.OutSize), uint64(cfg.OutDepth))
 	}
 	stop := (*uint32)(m.ctl.Ptr(0))
 	t, err := startThread(g, launch, func(quit <-chan struct{}) (Counters, error) {
@@ -170,6 +203,15 @@ func (f *Func) Start(g *cuda.Device, r StreamRing, cfg FuncConfig) (*FuncConsume
 		atomic.StoreUint32(stop, 1)
 		if err := m.s.Sync(); err != nil {
 			return c, fmt.Errorf("resident_func: %w", err)
+		}
+		if n := uint64(len(cfg.State)); n > 0 {
+			if err := m.s.CopyDtoH(m.stage, 0, m.user.Ptr, n); err != nil {
+				return c, err
+			}
+			if err := m.s.Sync(); err != nil {
+				return c, err
+			}
+			copy(cfg.State, m.stage.Bytes())
 		}
 		cs := m.ctl.Bytes()[64:]
 		c.Published = binary.LittleEndian.Uint64(cs)
@@ -211,11 +253,15 @@ func (c *FuncConsumer) readRecords() {
 		default:
 		}
 		pub := c.publish()
-		for ; next < pub; next++ {
-			off := int(next%uint64(c.cfg.OutDepth)) * c.cfg.OutSize
-			c.cfg.OnRecord(next, out[off:off+c.cfg.OutSize])
-			// Its place is free for fill next + OutDepth.
-			atomic.StoreUint64((*uint64)(c.m.ctl.Ptr(8)), next+1)
+		if next < pub {
+			for ; next < pub; next++ {
+				off := int(next%uint64(c.cfg.OutDepth)) * c.cfg.OutSize
+				c.cfg.OnRecord(next, out[off:off+c.cfg.OutSize])
+			}
+			// Their places are free for the fills OutDepth on: one
+			// store a batch, which the workers read only when they
+			// run out of places.
+			atomic.StoreUint64((*uint64)(c.m.ctl.Ptr(8)), next)
 			idle = 0
 		}
 		if quit {
@@ -235,8 +281,8 @@ func (c *FuncConsumer) Done() <-chan struct{} { return c.run.t.done }
 // Published is how many fills the consumer has published.
 func (c *FuncConsumer) Published() uint64 { return c.publish() }
 
-// Bytes returns the bytes of the fills the workers have taken so far
-// (published or about to be); 0 once stopped.
+// Bytes returns the bytes of the fills the workers have taken, as of each
+// worker's last 16 fills (published or about to be); 0 once stopped.
 func (c *FuncConsumer) Bytes() uint64 {
 	c.run.mu.Lock()
 	defer c.run.mu.Unlock()

@@ -311,7 +311,7 @@ type Counters struct {
 	// publisher's own bytes record what it published, read live by
 	// FrameConsumer.Bytes.
 	Published uint64 `json:"published,omitempty"`
-	// Frames, Gaps and Duplicates count FRM1 frames (StartFrames):
+	// Frames, Gaps and Duplicates count FRM1 frames (Frames.Start):
 	// frames checked, frames missing between fills, frames at or behind
 	// the last one seen.
 	Frames     uint64 `json:"frames,omitempty"`
@@ -430,64 +430,6 @@ type StreamRing struct {
 	Consumer uint64 // device address of the consumer word
 	// Published reads the consumer word's count on the host.
 	Published func() uint64
-	// FrameSize is the size of the FPGA's FRM1 frames (package frame),
-	// a multiple of 16 over 32: every fill holds whole frames.
-	FrameSize int
-}
-
-// FrameConsumer is resident_consume checking a driver stream's frames.
-type FrameConsumer struct {
-	run       *residentRun
-	published func() uint64
-}
-
-// Done is closed once the kernel has ended: stopped, or failed (Stop
-// says why).
-func (c *FrameConsumer) Done() <-chan struct{} { return c.run.t.done }
-
-// Bytes returns the bytes of the fills published so far, every 64 fills;
-// 0 once stopped.
-func (c *FrameConsumer) Bytes() uint64 {
-	c.run.mu.Lock()
-	defer c.run.mu.Unlock()
-	if c.run.freed {
-		return 0
-	}
-	return atomic.LoadUint64((*uint64)(c.run.ctl.Ptr(64 + 8)))
-}
-
-// StartFrames launches resident_consume on a driver stream's ring in
-// frames mode: each fill's FRM1 frames are checked word by word, and gaps
-// in their sequence numbers counted, with no CPU work per slot. Start it
-// before the stream, with the results zeroed. It runs on a non-blocking
-// stream of its own, beside other consumers of k: it allocates from what
-// earlier ones ran on and loads nothing, so it waits for none of them;
-// while it runs, cuMemFree, cuMemFreeHost, cuMemHostUnregister and module
-// loads and unloads of the whole process wait for it.
-func (k *Kernels) StartFrames(g *cuda.Device, r StreamRing, cfg Resident) (*FrameConsumer, error) {
-	switch {
-	case r.NSlots < 1 || r.Published == nil:
-		return nil, fmt.Errorf("%w: %d slots", ErrConfig, r.NSlots)
-	case r.FrameSize <= frameHeader || r.FrameSize%16 != 0 || r.SlotSize%r.FrameSize != 0:
-		return nil, fmt.Errorf("%w: %d-byte slots of %d-byte frames (a multiple of 16 over %d)", ErrConfig, r.SlotSize, r.FrameSize, frameHeader)
-	}
-	run, err := k.start(g, consumeArgs{slots: r.Slots, slotSize: r.SlotSize, results: r.Results, nslots: r.NSlots,
-		consumer: r.Consumer, frameSize: r.FrameSize}, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return &FrameConsumer{run: run, published: r.Published}, nil
-}
-
-// Stop ends the consumer once it has published fills (a stream's
-// p2p.Stream.Fills, once it has ended), or when ctx ends first
-// (ErrStalled), and returns its counters. It stores the kernel's stop
-// word itself, so the kernel leaves even while another thread's
-// cuMemFree waits for it.
-func (c *FrameConsumer) Stop(ctx context.Context, fills uint64) (Counters, error) {
-	waitErr := waitPublished(ctx, c.published, c.Done(), fills)
-	cnt, err := c.run.Stop()
-	return cnt, errors.Join(waitErr, err)
 }
 
 // waitPublished waits until published() reaches fills, the kernel ends
@@ -512,15 +454,11 @@ func waitPublished(ctx context.Context, published func() uint64, done <-chan str
 	return nil
 }
 
-// frameHeader is frame.HeaderSize: FRAME_HEADER in resident.cu.
-const frameHeader = 32
-
 // consumeArgs are resident_consume's ring parameters.
 type consumeArgs struct {
 	slots, results, consumer uint64
 	slotSize, nslots         int
-	nsrc                     uint64 // the pattern's period (pattern mode)
-	frameSize                int    // frames mode, else 0
+	nsrc                     uint64 // the pattern's period
 }
 
 // start launches resident_consume, from a host thread of its own that then
@@ -542,7 +480,7 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 	// The memory the kernel runs on comes from the pool, zeroed on the
 	// kernel's own stream: nothing here waits for another consumer's
 	// kernel running on the GPU.
-	m, err := k.pool.take(g, uint64(64+6*8*a.nslots), 0)
+	m, err := k.pool.take(g, memSize{state: uint64(64 + 4*8*a.nslots)})
 	if err != nil {
 		return nil, err
 	}
@@ -554,13 +492,10 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 		return nil, err
 	}
 	chunks := cfg.chunks(a.slotSize, w)
-	if a.frameSize > 0 {
-		chunks = min(chunks, max(a.slotSize/a.frameSize, 1))
-	}
 	stop := (*uint32)(ctl.Ptr(0))
 	launch := func() error {
 		return k.consume.Launch(s, w+1, threads, 0, a.slots, uint64(a.slotSize), a.results, uint64(a.nslots),
-			a.consumer, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, a.nsrc, cfg.Delay, uint64(chunks), uint64(a.frameSize))
+			a.consumer, ctl.DevPtr, state.Ptr, ctl.DevPtr+64, a.nsrc, cfg.Delay, uint64(chunks))
 	}
 	t, err := startThread(g, launch, func(quit <-chan struct{}) (Counters, error) {
 		var c Counters
@@ -586,8 +521,6 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 		}
 		cs := ctl.Bytes()[64:]
 		c.Published = binary.LittleEndian.Uint64(cs)
-		c.Gaps = binary.LittleEndian.Uint64(cs[40:])
-		c.Duplicates = binary.LittleEndian.Uint64(cs[48:])
 		for b := 1; b <= w; b++ {
 			rec := cs[b*countersSize:]
 			c.Slots += binary.LittleEndian.Uint64(rec)
@@ -596,7 +529,6 @@ func (k *Kernels) start(g *cuda.Device, a consumeArgs, cfg Resident) (*residentR
 			if fe := binary.LittleEndian.Uint64(rec[24:]); fe != 0 && (c.FirstError == 0 || fe < c.FirstError) {
 				c.FirstError = fe
 			}
-			c.Frames += binary.LittleEndian.Uint64(rec[32:])
 		}
 		return c, nil
 	})

@@ -282,13 +282,18 @@ func (p *frameProducer) Result(k uint64) error {
 
 func (p *frameProducer) Flush() error { return p.s.Sync() }
 
-// The persistent kernel checks a driver stream's FRM1 frames word by word
-// where they landed in GPU memory, results in GPU memory beside them:
-// every frame of every fill, the frames the source dropped counted as
-// gaps, a flipped byte found in the one fill that has it.
+// The built-in frame checker, linked into the consumer as a user's
+// function is, checks a driver stream's FRM1 frames word by word where
+// they landed in GPU memory, results in GPU memory beside them: every
+// frame of every fill, the frames the source dropped counted as gaps, a
+// flipped byte found in the one fill that has it.
 func TestResidentFrames(t *testing.T) {
 	g := device(t)
-	k := kernels(t, g)
+	fr, err := LinkFrames(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fr.Close() })
 	for _, tc := range []struct {
 		nslots, size, frameSize int
 		fills                   uint64
@@ -310,8 +315,8 @@ func TestResidentFrames(t *testing.T) {
 		if tc.dropEvery != 0 {
 			p.skip = func(k uint64) uint64 { return 3 * (k / tc.dropEvery) }
 		}
-		c, err := k.StartFrames(g, StreamRing{Slots: r.SlotsDev, SlotSize: tc.size, NSlots: tc.nslots, Results: r.ResultsDev,
-			Consumer: r.ConsumerDev, Published: r.Consumed, FrameSize: tc.frameSize}, Resident{Workers: 16})
+		c, err := fr.Start(g, StreamRing{Slots: r.SlotsDev, SlotSize: tc.size, NSlots: tc.nslots, Results: r.ResultsDev,
+			Consumer: r.ConsumerDev, Published: r.Consumed}, 16, tc.frameSize)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -339,7 +344,8 @@ func TestResidentFrames(t *testing.T) {
 		t.Logf("%+v: %+v", tc, cnt)
 		r.Free()
 	}
-	if _, err := k.StartFrames(g, StreamRing{NSlots: 8, SlotSize: 4096, FrameSize: 4000 + 16, Published: func() uint64 { return 0 }}, Resident{}); !errors.Is(err, ErrConfig) {
+	if _, err := fr.Start(g, StreamRing{NSlots: 8, SlotSize: 4096, Published: func() uint64 { return 0 }}, 0, 4000+16); !errors.Is(err, ErrConfig) ||
+		err.Error() != "resident: invalid configuration: 4096-byte slots of 4016-byte frames (a multiple of 16 over 32)" {
 		t.Fatalf("4 KiB slots of 4016-byte frames: %v", err)
 	}
 }

@@ -24,27 +24,15 @@
 // fills ahead of the publisher, so ready[] and done[] never hold two fills
 // of a slot at once.
 //
-// Verification, by frame_size:
-//
-// 0: the benchmark's pattern. Fill k of a slot of L bytes holds 64-bit words w[0] = k,
+// Verification: the benchmark's pattern. Fill k of a slot of L bytes holds 64-bit words w[0] = k,
 // w[1] = k % nsrc and w[i] = ((k % nsrc) + 1) * GOLDEN ^ i (i >= 2), with
 // nsrc > nslots: the fill before it in the same slot (k - nslots) differs
 // in every word, so data read before the result landed is caught wherever
 // it lies. A slot whose length is not the ring's slot size, or whose words
 // differ, counts as an error (the first one's k + 1 is kept), once for
 // each chunk that finds it where several workers share a slot. Data is read
-// with ld.global.cv (no L1, no stale line).
-//
-// Otherwise: FRM1 frames of frame_size bytes (package frame), laid end to
-// end, as an FPGA sends them. A fill holds whole frames (its length a
-// multiple of frame_size) with consecutive sequence numbers; each frame's
-// header (magic, version, header size, payload length) and every payload
-// word, (i + 1) * PHI ^ key(seq) as frame.FillPayload defines it, are
-// compared with what the format says, which the frame's CRC only sums up.
-// The publisher, in fill order, counts the frames missing between fills
-// (gaps: the FPGA dropped them) and those at or behind the last one seen
-// (duplicates), as frame.Checker does; a fill that fails its check counts
-// as an error, and its frames as missing. Chunks split a fill by frames.
+// with ld.global.cv (no L1, no stale line). FRM1 frames are checked by
+// the built-in frame checker, a linked function (frames_func.cu).
 //
 // Stop: the host sets *stop once everything produced is consumed; the
 // dispatcher, once nothing is in flight, tells the publisher how many
@@ -68,12 +56,6 @@
 #define THREADS 256
 #define GOLDEN 0x9e3779b97f4a7c15ull
 
-// Package frame's FRM1 format.
-#define FRAME_MAGIC 0x314d5246u
-#define FRAME_VERSION_HEADER (1u | 32u << 16) // version 1, header size 32
-#define FRAME_HEADER 32
-#define PHI 0x9e3779b97f4a7c15ull
-
 typedef unsigned long long u64;
 typedef unsigned int u32;
 
@@ -90,10 +72,7 @@ struct counters {
 	u64 bytes;
 	u64 errors;
 	u64 first_error; // k + 1 of the first bad fill, 0 for none
-	u64 frames;      // frames checked (frames mode)
-	u64 gaps;        // block 0: frames missing between fills
-	u64 duplicates;  // block 0: frames at or behind the last seen
-	u64 reserved;
+	u64 reserved[4];
 };
 
 #include "resident_ops.cuh"
@@ -127,43 +106,7 @@ __device__ static bool verify(const unsigned char *slot, u64 lo, u64 hi, u64 k, 
 	return bad;
 }
 
-// frame.payloadKey: splitmix64's finaliser of the sequence number.
-__device__ static inline u64 payload_key(u64 seq)
-{
-	u64 z = seq + PHI;
-
-	z = (z ^ z >> 30) * 0xbf58476d1ce4e5b9ull;
-	z = (z ^ z >> 27) * 0x94d049bb133111ebull;
-	return z ^ z >> 31;
-}
-
-// Whether frame f of the slot, which should hold sequence number seq, is
-// bad: its header (thread 0 looks) or any payload word (all threads).
-__device__ static bool verify_frame(const unsigned char *frame, u64 frame_size, u64 seq)
-{
-	const u64 key = payload_key(seq), pairs = (frame_size - FRAME_HEADER) / 16;
-	bool bad = false;
-	u64 p;
-
-	if (threadIdx.x == 0) {
-		u64 h0, h1, h2, h3;
-
-		ld_cv2(frame, &h0, &h1);
-		ld_cv2(frame + 16, &h2, &h3);
-		bad = (u32)h0 != FRAME_MAGIC || (u32)(h0 >> 32) != FRAME_VERSION_HEADER || h1 != seq ||
-		      (u32)h3 != frame_size - FRAME_HEADER;
-	}
-	for (p = threadIdx.x; p < pairs; p += THREADS) {
-		u64 a, b;
-
-		ld_cv2(frame + FRAME_HEADER + p * 16, &a, &b);
-		bad |= a != ((2 * p + 1) * PHI ^ key) || b != ((2 * p + 2) * PHI ^ key);
-	}
-	return bad;
-}
-
 __shared__ u64 s_length;
-__shared__ u64 s_base; // the fill's first frame's sequence number
 __shared__ int s_stop;
 
 // GPU memory the blocks share, zero at launch.
@@ -171,8 +114,7 @@ struct state {
 	u32 exited; // workers that have left
 	u32 quit;   // set by block 0: leave
 	u64 pad[7];
-	// then u64 ready[nslots], done[nslots], length[nslots], chunks_done[nslots],
-	// first_seq[nslots], nframes[nslots]
+	// then u64 ready[nslots], done[nslots], length[nslots], chunks_done[nslots]
 };
 
 // Block 0's shared view of the control warps' progress.
@@ -222,30 +164,6 @@ __device__ static void dispatch(struct slot_result *results, u64 nslots, const u
 	}
 }
 
-// Frames in fill order, as frame.Checker counts them (block 0).
-struct order {
-	u64 next; // the sequence number after the furthest frame seen
-	u64 gaps; // frames missing between fills
-	u64 dups; // frames at or behind the last one seen
-	bool seen;
-};
-
-// One fill's n frames from first, after every fill before it.
-__device__ static inline void account(struct order *o, u64 first, u64 n)
-{
-	u64 gap = 0, dup = 0; // two sums, not one through a pointer (local memory)
-
-	if (n && o->seen && first > o->next)
-		gap = first - o->next;
-	else if (n && o->seen && first < o->next)
-		dup = o->next - first < n ? o->next - first : n;
-	o->gaps += gap;
-	o->dups += dup;
-	if (n && (!o->seen || first + n > o->next))
-		o->next = first + n;
-	o->seen |= n != 0;
-}
-
 // bar.warp.sync: the warp's lanes meet, and their memory accesses before
 // it are ordered before those after it (as __syncwarp).
 __device__ static inline void warp_sync(void)
@@ -273,21 +191,18 @@ __device__ static inline u64 warp_sum(u64 v)
 // The publisher (warp 1, all 32 lanes): walks done[] in order, 32 fills a
 // round, lane i fill pub + i; clears each done fill's status and publishes
 // how far every fill is done; it never waits behind the dispatcher's reads
-// of the results. Every lane keeps pub, the stop decision and the frame
-// order alike (all three come from ballots and shuffles), so the warp
+// of the results. Every lane keeps pub and the stop decision alike (both
+// come from ballots and shuffles), so the warp
 // never diverges at a collective; each lane sums its own fills' bytes.
 __device__ static void publish(struct slot_result *results, u64 nslots, u64 *consumer, u64 *done,
-			       const u64 *length, const u64 *first_seq, const u64 *nframes,
-			       struct counters *out)
+			       const u64 *length, struct counters *out)
 {
 	const u32 lane = threadIdx.x % 32;
-	struct order o = {0, 0, 0, false};
 	u64 pub = 0, at = 0, bytes = 0; // at: pub % nslots
 
 	for (;;) {
 		const u64 k = pub + lane, s = at + lane < nslots ? at + lane : at + lane - nslots;
-		u64 first = 0, n = 0;
-		u32 mask, count, framed;
+		u32 mask, count;
 		int leave = 0;
 
 		// Each lane's acquire orders its own fill's loads below after
@@ -297,16 +212,8 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 		mask = __ballot_sync(0xffffffff, lane < nslots && ld_acquire_gpu(&done[s]) == k + 1);
 		count = ~mask ? __ffs(~mask) - 1 : 32; // the done prefix, at most nslots
 		if (lane < count) {
-			first = first_seq[s];
-			n = nframes[s];
 			bytes += length[s];
 			st_volatile32(&results[s].status, 0);
-		}
-		// Frames in fill order: a fill without frames changes nothing.
-		for (framed = __ballot_sync(0xffffffff, n != 0); framed; framed &= framed - 1) {
-			const int i = __ffs(framed) - 1;
-
-			account(&o, __shfl_sync(0xffffffff, first, i), __shfl_sync(0xffffffff, n, i));
 		}
 		if (count) {
 			const u64 was = pub;
@@ -339,8 +246,6 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 	bytes = warp_sum(bytes);
 	if (lane == 0) {
 		st_volatile64(&out->bytes, bytes);
-		st_volatile64(&out->gaps, o.gaps);
-		st_volatile64(&out->duplicates, o.dups);
 		s_pub_done = 1;
 	}
 }
@@ -348,8 +253,8 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 // Block 0: the dispatcher and the publisher; then, once both are done,
 // the workers are told to leave and waited for.
 __device__ static void control(struct slot_result *results, u64 nslots, u64 *consumer, const u32 *stop,
-			       struct state *st, u64 *ready, u64 *done, u64 *length, const u64 *first_seq,
-			       const u64 *nframes, u32 workers, struct counters *out)
+			       struct state *st, u64 *ready, u64 *done, u64 *length, u32 workers,
+			       struct counters *out)
 {
 	if (threadIdx.x == 0) {
 		s_pub = 0;
@@ -362,7 +267,7 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 		dispatch(results, nslots, stop, ready, length);
 	} else {
 		if (threadIdx.x < 64)
-			publish(results, nslots, consumer, done, length, first_seq, nframes, out);
+			publish(results, nslots, consumer, done, length, out);
 		return;
 	}
 	if (threadIdx.x == 0) {
@@ -392,22 +297,19 @@ __device__ static void control(struct slot_result *results, u64 nslots, u64 *con
 //                slow consumer, for tests); 0 for none
 //   chunks       workers that share each slot (1 to W): large slots are
 //                read by several blocks at once
-//   frame_size   0: the benchmark's pattern; else the FRM1 frames' size,
-//                a multiple of 16 over 32
 extern "C" __global__ void __launch_bounds__(THREADS)
 resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *results, u64 nslots,
 		 u64 *consumer, u32 *stop, struct state *st, struct counters *counters, u64 nsrc, u64 delay,
-		 u64 chunks, u64 frame_size)
+		 u64 chunks)
 {
 	const u32 workers = gridDim.x - 1;
 	u64 *ready = (u64 *)(st + 1), *done = ready + nslots, *length = done + nslots;
-	u64 *chunks_done = length + nslots, *first_seq = chunks_done + nslots, *nframes = first_seq + nslots;
-	struct counters c = {0, 0, 0, 0, 0, 0, 0, 0};
+	u64 *chunks_done = length + nslots;
+	struct counters c = {0, 0, 0, 0, {0, 0, 0, 0}};
 	u64 j;
 
 	if (blockIdx.x == 0) {
-		control(results, nslots, consumer, stop, st, ready, done, length, first_seq, nframes, workers,
-			&counters[0]);
+		control(results, nslots, consumer, stop, st, ready, done, length, workers, &counters[0]);
 		return;
 	}
 	// Work item j is chunk j % chunks of fill j / chunks.
@@ -436,52 +338,17 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 				while (clock64() - t < delay)
 					;
 			}
-			if (frame_size && !stopped) {
-				// The fill's first sequence number, beside its
-				// length: one barrier for both.
-				u64 h0, h1;
-
-				ld_cv2(slot + 0, &h0, &h1);
-				s_base = h1;
-			}
 		}
 		__syncthreads();
 		if (s_stop)
 			break;
 		len = s_length;
-		if (frame_size) {
-			const u64 nf = len / frame_size;
-			u64 f;
-
-			lo = nf * ch / chunks;
-			hi = nf * (ch + 1) / chunks;
-			bad = len == 0 || len % frame_size != 0 || len > slot_size;
-			// Each frame's barrier comes after every thread's reads
-			// of the slot and of s_*, and makes bad the block's; with
-			// no frame to check, one barrier parts those reads from
-			// the next fill's writes to s_*.
-			if (bad || lo >= hi)
-				__syncthreads();
-			for (f = lo; !bad && f < hi; f++)
-				bad = __syncthreads_or(verify_frame(slot + f * frame_size, frame_size, s_base + f));
-			c.frames += threadIdx.x == 0 && !bad ? hi - lo : 0;
-			// The chunk that checked frame 0 says where the fill's
-			// frames start, once they are checked: a fill that failed
-			// has none to count.
-			if (threadIdx.x == 0 && ((lo == 0 && hi > 0) || (nf == 0 && ch == 0))) {
-				first_seq[k % nslots] = bad ? 0 : s_base;
-				nframes[k % nslots] = bad ? 0 : nf;
-			}
-			lo *= frame_size / 16; // as 16-byte pairs, for the bytes below
-			hi *= frame_size / 16;
-		} else {
-			lo = len / 16 * ch / chunks;
-			hi = len / 16 * (ch + 1) / chunks;
-			bad = len != slot_size || len % 16 != 0;
-			if (!bad)
-				bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
-			bad = __syncthreads_or(bad);
-		}
+		lo = len / 16 * ch / chunks;
+		hi = len / 16 * (ch + 1) / chunks;
+		bad = len != slot_size || len % 16 != 0;
+		if (!bad)
+			bad = verify(slot, lo, hi, k, nsrc, threadIdx.x, THREADS);
+		bad = __syncthreads_or(bad);
 		if (threadIdx.x == 0) {
 			c.slots += ch == 0;
 			c.bytes += (hi - lo) * 16 + (ch == 0 ? len % 16 : 0);
@@ -490,10 +357,10 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 					c.first_error = k + 1;
 				c.errors++;
 			}
-			// The fill is done when its last chunk is. The chunk
-			// that wrote its sequence numbers fences before its
-			// count, the last one after: the release of done then
-			// orders them (one chunk: the release alone does).
+			// The fill is done when its last chunk is: every
+			// chunk fences before its count, the last one after,
+			// and the release of done orders them (one chunk: the
+			// release alone does).
 			if (chunks == 1) {
 				st_release_gpu(&done[k % nslots], k + 1);
 			} else {
@@ -511,7 +378,6 @@ resident_consume(unsigned char *slots, u64 slot_size, struct slot_result *result
 		st_volatile64(&counters[blockIdx.x].bytes, c.bytes);
 		st_volatile64(&counters[blockIdx.x].errors, c.errors);
 		st_volatile64(&counters[blockIdx.x].first_error, c.first_error);
-		st_volatile64(&counters[blockIdx.x].frames, c.frames);
 		fence_sys();
 		atomicAdd(&st->exited, 1);
 	}

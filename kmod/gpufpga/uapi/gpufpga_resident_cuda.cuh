@@ -5,7 +5,7 @@
  * clang's CUDA mode). Installed as <gpufpga/gpufpga_resident_cuda.cuh>.
  *
  * The kernel: a grid of 1 + W blocks, all resident at once (W + 1 at most
- * the GPU's multiprocessors). Block 0's thread 0 publishes; worker block
+ * the GPU's multiprocessors). Block 0's first warp publishes; worker block
  * w (1..W) takes fills k = w - 1, w - 1 + W, w - 1 + 2W, ...:
  *
  *	__global__ void my_consumer(struct gpufpga_dev_ring r)
@@ -13,7 +13,7 @@
  *		unsigned long long k, len;
  *
  *		if (blockIdx.x == 0) {
- *			if (threadIdx.x == 0)
+ *			if (threadIdx.x < 32)
  *				gpufpga_publisher(&r);
  *			return;
  *		}
@@ -109,7 +109,14 @@ __device__ static inline void gpufpga_st_relaxed_sys32(void *p, unsigned int v)
 	asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
-/* Whether the host has asked the kernel to stop. */
+/*
+ * Whether the host has asked the kernel to stop: a read of host memory
+ * across PCIe. Every spinning thread reading the one word at once makes
+ * each read wait behind the others', tens of microseconds on a busy
+ * link: spinners look at it only every GPUFPGA_STOP_POLLS polls.
+ */
+#define GPUFPGA_STOP_POLLS 1024
+
 __device__ static inline int gpufpga_stopping(const struct gpufpga_dev_ring *r)
 {
 	unsigned int v;
@@ -137,15 +144,16 @@ __device__ static inline int gpufpga_wait_fill(const struct gpufpga_dev_ring *r,
 {
 	const struct gpufpga_slot_result *res = &r->results[k % r->nslots];
 	unsigned long long v;
+	unsigned int polls = 0;
 
 	while (k >= r->nslots && gpufpga_ld_acquire_gpu(r->published) < k - r->nslots + 1)
-		if (gpufpga_stopping(r))
+		if (++polls % GPUFPGA_STOP_POLLS == 0 && gpufpga_stopping(r))
 			return 0;
 	for (;;) {
 		v = gpufpga_ld_acquire_sys(res);
 		if ((unsigned int)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC)
 			break;
-		if (gpufpga_stopping(r))
+		if (++polls % GPUFPGA_STOP_POLLS == 0 && gpufpga_stopping(r))
 			return 0;
 	}
 	*len = v >> 32;
@@ -209,27 +217,47 @@ __device__ static inline void gpufpga_block_release(const struct gpufpga_dev_rin
 }
 
 /*
- * The publisher, one thread of a block that takes no fills: walks done[]
- * in fill order and publishes how far every fill is done, to the
+ * The publisher, the first warp of a block that takes no fills, all 32
+ * lanes: walks done[] in fill order, 32 fills a round (lane i looks at
+ * fill pub + i), and publishes how far every fill is done, to the
  * driver (consumer->consumed, st.release.sys) and to the workers
- * (published). It returns, with the count published, once the host asked
- * the kernel to stop and nothing more is done: store stop only once
+ * (published), once a round. One thread walking fill by fill would make
+ * a dependent load per fill, and small slots would wait on it. It
+ * returns, in every lane, the count published, once the host asked the
+ * kernel to stop and nothing more is done: store stop only once
  * everything produced has been published.
  */
 __device__ static inline unsigned long long gpufpga_publisher(const struct gpufpga_dev_ring *r)
 {
+	const unsigned int lane = threadIdx.x % 32;
 	unsigned long long pub = 0;
+	unsigned int idle = 0;	/* rounds that found nothing done */
 
 	for (;;) {
-		unsigned long long was = pub;
-		int stopping = gpufpga_stopping(r);
+		const unsigned long long k = pub + lane;
+		unsigned int done, count;
+		unsigned int stopping = 0;
 
-		while (gpufpga_ld_acquire_gpu(&r->done[pub % r->nslots]) == pub + 1)
-			pub++;
-		if (pub != was) {
-			gpufpga_st_release_sys(&r->consumer->consumed, pub);
-			gpufpga_st_release_gpu(r->published, pub);
-		} else if (stopping) {
+		/* Read before done[]: a stop seen with nothing more done
+		 * means everything produced is published. */
+		if (lane == 0 && idle % GPUFPGA_STOP_POLLS == GPUFPGA_STOP_POLLS - 1)
+			stopping = gpufpga_stopping(r);
+		/* Each lane's acquire synchronises with its fill's worker;
+		 * lanes from nslots on would look at a slot twice. */
+		done = __ballot_sync(0xffffffff,
+				     lane < r->nslots && gpufpga_ld_acquire_gpu(&r->done[k % r->nslots]) == k + 1);
+		count = ~done ? __ffs(~done) - 1 : 32;	/* the done prefix */
+		idle = count ? 0 : idle + 1;
+		if (count) {
+			pub += count;
+			/* Orders every lane's acquire before lane 0's
+			 * releases (bar.warp.sync orders memory too). */
+			__syncwarp();
+			if (lane == 0) {
+				gpufpga_st_release_sys(&r->consumer->consumed, pub);
+				gpufpga_st_release_gpu(r->published, pub);
+			}
+		} else if (__shfl_sync(0xffffffff, stopping, 0)) {
 			return pub;
 		}
 	}

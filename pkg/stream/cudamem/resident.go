@@ -3,6 +3,7 @@
 package cudamem
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -35,7 +36,7 @@ var (
 // last one has stopped, or at Close.
 type residents struct {
 	mu       sync.Mutex
-	kernels  *resident.Kernels
+	frames   *resident.Frames
 	funcs    map[[32]byte]*resident.Func
 	words    []*word // idle
 	allWords []*word
@@ -93,9 +94,9 @@ func (c *GPU) closeResidents() error {
 		errs = append(errs, w.m.Free(), unix.Munmap(w.page))
 	}
 	c.res.words, c.res.allWords = nil, nil
-	if c.res.kernels != nil {
-		errs = append(errs, c.res.kernels.Close())
-		c.res.kernels = nil
+	if c.res.frames != nil {
+		errs = append(errs, c.res.frames.Close())
+		c.res.frames = nil
 	}
 	for _, f := range c.res.funcs {
 		errs = append(errs, f.Close())
@@ -155,17 +156,17 @@ func (c *GPU) mappedWord(b []byte) (uint64, func() error, error) {
 	return m.DevPtr, m.Free, nil
 }
 
-// loadKernels returns the frame-checking consumer, loaded on first use.
-// c.res.mu is held.
-func (c *GPU) loadKernels() (*resident.Kernels, error) {
-	if c.res.kernels == nil {
-		k, err := resident.LoadKernels(c.dev)
+// linkFrames returns the frame checker, linked on first use. c.res.mu
+// is held.
+func (c *GPU) linkFrames() (*resident.Frames, error) {
+	if c.res.frames == nil {
+		fr, err := resident.LinkFrames(c.dev)
 		if err != nil {
 			return nil, err
 		}
-		c.res.kernels = k
+		c.res.frames = fr
 	}
-	return c.res.kernels, nil
+	return c.res.frames, nil
 }
 
 // LinkResidentFunc links fn into the resident consumer, once per GPU and
@@ -227,12 +228,12 @@ func (c *GPU) StartConsumer(r stream.ResidentRing) (stream.ResidentConsumer, err
 	rc := &residentConsumer{gpu: c, word: (*uint64)(unsafe.Pointer(&r.Consumer[0])), frameSize: uint64(r.FrameSize)}
 	c.res.mu.Lock()
 	defer c.res.mu.Unlock()
-	var k *resident.Kernels
+	var fr *resident.Frames
 	var f *resident.Func
 	if r.Func != nil {
 		f, err = c.linkFunc(r.Func)
 	} else {
-		k, err = c.loadKernels()
+		fr, err = c.linkFrames()
 	}
 	if err != nil {
 		return nil, err
@@ -252,20 +253,12 @@ func (c *GPU) StartConsumer(r stream.ResidentRing) (stream.ResidentConsumer, err
 	}
 	rc.unmap = unmap
 	ring := resident.StreamRing{Slots: r.Ring.Addr(), SlotSize: int(r.SlotSize), NSlots: r.Slots, Results: r.Results.Addr(),
-		Consumer: dev, Published: rc.published, FrameSize: r.FrameSize}
+		Consumer: dev, Published: rc.published}
 	if f != nil {
-		var fc resident.FuncConfig
-		if len(r.Func.State) > 0 {
-			if rc.state, err = c.dev.Alloc(uint64(len(r.Func.State))); err == nil {
-				err = c.dev.CopyHtoD(rc.state.Ptr, r.Func.State)
-			}
-			if err != nil {
-				rc.release()
-				return nil, err
-			}
-			fc.State = rc.state.Ptr
-		}
-		fc.OutSize, fc.OutDepth, fc.OnRecord = r.Func.OutSize, r.Func.OutDepth, r.Func.OnRecord
+		// A copy: the consumer writes it back when it stops, and a
+		// function may serve several sessions at once.
+		fc := resident.FuncConfig{State: bytes.Clone(r.Func.State), OutSize: r.Func.OutSize, OutDepth: r.Func.OutDepth,
+			OnRecord: r.Func.OnRecord}
 		fcons, err := f.Start(c.dev, ring, fc)
 		if err != nil {
 			rc.release()
@@ -273,12 +266,12 @@ func (c *GPU) StartConsumer(r stream.ResidentRing) (stream.ResidentConsumer, err
 		}
 		rc.stop, rc.done, rc.bytes, rc.isFunc = fcons.Stop, fcons.Done(), fcons.Bytes, true
 	} else {
-		fr, err := k.StartFrames(c.dev, ring, resident.Resident{})
+		fcons, err := fr.Start(c.dev, ring, 0, r.FrameSize)
 		if err != nil {
 			rc.release()
 			return nil, err
 		}
-		rc.stop, rc.done, rc.bytes = fr.Stop, fr.Done(), fr.Bytes
+		rc.stop, rc.done, rc.bytes = fcons.Stop, fcons.Done(), fcons.Bytes
 	}
 	c.res.running++
 	return rc, nil
@@ -292,7 +285,6 @@ type residentConsumer struct {
 	done      <-chan struct{}
 	bytes     func() uint64
 	unmap     func() error // the word's registration, if its own
-	state     *cuda.Buffer // a function's state
 	isFunc    bool         // a function runs, not the frame check
 	word      *uint64
 	frameSize uint64
@@ -348,17 +340,11 @@ func (rc *residentConsumer) Stop() error {
 	return rc.err
 }
 
-// release frees, or defers, the word's registration and the state:
-// c.res.mu is held.
+// release frees, or defers, the word's registration: c.res.mu is held.
 func (rc *residentConsumer) release() error {
-	var frees []func() error
 	if rc.unmap != nil {
-		frees = append(frees, rc.unmap)
+		rc.gpu.res.deferred = append(rc.gpu.res.deferred, rc.unmap)
 	}
-	if rc.state != nil {
-		frees = append(frees, rc.state.Free)
-	}
-	rc.gpu.res.deferred = append(rc.gpu.res.deferred, frees...)
 	if rc.gpu.res.running == 0 {
 		return rc.gpu.runDeferred()
 	}
