@@ -168,6 +168,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&rc.Peer.Blocks, "peer-blocks", 0, "peer producer: fills written at once; 0: the ring's slots")
 	fs.Float64Var(&rc.Peer.Rate, "peer-rate", 12.5e6, "peer producer: the throttled rate, slots per second, for slots of 4 KiB or less")
 	fs.DurationVar(&rc.Peer.Timeout, "peer-timeout", 2*time.Second, "peer producer: bound of each wait of its kernels")
+	fs.IntVar(&rc.Peer.Rings, "peer-rings", 2, "peer producer: rings consumed at once on GPU 0, each its consumer and producer, at the smallest slot size (1: none)")
 	fs.StringVar(&rc.Peer.Consumer, "peer-consumer", consumerFunction, "peer producer: GPU 0's consumer, function (the pattern check linked into the consumer a user's function runs in) or dispatcher (resident_consume)")
 	if err := fs.Parse(args); err != nil {
 		return o, err

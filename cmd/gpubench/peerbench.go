@@ -34,6 +34,9 @@ type peerConfig struct {
 	// function; or "dispatcher", resident_consume (one warp polls the
 	// results and hands fills to the workers).
 	Consumer string
+	// Rings is how many rings run at once, each with its consumer and
+	// its producer, at the smallest slot size (default 2; 1: none).
+	Rings int
 }
 
 // patternFuncPTX is pattern_func.cu as `make ptx` compiled it.
@@ -62,6 +65,9 @@ func (c *peerConfig) defaults() {
 	}
 	if c.Consumer == "" {
 		c.Consumer = consumerFunction
+	}
+	if c.Rings <= 0 {
+		c.Rings = 2
 	}
 }
 
@@ -144,7 +150,9 @@ type peerPass struct {
 	// "globaltimer", which may tick in whole microseconds.
 	Timer string        `json:"round_trip_timer,omitempty"`
 	Runs  []peerSizeRun `json:"runs,omitempty"`
-	Goals []goal        `json:"goals,omitempty"`
+	// Beside is several rings consumed at once on GPU 0.
+	Beside *peerBeside `json:"beside,omitempty"`
+	Goals  []goal      `json:"goals,omitempty"`
 }
 
 // peerSizeRun is one slot size's repeats.
@@ -253,6 +261,11 @@ func (p *peerPass) goals() []goal {
 				rtts, goalRTTToPingPong, true))
 		}
 	}
+	if p.Beside != nil {
+		for _, x := range p.Beside.Each {
+			lost, errs = append(lost, float64(x.Lost)), append(errs, float64(x.Errors))
+		}
+	}
 	return append(out, newGoal("lost slots in each repeat", lost, 0, true), newGoal("check errors in each repeat", errs, 0, true))
 }
 
@@ -261,7 +274,7 @@ func (p *peerPass) goals() []goal {
 func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (*peerPass, error) {
 	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate, Consumer: cfg.Peer.Consumer}
 	err := p.measure(ctx, g0, k, cfg)
-	if len(p.Runs) > 0 {
+	if len(p.Runs) > 0 || p.Beside != nil {
 		p.Goals = p.goals()
 	}
 	if err != nil {
@@ -361,6 +374,15 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 		}
 		if err != nil {
 			return fmt.Errorf("%d-byte slots: %w", size, err)
+		}
+	}
+	if cfg.Peer.Rings > 1 && len(cfg.Sizes) > 0 {
+		b, err := measureBeside(ctx, g0, start, pk, cfg, cfg.Sizes[0])
+		if len(b.Each) > 0 {
+			p.Beside = &b
+		}
+		if err != nil {
+			return fmt.Errorf("%d rings at once: %w", cfg.Peer.Rings, err)
 		}
 	}
 	return nil

@@ -151,6 +151,12 @@ func printPeer(w io.Writer, p *peerPass) {
 			sp(s["consumer_to_producer_alone"], "%.3f"), sp(s["round_trip_p50_to_pingpong_p50"], "%.2f"),
 			sp(s["round_trip_p99_to_pingpong_p99"], "%.2f"), sp(s["lost"], "%.0f"), sp(s["errors"], "%.0f"))
 	}
+	if b := p.Beside; b != nil {
+		s := b.Spread
+		fmt.Fprintf(w, "%7d peer   %d rings at once, each its consumer: one ring alone %s/s; total over one alone %s, slowest ring over one alone %s; lost %s errors %s\n",
+			b.SlotBytes, b.Rings, sp(s["one_ring_alone.slots_per_s"], "%.0f"), sp(s["total_to_one_alone"], "%.3f"),
+			sp(s["slowest_to_one_alone"], "%.3f"), sp(s["lost"], "%.0f"), sp(s["errors"], "%.0f"))
+	}
 	for _, g := range p.Goals {
 		cmp := ">="
 		if g.AtMost {
