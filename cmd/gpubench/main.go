@@ -185,6 +185,10 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	case rc.Peer.NSlots < 1 || rc.Peer.Blocks < 0 || rc.Peer.Timeout <= 0:
 		return o, fmt.Errorf("-peer-slots %d, -peer-blocks %d, -peer-timeout %v: slots and a timeout above 0, blocks at least 0",
 			rc.Peer.NSlots, rc.Peer.Blocks, rc.Peer.Timeout)
+	case rc.Peer.Consumer != consumerFunction && rc.Peer.Consumer != consumerDispatcher:
+		return o, fmt.Errorf("-peer-consumer %q: %s or %s", rc.Peer.Consumer, consumerFunction, consumerDispatcher)
+	case rc.Peer.Rings < 1:
+		return o, fmt.Errorf("-peer-rings %d: at least 1", rc.Peer.Rings)
 	}
 	return o, nil
 }

@@ -66,9 +66,7 @@ func (c *peerConfig) defaults() {
 	if c.Consumer == "" {
 		c.Consumer = consumerFunction
 	}
-	if c.Rings <= 0 {
-		c.Rings = 2
-	}
+
 }
 
 // startConsumer starts GPU 0's consumer on a ring; stop waits until the
@@ -97,10 +95,12 @@ func peerConsumer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg
 			state = binary.LittleEndian.AppendUint64(state, uint64(r.SlotSize))
 			// The consumer word is GPU 0's memory: read by a copy on
 			// the legacy stream, which the consumer's does not hold.
+			// Stop's goroutine reads it; a failed read is Stop's error.
+			var readErr error
 			published := func() uint64 {
 				n, err := r.ConsumedIndex()
-				if err != nil {
-					return 0
+				if err != nil && readErr == nil {
+					readErr = fmt.Errorf("reading the consumer index: %w", err)
 				}
 				return n
 			}
@@ -113,7 +113,8 @@ func peerConsumer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg
 			return func(fills uint64) (resident.Counters, error) {
 				ctx, cancel := context.WithTimeout(ctx, cfg.Peer.Timeout)
 				defer cancel()
-				return c.Stop(ctx, fills)
+				cnt, err := c.Stop(ctx, fills)
+				return cnt, errors.Join(err, readErr)
 			}, nil
 		}, f.Close, nil
 	}

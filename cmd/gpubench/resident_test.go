@@ -45,6 +45,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-resident", "-resident-repeats", "0"}, "-resident-repeats 0: at least 1"},
 		{[]string{"-resident", "-peer-rate", "0"}, "-peer-rate 0: above 0"},
 		{[]string{"-resident", "-peer-slots", "0"}, "-peer-slots 0, -peer-blocks 0, -peer-timeout 2s: slots and a timeout above 0, blocks at least 0"},
+		{[]string{"-resident", "-peer-consumer", "warp"}, `-peer-consumer "warp": function or dispatcher`},
+		{[]string{"-resident", "-peer-rings", "0"}, "-peer-rings 0: at least 1"},
 		{[]string{"-resident", "peer"}, `unexpected arguments ["peer"]`},
 		{[]string{"-resident-repeats", "x"}, `invalid value "x" for flag -resident-repeats: parse error`},
 	} {

@@ -55,10 +55,13 @@ __device__ static inline void take(int x, int threshold, unsigned int i, long lo
 __device__ static void frame_stats(const unsigned char *f, unsigned int frame_size, int threshold,
 				   unsigned long long *rec)
 {
-	__shared__ long long s_sum[BLOCK];
-	__shared__ unsigned long long s_sq[BLOCK];
-	__shared__ int s_lo[BLOCK], s_hi[BLOCK];
-	__shared__ unsigned int s_over[BLOCK], s_first[BLOCK];
+	// volatile: where this is a function of its own (framestats_func.cu,
+	// linked), LLVM takes __syncthreads() for a call that cannot touch
+	// arrays only this function uses, and may read them before it.
+	__shared__ volatile long long s_sum[BLOCK];
+	__shared__ volatile unsigned long long s_sq[BLOCK];
+	__shared__ volatile int s_lo[BLOCK], s_hi[BLOCK];
+	__shared__ volatile unsigned int s_over[BLOCK], s_first[BLOCK];
 
 	const unsigned int t = threadIdx.x;
 	const volatile unsigned int *h = (const volatile unsigned int *)f;

@@ -74,7 +74,7 @@ func main() {
 	flag.StringVar(&o.kernel, "kernel", defaultKernel, "the kernel's entry in the PTX")
 	flag.IntVar(&o.threshold, "threshold", 32000, "trigger on samples of at least this magnitude (0: off)")
 	flag.IntVar(&o.depth, "depth", 4, "slots whose kernels may be in flight before the oldest's results are read")
-	flag.BoolVar(&o.check, "check", true, "check every frame's header, CRC and sequence on the GPU too")
+	flag.BoolVar(&o.check, "check", true, "check every frame on the GPU too: header, sequence and CRC per slot; with -resident header, sequence and every payload word (frames of a multiple of 16 bytes)")
 	flag.IntVar(&o.show, "show", 10, "triggered frames to print")
 	flag.BoolVar(&o.every, "v", false, "print every frame's statistics")
 	flag.BoolVar(&o.resident, "resident", false, "GPU-resident: framestats runs inside the GPU's persistent consumer on every fill (no launch per slot; not with -ptx)")

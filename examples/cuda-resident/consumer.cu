@@ -33,7 +33,7 @@ consume(unsigned char *slots, unsigned long long slot_size, struct gpufpga_slot_
 
 	if (blockIdx.x == 0) {
 		if (threadIdx.x < 32) {
-			const unsigned long long fills = gpufpga_publisher(&r);
+			const unsigned long long fills = gpufpga_warp_publisher(&r);
 
 			if (threadIdx.x == 0)
 				counters[0].fills = fills;

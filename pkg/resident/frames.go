@@ -24,8 +24,9 @@ const frameHeader = 32
 // number and the frames that passed.
 const framesRecordSize = 16
 
-// framesDepth is how many fills' records may wait for the host: at 4 KiB
-// a fill, a second's worth at 64 K fills a second is a millisecond.
+// framesDepth is how many fills' records may wait for the host (1 MiB of
+// them): 5 ms of 4 KiB fills at 12.5 M a second, before a worker waits
+// for the reader.
 const framesDepth = 1 << 16
 
 // FrameOrder counts FRM1 frames in fill order, as frame.Checker counts
@@ -90,10 +91,12 @@ type FrameConsumer struct {
 // every fill's frames are checked word by word where they landed, and
 // their sequence numbers counted in fill order on the host, with no CPU
 // work per slot but reading a 16-byte record. Start it before the stream,
-// with the results zeroed. It allocates from what earlier consumers of
-// fr ran on and loads nothing, so it waits for none of them; while it
-// runs, cuMemFree, cuMemFreeHost, cuMemHostUnregister and module loads
-// and unloads of the whole process wait for it.
+// with the results zeroed. workers is FuncConfig.Workers (0: 16). It
+// allocates from what earlier consumers of fr ran on and loads nothing,
+// so it waits for none of them; while it runs, cuMemFree, cuMemFreeHost,
+// cuMemHostUnregister and module loads and unloads of the whole process
+// wait for it. One block checks each fill: with few large slots, give
+// the ring more slots, not the consumer more workers.
 func (fr *Frames) Start(g *cuda.Device, r StreamRing, workers, frameSize int) (*FrameConsumer, error) {
 	if frameSize <= frameHeader || frameSize%16 != 0 || r.SlotSize%frameSize != 0 {
 		return nil, fmt.Errorf("%w: %d-byte slots of %d-byte frames (a multiple of 16 over %d)", ErrConfig, r.SlotSize, frameSize, frameHeader)

@@ -6,12 +6,13 @@
 //	unsigned long long len, unsigned long long frame_size,
 //	unsigned long long *first_seq);
 //
-// Every thread of the block calls it for one fill of len bytes at slot,
-// which should hold whole frames of frame_size bytes (a multiple of 16
+// Every thread of the block calls it, with the same arguments, for one
+// fill of len bytes at slot, which should hold whole frames of frame_size bytes (a multiple of 16
 // over 32) with consecutive sequence numbers. Each frame's header
 // (magic, version, header size, payload length) and every payload word,
 // (i + 1) * PHI ^ key(seq) as frame.FillPayload defines it, are compared
-// with what the format says, which the frame's CRC only sums up. It
+// with what the format says, which the frame's CRC only sums up (the CRC
+// itself is not computed). It
 // returns, in every thread, the number of frames, or -1 if the fill is
 // bad (its length, or any word of any frame); *first_seq is the first
 // frame's sequence number. The caller counts frames between fills (gaps,

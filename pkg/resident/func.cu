@@ -8,7 +8,9 @@
 //	unsigned long long len, unsigned long long k, void *state, void *out);
 //
 // Every thread of a worker block (256 threads, blockDim.x) calls it once
-// for fill k, whose len bytes are at slot: it shares the slot's work by
+// for fill k, whose len bytes (at most the slot's size: a longer fill is
+// counted bad, the function not called and the record zeroed) are at
+// slot: it shares the slot's work by
 // threadIdx.x, may use __syncthreads (every thread calls it), and returns
 // non-zero for a fill it finds bad (counted as an error). state is the
 // user's device memory, the same for every fill (0 if none); out is fill
@@ -70,11 +72,11 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 	struct gpufpga_dev_ring r = {slots, slot_size, results, nslots, consumer, done, done + nslots, &ctl->stop};
 	struct counters c = {0, 0, 0, 0, {0, 0, 0, 0}};
 	__shared__ int s_go;
-	u64 k, len, out_read = 0; // out_read: thread 0's
+	u64 k, len, i, out_read = 0; // out_read: thread 0's
 
 	if (blockIdx.x == 0) {
 		if (threadIdx.x < 32) {
-			const u64 published = gpufpga_publisher(&r);
+			const u64 published = gpufpga_warp_publisher(&r);
 
 			if (threadIdx.x == 0) {
 				st_volatile64(&ctl->c[0].slots, published);
@@ -84,6 +86,7 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 		return;
 	}
 	for (k = blockIdx.x - 1; gpufpga_block_claim(&r, k, &len); k += gridDim.x - 1) {
+		unsigned char *rec;
 		int bad;
 
 		if (threadIdx.x == 0) {
@@ -107,11 +110,21 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 		gpufpga_block_barrier();
 		if (!s_go)
 			break;
-		bad = gpufpga_process(gpufpga_slot(&r, k), len, k, state, out_depth ? out + (k % out_depth) * out_size : 0);
+		rec = out_depth ? out + (k % out_depth) * out_size : 0;
+		if (len > slot_size) {
+			// The engine's or the driver's fault: the fill is
+			// bad, no function reads past its slot, and its
+			// record reads as zeros.
+			for (i = threadIdx.x; rec && i < out_size / 8; i += blockDim.x)
+				((u64 *)rec)[i] = 0;
+			bad = 1;
+		} else {
+			bad = gpufpga_process(gpufpga_slot(&r, k), len, k, state, rec);
+		}
 		bad = __syncthreads_or(bad);
 		if (threadIdx.x == 0) {
 			c.slots++;
-			c.bytes += len;
+			c.bytes += len > slot_size ? 0 : len;
 			// The host reads the bytes while the kernel runs:
 			// every 16 fills, not to add a PCIe write to each.
 			if (c.slots % 16 == 0)

@@ -44,7 +44,8 @@ var frm1PTX []byte
 //		unsigned long long len, unsigned long long k, void *state, void *out);
 //
 // Every thread of a worker block (256 threads) calls it once for fill k,
-// whose len bytes are at slot, after the fill's result and before the
+// whose len bytes are at slot (a fill longer than the slot counts as bad,
+// the function is not called and its record reads as zeros), after the fill's result and before the
 // fill is released: it may read the slot and nothing of the ring else,
 // and returns non-zero for a bad fill (counted in Counters.Errors). A
 // function's own __shared__ variables, compiled by clang, are best
@@ -100,10 +101,11 @@ type FuncConfig struct {
 	Workers int
 	// State is copied into GPU memory of the consumer's own before it
 	// starts, its address passed to every call as state (0 if empty),
-	// and copied back into State once the kernel has stopped: what the
-	// function accumulated there. The memory is kept for later consumers
-	// of the same Func: nothing is freed, so nothing waits for a running
-	// kernel.
+	// and copied back into State, from the consumer's thread, once the
+	// kernel has stopped: what the function accumulated there. It is
+	// left as it was when the kernel failed; touch it only once Stop has
+	// returned. The memory is kept for later consumers of the same Func:
+	// nothing is freed, so nothing waits for a running kernel.
 	State []byte
 	// OutSize and OutDepth: each fill has a record of OutSize bytes (a
 	// multiple of 8) in host memory, of which OutDepth are kept: a worker

@@ -29,6 +29,9 @@ type wordRing struct {
 	word           *cuda.MappedBuffer
 	s              *cuda.Stream
 	src, res       *cuda.HostBuffer
+	// long, if not 0, is k + 1 of the fill whose result claims 4 GiB
+	// less a page: past its slot and far past the ring's end.
+	long uint64
 	// A failed test stops its producers before the ring goes.
 	quit      atomic.Bool
 	producers sync.WaitGroup
@@ -54,9 +57,10 @@ func newWordRing(t *testing.T, g *cuda.Device, nslots, size int) *wordRing {
 	must(err)
 	w.src, err = g.HostAlloc(uint64((nslots + 1) * size))
 	must(err)
-	w.res, err = g.HostAlloc(8)
+	w.res, err = g.HostAlloc(16)
 	must(err)
 	binary.LittleEndian.PutUint64(w.res.Bytes(), uint64(size)<<32|0x52b4<<16|1)
+	binary.LittleEndian.PutUint64(w.res.Bytes()[8:], uint64(0xfffff000)<<32|0x52b4<<16|1)
 	// Freed once every consumer of the test has stopped: a free waits
 	// for every kernel on the device. A producer still held in the
 	// driver after a failure leaves the ring unfreed, not the test hung.
@@ -102,7 +106,11 @@ func (w *wordRing) produce(from, to uint64, bad uint64, deadline time.Time) erro
 		if err := w.s.CopyHtoD(w.slots.Ptr+(k%uint64(w.nslots))*uint64(w.size), w.src, off, uint64(w.size)); err != nil {
 			return err
 		}
-		if err := w.s.CopyHtoD(w.results.Ptr+(k%uint64(w.nslots))*uint64(ResultSize), w.res, 0, 8); err != nil {
+		res := uint64(0)
+		if k+1 == w.long {
+			res = 8
+		}
+		if err := w.s.CopyHtoD(w.results.Ptr+(k%uint64(w.nslots))*uint64(ResultSize), w.res, res, 8); err != nil {
 			return err
 		}
 	}
@@ -199,7 +207,10 @@ func stopAll(t *testing.T, cs ...*FuncConsumer) {
 // linker, runs on every fill: every record reaches the host, in order,
 // with the fill's sum (the bad fill's with its flipped bit); the bad
 // fill is counted; the calls are counted in the user's state; no record
-// is overwritten before the host read it (depth 4 of 16 slots).
+// is overwritten before the host read it (depth 4 of 16 slots). A fill
+// whose result claims 4 GiB is counted bad and its record zeroed, and the
+// function, which reads every word it is given, never sees it: it would
+// read past the ring's end, and the fault would end the kernel.
 func TestLinkedFunction(t *testing.T) {
 	g := device(t)
 	if _, err := LinkFunc(g, "empty.ptx", []byte(".version 6.0\n.target sm_70\n.address_size 64\n")); !errors.Is(err, ErrConfig) ||
@@ -211,8 +222,9 @@ func TestLinkedFunction(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	const nslots, size, fills, bad = 16, 64 << 10, 2000, 777
+	const nslots, size, fills, bad, long = 16, 64 << 10, 2000, 777, 1500
 	w := newWordRing(t, g, nslots, size)
+	w.long = long + 1
 	state := binary.LittleEndian.AppendUint64(nil, 5) // the calls, counted from 5
 	if _, err := f.Start(g, w.ring(), FuncConfig{OutSize: 12, OutDepth: 4}); !errors.Is(err, ErrConfig) ||
 		err.Error() != "resident: invalid configuration: 4 records of 12 bytes (both 0, or a depth and a multiple of 8)" {
@@ -238,7 +250,11 @@ func TestLinkedFunction(t *testing.T) {
 		}
 		r := c.Record(k)
 		got := [3]uint64{binary.LittleEndian.Uint64(r), binary.LittleEndian.Uint64(r[8:]), binary.LittleEndian.Uint64(r[16:])}
-		if want := [3]uint64{k, sumOf(k, size, bad), size}; got != want {
+		want := [3]uint64{k, sumOf(k, size, bad), size}
+		if k == long {
+			want = [3]uint64{}
+		}
+		if got != want {
 			fail("record %d: %v, want %v", k, got, want)
 		}
 		c.Advance(k + 1)
@@ -255,12 +271,12 @@ func TestLinkedFunction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if cnt.Published != fills || cnt.Slots != fills || cnt.Bytes != fills*size || cnt.Errors != 1 || cnt.FirstError != bad+1 {
-		t.Fatalf("counters %+v, want %d fills, one error at %d", cnt, fills, bad)
+	if cnt.Published != fills || cnt.Slots != fills || cnt.Bytes != (fills-1)*size || cnt.Errors != 2 || cnt.FirstError != bad+1 {
+		t.Fatalf("counters %+v, want %d fills, errors at %d and %d, the bytes of all but the long one", cnt, fills, bad, long)
 	}
 	// Stop copied the state back.
-	if n := binary.LittleEndian.Uint64(state); n != 5+fills {
-		t.Fatalf("state counted %d calls from 5, want %d", n, 5+fills)
+	if n := binary.LittleEndian.Uint64(state); n != 5+fills-1 {
+		t.Fatalf("state counted %d calls from 5, want %d: every fill's but the long one's", n, 5+fills-1)
 	}
 }
 

@@ -307,9 +307,7 @@ type Counters struct {
 	// bad fills, once for each part of one read by a worker of its own
 	// (the resident consumer's chunks, the CPU-driven one's blocks).
 	FirstError uint64 `json:"first_error"`
-	// Published is how far the consumer published (resident only); the
-	// publisher's own bytes record what it published, read live by
-	// FrameConsumer.Bytes.
+	// Published is how far the consumer published (resident only).
 	Published uint64 `json:"published,omitempty"`
 	// Frames, Gaps and Duplicates count FRM1 frames (Frames.Start):
 	// frames checked, frames missing between fills, frames at or behind

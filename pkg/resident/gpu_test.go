@@ -236,7 +236,8 @@ type frameProducer struct {
 	nsrc      uint64
 	frameSize int
 	skip      func(k uint64) uint64
-	corrupt   uint64
+	corrupt   uint64 // fill k + 1 with a flipped byte
+	long      uint64 // fill k + 1 whose result says 4 GiB less a page
 }
 
 func newFrameProducer(t *testing.T, g *cuda.Device, r *GPURing, frameSize int) *frameProducer {
@@ -249,10 +250,11 @@ func newFrameProducer(t *testing.T, g *cuda.Device, r *GPURing, frameSize int) *
 	if p.src, err = g.HostAlloc(p.nsrc * uint64(r.SlotSize)); err != nil {
 		t.Fatal(err)
 	}
-	if p.result, err = g.HostAlloc(8); err != nil {
+	if p.result, err = g.HostAlloc(16); err != nil {
 		t.Fatal(err)
 	}
 	binary.LittleEndian.PutUint64(p.result.Bytes(), resultWord(uint32(r.SlotSize)))
+	binary.LittleEndian.PutUint64(p.result.Bytes()[8:], resultWord(0xfffff000))
 	t.Cleanup(func() {
 		p.s.Sync()
 		p.s.Close()
@@ -277,7 +279,11 @@ func (p *frameProducer) Data(k uint64) error {
 }
 
 func (p *frameProducer) Result(k uint64) error {
-	return p.s.CopyHtoD(p.r.ResultsDev+(k%uint64(p.r.NSlots))*uint64(ResultSize), p.result, 0, 8)
+	off := uint64(0)
+	if p.long == k+1 {
+		off = 8
+	}
+	return p.s.CopyHtoD(p.r.ResultsDev+(k%uint64(p.r.NSlots))*uint64(ResultSize), p.result, off, 8)
 }
 
 func (p *frameProducer) Flush() error { return p.s.Sync() }
@@ -286,7 +292,9 @@ func (p *frameProducer) Flush() error { return p.s.Sync() }
 // function is, checks a driver stream's FRM1 frames word by word where
 // they landed in GPU memory, results in GPU memory beside them: every
 // frame of every fill, the frames the source dropped counted as gaps, a
-// flipped byte found in the one fill that has it.
+// flipped byte found in the one fill that has it, and a fill whose result
+// claims more than its slot counted bad without a read past the slot (one
+// would fault: the ring's end is far nearer than 4 GiB).
 func TestResidentFrames(t *testing.T) {
 	g := device(t)
 	fr, err := LinkFrames(g)
@@ -299,19 +307,21 @@ func TestResidentFrames(t *testing.T) {
 		fills                   uint64
 		dropEvery               uint64 // fills between drops of 3 frames
 		corrupt                 uint64 // fill k + 1 with a flipped byte
+		long                    uint64 // fill k + 1 with a length past its slot
 	}{
 		{nslots: 64, size: 4096, frameSize: 4096, fills: 20000},
 		{nslots: 16, size: 64 << 10, frameSize: 4096, fills: 4000},
 		{nslots: 8, size: 1 << 20, frameSize: 64 << 10, fills: 300},
 		{nslots: 16, size: 64 << 10, frameSize: 8192, fills: 4000, dropEvery: 97},
 		{nslots: 16, size: 64 << 10, frameSize: 4096, fills: 2000, corrupt: 778},
+		{nslots: 16, size: 64 << 10, frameSize: 4096, fills: 2000, long: 1301},
 	} {
 		r, err := NewGPURing(g, tc.nslots, tc.size, SlotsGPU, true)
 		if err != nil {
 			t.Fatal(err)
 		}
 		p := newFrameProducer(t, g, r, tc.frameSize)
-		p.corrupt = tc.corrupt
+		p.corrupt, p.long = tc.corrupt, tc.long
 		if tc.dropEvery != 0 {
 			p.skip = func(k uint64) uint64 { return 3 * (k / tc.dropEvery) }
 		}
@@ -329,7 +339,8 @@ func TestResidentFrames(t *testing.T) {
 		}
 		fps := uint64(tc.size / tc.frameSize)
 		frames, errs, gaps := tc.fills*fps, uint64(0), uint64(0)
-		if tc.corrupt != 0 {
+		bad := max(tc.corrupt, tc.long)
+		if bad != 0 {
 			// A fill that fails counts once, and its frames as missing
 			// (as frame.Checker counts a frame that fails).
 			frames, errs, gaps = frames-fps, 1, fps
@@ -338,7 +349,7 @@ func TestResidentFrames(t *testing.T) {
 			gaps = 3 * ((tc.fills - 1) / tc.dropEvery)
 		}
 		if cnt.Slots != tc.fills || cnt.Published != tc.fills || cnt.Frames != frames || cnt.Errors != errs ||
-			cnt.Gaps != gaps || cnt.Duplicates != 0 || (errs != 0 && cnt.FirstError != tc.corrupt) {
+			cnt.Gaps != gaps || cnt.Duplicates != 0 || (errs != 0 && cnt.FirstError != bad) {
 			t.Errorf("%+v: want %d frames, %d errors, %d gaps; got %+v", tc, frames, errs, gaps, cnt)
 		}
 		t.Logf("%+v: %+v", tc, cnt)

@@ -4,8 +4,9 @@
  * gpufpga_resident.h, for a persistent kernel of one's own (nvcc, or
  * clang's CUDA mode). Installed as <gpufpga/gpufpga_resident_cuda.cuh>.
  *
- * The kernel: a grid of 1 + W blocks, all resident at once (W + 1 at most
- * the GPU's multiprocessors). Block 0's first warp publishes; worker block
+ * The kernel: a grid of 1-D blocks, 1 + W of them, all resident at once
+ * (W + 1 at most the GPU's multiprocessors). Block 0's first warp
+ * publishes (gpufpga_warp_publisher, all 32 lanes); worker block
  * w (1..W) takes fills k = w - 1, w - 1 + W, w - 1 + 2W, ...:
  *
  *	__global__ void my_consumer(struct gpufpga_dev_ring r)
@@ -14,7 +15,7 @@
  *
  *		if (blockIdx.x == 0) {
  *			if (threadIdx.x < 32)
- *				gpufpga_publisher(&r);
+ *				gpufpga_warp_publisher(&r);
  *			return;
  *		}
  *		for (k = blockIdx.x - 1; gpufpga_block_claim(&r, k, &len); k += gridDim.x - 1) {
@@ -113,9 +114,14 @@ __device__ static inline void gpufpga_st_relaxed_sys32(void *p, unsigned int v)
  * Whether the host has asked the kernel to stop: a read of host memory
  * across PCIe. Every spinning thread reading the one word at once makes
  * each read wait behind the others', tens of microseconds on a busy
- * link: spinners look at it only every GPUFPGA_STOP_POLLS polls.
+ * link: spinners look at it only every GPUFPGA_STOP_POLLS polls that
+ * found nothing. Stop is not an abort: store it only once the stream has
+ * ended and everything it produced is published, and the kernel leaves
+ * within that many polls.
  */
+#ifndef GPUFPGA_STOP_POLLS
 #define GPUFPGA_STOP_POLLS 1024
+#endif
 
 __device__ static inline int gpufpga_stopping(const struct gpufpga_dev_ring *r)
 {
@@ -217,17 +223,18 @@ __device__ static inline void gpufpga_block_release(const struct gpufpga_dev_rin
 }
 
 /*
- * The publisher, the first warp of a block that takes no fills, all 32
- * lanes: walks done[] in fill order, 32 fills a round (lane i looks at
- * fill pub + i), and publishes how far every fill is done, to the
- * driver (consumer->consumed, st.release.sys) and to the workers
- * (published), once a round. One thread walking fill by fill would make
- * a dependent load per fill, and small slots would wait on it. It
- * returns, in every lane, the count published, once the host asked the
- * kernel to stop and nothing more is done: store stop only once
- * everything produced has been published.
+ * The publisher, the first warp of a 1-D block that takes no fills, all 32
+ * lanes together (it votes and shuffles with a full mask): walks done[]
+ * in fill order, 32 fills a round (lane i looks at fill pub + i), and
+ * publishes how far every fill is done, to the driver
+ * (consumer->consumed, st.release.sys) and to the workers (published),
+ * once a round. One thread walking fill by fill makes a dependent load
+ * per fill (gpufpga_publisher), and small slots wait on it. It returns,
+ * in every lane, the count published, once the host asked the kernel to
+ * stop and nothing more is done: store stop only once everything
+ * produced has been published.
  */
-__device__ static inline unsigned long long gpufpga_publisher(const struct gpufpga_dev_ring *r)
+__device__ static inline unsigned long long gpufpga_warp_publisher(const struct gpufpga_dev_ring *r)
 {
 	const unsigned int lane = threadIdx.x % 32;
 	unsigned long long pub = 0;
@@ -250,14 +257,41 @@ __device__ static inline unsigned long long gpufpga_publisher(const struct gpufp
 		idle = count ? 0 : idle + 1;
 		if (count) {
 			pub += count;
-			/* Orders every lane's acquire before lane 0's
-			 * releases (bar.warp.sync orders memory too). */
+			/* bar.warp.sync orders every lane's acquire before
+			 * lane 0's releases, which are cumulative over it. */
 			__syncwarp();
 			if (lane == 0) {
 				gpufpga_st_release_sys(&r->consumer->consumed, pub);
 				gpufpga_st_release_gpu(r->published, pub);
 			}
 		} else if (__shfl_sync(0xffffffff, stopping, 0)) {
+			return pub;
+		}
+	}
+}
+
+/*
+ * The publisher in one thread of a block that takes no fills: as
+ * gpufpga_warp_publisher, fill by fill, a dependent load each, which
+ * bounds the fills a second (about 2 M on an H200). For a kernel whose
+ * block 0 cannot give a whole warp.
+ */
+__device__ static inline unsigned long long gpufpga_publisher(const struct gpufpga_dev_ring *r)
+{
+	unsigned long long pub = 0;
+	unsigned int idle = 0;
+
+	for (;;) {
+		unsigned long long was = pub;
+		int stopping = idle % GPUFPGA_STOP_POLLS == GPUFPGA_STOP_POLLS - 1 && gpufpga_stopping(r);
+
+		while (gpufpga_ld_acquire_gpu(&r->done[pub % r->nslots]) == pub + 1)
+			pub++;
+		idle = pub != was ? 0 : idle + 1;
+		if (pub != was) {
+			gpufpga_st_release_sys(&r->consumer->consumed, pub);
+			gpufpga_st_release_gpu(r->published, pub);
+		} else if (stopping) {
 			return pub;
 		}
 	}

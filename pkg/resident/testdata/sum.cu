@@ -6,7 +6,7 @@ typedef unsigned long long u64;
 
 extern "C" __device__ int gpufpga_process(const unsigned char *slot, u64 len, u64 k, void *state, void *out)
 {
-	__shared__ u64 part[256];
+	__shared__ volatile u64 part[256];
 	const volatile u64 *w = (const volatile u64 *)slot;
 	u64 s = 0, i;
 	int bad = len % 8 != 0;

@@ -300,7 +300,7 @@ func (rc *residentConsumer) published() uint64 { return atomic.LoadUint64(rc.wor
 
 // Stats reports the fills and bytes consumed while the kernel runs,
 // which writes its other counts back only when it stops. CRCFailures
-// counts the fills (or the parts several workers read) whose frames
+// counts the fills whose frames
 // failed their check; Bad, the fills a function found bad.
 func (rc *residentConsumer) Stats() stream.ConsumerStats {
 	rc.mu.Lock()
