@@ -185,3 +185,25 @@ func TestPrintPeer(t *testing.T) {
 		}
 	}
 }
+
+// A slot lost, or a check error, while several rings ran at once fails
+// the pass's goals as it does in a ring's own runs, and the table says
+// what the rings made together.
+func TestBesideCountsInGoals(t *testing.T) {
+	x := besideRepeat{Alone: resident.Throughput{PerS: 1e6}, TotalToAlone: 1.9, SlowestToAlone: 0.94, Lost: 1}
+	p := &peerPass{Rate: 12.5e6,
+		Runs:   []peerSizeRun{{SlotBytes: 4096, Throttled: true, Each: []peerRepeat{{ConsumerToAlone: 0.97, RTTToPingPong: 1.4}}}},
+		Beside: &peerBeside{Rings: 2, SlotBytes: 4096, Each: []besideRepeat{x}, Spread: spreads([]map[string]float64{x.figures()})}}
+	p.Goals = p.goals()
+	var b bytes.Buffer
+	printPeer(&b, p)
+	for _, want := range []string{
+		"   4096 peer   2 rings at once, each its consumer: one ring alone 1000000 [1000000 .. 1000000]/s; total over one alone 1.900 [1.900 .. 1.900], slowest ring over one alone 0.940 [0.940 .. 0.940]; lost 1 [1 .. 1] errors 0 [0 .. 0]",
+		"goal NOT MET lost slots in each repeat: 0.500 [0.000 .. 1.000] (goal <= 0)",
+		"goal MET     check errors in each repeat: 0.000 [0.000 .. 0.000] (goal <= 0)",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, b.String())
+		}
+	}
+}
