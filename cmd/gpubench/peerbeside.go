@@ -31,8 +31,10 @@ type besideRepeat struct {
 	// SlowestToAlone the slowest ring's over it.
 	TotalToAlone   float64 `json:"total_to_one_alone"`
 	SlowestToAlone float64 `json:"slowest_to_one_alone"`
-	Lost           uint64  `json:"lost"`
-	Errors         uint64  `json:"errors"`
+	// Lost and Errors are summed over both runs, one ring alone and
+	// every ring at once.
+	Lost   uint64 `json:"lost"`
+	Errors uint64 `json:"errors"`
 }
 
 func (x besideRepeat) figures() map[string]float64 {
@@ -50,6 +52,15 @@ func (x besideRepeat) figures() map[string]float64 {
 func measureBeside(ctx context.Context, g0 *cuda.Device, start startConsumer, pk *resident.PeerKernels, cfg residentConfig,
 	size int) (b peerBeside, err error) {
 	b = peerBeside{Rings: cfg.Peer.Rings, SlotBytes: size}
+	// Every consumer's blocks must be resident at once, or one waits for
+	// a multiprocessor the others never give back.
+	sms, err := g0.Attribute(cuda.AttrMultiprocessorCount)
+	if err != nil {
+		return b, err
+	}
+	if need := b.Rings * (cfg.Workers + 1); need > sms {
+		return b, fmt.Errorf("%d rings of %d worker blocks and a publisher: %d blocks on %d multiprocessors", b.Rings, cfg.Workers, need, sms)
+	}
 	rings := make([]*resident.GPURing, b.Rings)
 	defer func() {
 		if stuck(err) {
@@ -71,12 +82,21 @@ func measureBeside(ctx context.Context, g0 *cuda.Device, start startConsumer, pk
 	defer func() { b.Spread = spreads(figs) }()
 	for i := range cfg.Repeats {
 		var x besideRepeat
+		// A run that lost fills is kept: the goals count them.
+		keep := func(err error) {
+			if lostOrBad(err) {
+				b.Each = append(b.Each, x)
+				figs = append(figs, x.figures())
+			}
+		}
 		alone, err := consumeAtOnce(ctx, start, pk, rings[:1], run, &x)
 		if err != nil {
+			keep(err)
 			return b, fmt.Errorf("run %d of %d, one ring: %w", i+1, cfg.Repeats, err)
 		}
 		x.Alone = alone[0]
 		if x.Rings, err = consumeAtOnce(ctx, start, pk, rings, run, &x); err != nil {
+			keep(err)
 			return b, fmt.Errorf("run %d of %d, %d rings: %w", i+1, cfg.Repeats, len(rings), err)
 		}
 		total, slowest := 0.0, x.Rings[0].PerS
@@ -131,11 +151,15 @@ func consumeAtOnce(ctx context.Context, start startConsumer, pk *resident.PeerKe
 		}
 		x.Lost += outs[i].Fills - min(cnt.Slots, outs[i].Fills)
 		x.Errors += cnt.Errors
+		consumed, err := rings[i].ConsumedIndex()
 		switch {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("ring %d: reading the consumer index: %w", i, err))
 		case cnt.Errors != 0:
 			errs = append(errs, fmt.Errorf("ring %d: %w: %d errors, the first at fill %d", i, resident.ErrData, cnt.Errors, cnt.FirstError-1))
-		case cnt.Slots != outs[i].Fills:
-			errs = append(errs, fmt.Errorf("ring %d: %w: %d fills produced, %d consumed", i, resident.ErrLost, outs[i].Fills, cnt.Slots))
+		case cnt.Slots != outs[i].Fills || consumed != outs[i].Fills:
+			errs = append(errs, fmt.Errorf("ring %d: %w: %d fills produced, %d consumed, consumer index %d", i, resident.ErrLost,
+				outs[i].Fills, cnt.Slots, consumed))
 		}
 		rates[i] = rate(outs[i].Fills, rings[i].SlotSize, outs[i].Elapsed)
 	}

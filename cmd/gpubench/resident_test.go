@@ -207,3 +207,16 @@ func TestBesideCountsInGoals(t *testing.T) {
 		}
 	}
 }
+
+// A count that must be 0 is met only if it is 0 in every repeat, not in
+// the median one.
+func TestNoneGoal(t *testing.T) {
+	for _, tc := range []struct {
+		xs  []float64
+		met bool
+	}{{[]float64{0, 0, 0}, true}, {[]float64{0, 0, 1}, false}, {nil, false}} {
+		if g := noneGoal("lost", tc.xs); g.Met != tc.met {
+			t.Errorf("%v: met %v, want %v", tc.xs, g.Met, tc.met)
+		}
+	}
+}

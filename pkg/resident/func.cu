@@ -8,11 +8,11 @@
 //	unsigned long long len, unsigned long long k, void *state, void *out);
 //
 // Every thread of a worker block (256 threads, blockDim.x) calls it once
-// for fill k, whose len bytes (at most the slot's size: a longer fill is
-// counted bad, the function not called and the record zeroed) are at
-// slot: it shares the slot's work by
+// for fill k, whose len bytes are at slot: it shares the slot's work by
 // threadIdx.x, may use __syncthreads (every thread calls it), and returns
-// non-zero for a fill it finds bad (counted as an error). state is the
+// non-zero for a fill it finds bad (counted as an error). A fill longer
+// than its slot is counted bad, the function not called and the record
+// zeroed. state is the
 // user's device memory, the same for every fill (0 if none); out is fill
 // k's record of out_size bytes in host memory mapped into the GPU (0 if
 // none), which the host reads once fill k is published: the worker waits

@@ -44,16 +44,17 @@ var frm1PTX []byte
 //		unsigned long long len, unsigned long long k, void *state, void *out);
 //
 // Every thread of a worker block (256 threads) calls it once for fill k,
-// whose len bytes are at slot (a fill longer than the slot counts as bad,
-// the function is not called and its record reads as zeros), after the fill's result and before the
+// whose len bytes are at slot, after the fill's result and before the
 // fill is released: it may read the slot and nothing of the ring else,
 // and returns non-zero for a bad fill (counted in Counters.Errors). A
-// function's own __shared__ variables, compiled by clang, are best
-// volatile: LLVM may move their loads across __syncthreads(). state
-// is FuncConfig.State's copy in GPU memory, out fill k's record of
-// FuncConfig.OutSize bytes, which the host reads with FuncConsumer.Record
-// once the fill is published. The function may call the library's
-// gpufpga_frm1_check, which checks a fill's FRM1 frames (frm1.cu).
+// fill longer than its slot counts as bad: the function is not called,
+// and its record reads as zeros. A function's own __shared__ variables,
+// compiled by clang, are best volatile: LLVM may move their loads across
+// __syncthreads(). state is FuncConfig.State's copy in GPU memory, out
+// fill k's record of FuncConfig.OutSize bytes, which the host reads with
+// FuncConsumer.Record once the fill is published. The function may call
+// the library's gpufpga_frm1_check, which checks a fill's FRM1 frames
+// (frm1.cu).
 const FuncName = "gpufpga_process"
 
 var definesFunc = regexp.MustCompile(`\.visible\s+\.func\s*(\([^)]*\))?\s*` + FuncName + `\s*\(`)

@@ -47,7 +47,9 @@
  *  - the status is cleared before the fill is published, and the fill is
  *    published (st.release.sys, in order, never backwards) only once
  *    every read of its slot is done: the driver then lets the engine
- *    write the slot again (gpufpga_block_release, gpufpga_publisher).
+ *    write the slot again (gpufpga_block_release, the publisher);
+ *  - a fill's length is the engine's: check it against slot_size
+ *    before reading that many bytes of the slot.
  * Requires sm_70 and PTX ISA 6.0 (ld.acquire, st.release and scopes).
  */
 #ifndef _GPUFPGA_RESIDENT_CUDA_CUH
@@ -121,6 +123,9 @@ __device__ static inline void gpufpga_st_relaxed_sys32(void *p, unsigned int v)
  */
 #ifndef GPUFPGA_STOP_POLLS
 #define GPUFPGA_STOP_POLLS 1024
+#endif
+#if GPUFPGA_STOP_POLLS < 1
+#error "GPUFPGA_STOP_POLLS must be at least 1"
 #endif
 
 __device__ static inline int gpufpga_stopping(const struct gpufpga_dev_ring *r)
@@ -271,7 +276,8 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 }
 
 /*
- * The publisher in one thread of a block that takes no fills: as
+ * The publisher in exactly one thread of a block that takes no fills
+ * (more would publish out of order): as
  * gpufpga_warp_publisher, fill by fill, a dependent load each, which
  * bounds the fills a second (about 2 M on an H200). For a kernel whose
  * block 0 cannot give a whole warp.
