@@ -22,31 +22,9 @@ struct pattern_state {
 extern "C" __device__ int gpufpga_process(const unsigned char *slot, u64 len, u64 k, void *state, void *out)
 {
 	const struct pattern_state *st = (const struct pattern_state *)state;
-	const u64 src = k % st->nsrc, pairs = len / 16, stride = blockDim.x;
-	bool bad = len != st->slot_size || len % 16 != 0;
-	u64 p = threadIdx.x;
 
 	(void)out;
-	if (bad)
+	if (len != st->slot_size || len % 16 != 0)
 		return 1;
-	// Four 16-byte loads in flight a thread, then their compares.
-	for (; p + 3 * stride < pairs; p += 4 * stride) {
-		u64 a[4], b[4];
-		int j;
-
-		for (j = 0; j < 4; j++)
-			ld_cv2(slot + (p + j * stride) * 16, &a[j], &b[j]);
-		for (j = 0; j < 4; j++) {
-			u64 i = 2 * (p + j * stride);
-
-			bad |= a[j] != word(k, src, i) || b[j] != word(k, src, i + 1);
-		}
-	}
-	for (; p < pairs; p += stride) {
-		u64 a, b;
-
-		ld_cv2(slot + p * 16, &a, &b);
-		bad |= a != word(k, src, 2 * p) || b != word(k, src, 2 * p + 1);
-	}
-	return bad;
+	return verify(slot, 0, len / 16, k, st->nsrc, threadIdx.x, blockDim.x);
 }

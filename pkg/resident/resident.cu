@@ -77,35 +77,6 @@ struct counters {
 
 #include "resident_ops.cuh"
 
-// Whether the 16-byte pairs [lo + first, hi) of the slot, stepping by
-// stride, all hold fill k's words.
-__device__ static bool verify(const unsigned char *slot, u64 lo, u64 hi, u64 k, u64 nsrc, u64 first, u64 stride)
-{
-	const u64 src = k % nsrc;
-	bool bad = false;
-	u64 p = lo + first;
-
-	for (; p + 3 * stride < hi; p += 4 * stride) {
-		u64 a[4], b[4];
-		int j;
-
-		for (j = 0; j < 4; j++)
-			ld_cv2(slot + (p + j * stride) * 16, &a[j], &b[j]);
-		for (j = 0; j < 4; j++) {
-			u64 i = 2 * (p + j * stride);
-
-			bad |= a[j] != word(k, src, i) || b[j] != word(k, src, i + 1);
-		}
-	}
-	for (; p < hi; p += stride) {
-		u64 a, b;
-
-		ld_cv2(slot + p * 16, &a, &b);
-		bad |= a != word(k, src, 2 * p) || b != word(k, src, 2 * p + 1);
-	}
-	return bad;
-}
-
 __shared__ u64 s_length;
 __shared__ int s_stop;
 

@@ -1,5 +1,6 @@
 // Memory and clock operations the resident consumer (resident.cu) and the
-// peer producer (peer.cu) share, with the fill pattern both must agree on.
+// peer producer (peer.cu) share, with the fill pattern both must agree on
+// and its check (gpubench's pattern_func.cu checks it too).
 // Included after each defines u64, u32 and GOLDEN.
 
 #ifndef GPUFPGA_RESIDENT_OPS_CUH
@@ -95,6 +96,35 @@ __device__ static inline u64 word(u64 k, u64 src, u64 i)
 	if (i == 1)
 		return src;
 	return (src + 1) * GOLDEN ^ i;
+}
+
+// Whether the 16-byte pairs [lo + first, hi) of the slot, stepping by
+// stride, all hold fill k's words.
+__device__ static bool verify(const unsigned char *slot, u64 lo, u64 hi, u64 k, u64 nsrc, u64 first, u64 stride)
+{
+	const u64 src = k % nsrc;
+	bool bad = false;
+	u64 p = lo + first;
+
+	for (; p + 3 * stride < hi; p += 4 * stride) {
+		u64 a[4], b[4];
+		int j;
+
+		for (j = 0; j < 4; j++)
+			ld_cv2(slot + (p + j * stride) * 16, &a[j], &b[j]);
+		for (j = 0; j < 4; j++) {
+			u64 i = 2 * (p + j * stride);
+
+			bad |= a[j] != word(k, src, i) || b[j] != word(k, src, i + 1);
+		}
+	}
+	for (; p < hi; p += stride) {
+		u64 a, b;
+
+		ld_cv2(slot + p * 16, &a, &b);
+		bad |= a != word(k, src, 2 * p) || b != word(k, src, 2 * p + 1);
+	}
+	return bad;
 }
 
 #endif
