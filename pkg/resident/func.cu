@@ -51,14 +51,6 @@ struct ctl {
 	struct counters c[]; // one per block; block 0's slots: fills published
 };
 
-__device__ static inline u64 ld_acquire_sys64(const void *p)
-{
-	u64 v;
-
-	asm volatile("ld.acquire.sys.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
-	return v;
-}
-
 __device__ static inline void st_volatile64(void *p, u64 v)
 {
 	asm volatile("st.volatile.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -98,7 +90,7 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 
 			s_go = 1;
 			while (out_depth && out_read + out_depth < k + 1) {
-				out_read = ld_acquire_sys64(&ctl->out_read);
+				out_read = gpufpga_ld_acquire_sys(&ctl->out_read);
 				if (out_read + out_depth < k + 1 && ++polls % GPUFPGA_STOP_POLLS == 0 &&
 				    gpufpga_stopping(&r)) {
 					s_go = 0;
