@@ -204,7 +204,7 @@ func run(ctx context.Context, o options, stdout, stderr *os.File) error {
 			return errors.New("acquire: frames lost or damaged")
 		}
 	case residentCheck != nil:
-		o := residentCheck.Order()
+		o := residentCheck.Stats()
 		fmt.Fprintf(stdout, "frames checked on the GPU: %d, %d gaps, %d duplicates, %d bad fills\n",
 			o.Frames, o.Gaps, o.Duplicates, st.BadFills)
 		if o.Gaps+o.Duplicates+st.BadFills != 0 {

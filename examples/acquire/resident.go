@@ -7,7 +7,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gpufpga/gpufpga/pkg/resident"
+	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/stream"
 )
 
@@ -24,15 +24,15 @@ const residentDepth = 64
 // landed, in fill order (acquire -resident -check); bad fills are the
 // session's Stats.BadFills.
 type FrameCount struct {
-	mu    sync.Mutex
-	order resident.FrameOrder
+	mu  sync.Mutex
+	acc frame.Checker
 }
 
-// Order returns the counts so far.
-func (c *FrameCount) Order() resident.FrameOrder {
+// Stats returns the counts so far.
+func (c *FrameCount) Stats() frame.Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.order
+	return c.acc.Stats
 }
 
 // ResidentFunc returns framestats as a resident session's function
@@ -62,8 +62,11 @@ func ResidentFunc(slotSize uint64, frameSize, threshold int, check *FrameCount, 
 		OnRecord: func(_ uint64, rec []byte) {
 			n := min(int(binary.LittleEndian.Uint64(rec)), perSlot)
 			if check != nil {
+				first, good := binary.LittleEndian.Uint64(rec[8:]), binary.LittleEndian.Uint64(rec[16:])
 				check.mu.Lock()
-				check.order.Add(binary.LittleEndian.Uint64(rec[8:]), binary.LittleEndian.Uint64(rec[16:]))
+				for i := range good {
+					check.acc.Account(first+i, frameSize)
+				}
 				check.mu.Unlock()
 			}
 			for i := range n {

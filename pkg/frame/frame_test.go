@@ -93,3 +93,25 @@ func BenchmarkEncode(b *testing.B) {
 		}
 	})
 }
+
+// Account counts frames verified elsewhere (the GPU's checkers) as Check
+// counts parsed ones: frames missing between sequence numbers are gaps,
+// frames at or behind the furthest seen are duplicates and not counted.
+func TestAccount(t *testing.T) {
+	var c Checker
+	for _, f := range []struct{ first, n uint64 }{
+		{100, 4}, // the first: no gap before it
+		{104, 4},
+		{112, 4}, // 108..111 missing: 4 gaps
+		{114, 4}, // 114, 115 again: 2 duplicates
+		{100, 2}, // both behind: 2 duplicates
+		{125, 1}, // 118..124 missing: 7 gaps
+	} {
+		for i := range f.n {
+			c.Account(f.first+i, 64)
+		}
+	}
+	if want := (Stats{Frames: 15, Bytes: 15 * 64, Gaps: 11, Duplicates: 4}); c.Stats != want {
+		t.Fatalf("got %+v, want %+v", c.Stats, want)
+	}
+}

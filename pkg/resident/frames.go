@@ -9,6 +9,7 @@ import (
 	"fmt"
 
 	"github.com/gpufpga/gpufpga/pkg/cuda"
+	"github.com/gpufpga/gpufpga/pkg/frame"
 )
 
 // framesFuncPTX is the built-in frame checker as a function
@@ -28,36 +29,6 @@ const framesRecordSize = 16
 // them): 5 ms of 4 KiB fills at 12.5 M a second, before a worker waits
 // for the reader.
 const framesDepth = 1 << 16
-
-// FrameOrder counts FRM1 frames in fill order, as frame.Checker counts
-// them: the frames missing between fills (gaps: the FPGA dropped them)
-// and those at or behind the last one seen (duplicates). A bad fill adds
-// no frames, so its frames count as missing.
-type FrameOrder struct {
-	Frames, Gaps, Duplicates uint64
-
-	next uint64 // the sequence number after the furthest frame seen
-	seen bool
-}
-
-// Add counts one fill's n frames from first, after every fill before it.
-func (o *FrameOrder) Add(first, n uint64) {
-	if n == 0 {
-		return
-	}
-	o.Frames += n
-	switch {
-	case !o.seen:
-	case first > o.next:
-		o.Gaps += first - o.next
-	case first < o.next:
-		o.Duplicates += min(o.next-first, n)
-	}
-	if !o.seen || first+n > o.next {
-		o.next = first + n
-	}
-	o.seen = true
-}
 
 // Frames is the built-in frame checker, linked into the consumer as a
 // user's function is (LinkFunc), loaded once per GPU.
@@ -82,14 +53,17 @@ func (fr *Frames) Close() error { return fr.f.Close() }
 
 // FrameConsumer is the frame checker running on a driver stream's ring.
 type FrameConsumer struct {
-	c     *FuncConsumer
-	order FrameOrder // the record reader's until Stop has waited for it
+	c *FuncConsumer
+	// The record reader's until Stop has waited for it: each fill's
+	// frames counted in fill order, as on the CPU.
+	acc frame.Checker
 }
 
 // Start launches the frame checker on a driver stream's ring of FRM1
 // frames of frameSize bytes (package frame; a multiple of 16 over 32):
 // every fill's frames are checked word by word where they landed, and
-// their sequence numbers counted in fill order on the host, with no CPU
+// their sequence numbers counted in fill order on the host
+// (frame.Checker.Account: a bad fill's frames are missing), with no CPU
 // work per slot but reading a 16-byte record. Start it before the stream,
 // with the results zeroed. workers is FuncConfig.Workers (0: 16). It
 // allocates from what earlier consumers of fr ran on and loads nothing,
@@ -105,7 +79,10 @@ func (fr *Frames) Start(g *cuda.Device, r StreamRing, workers, frameSize int) (*
 	state := binary.LittleEndian.AppendUint64(nil, uint64(frameSize)) // struct frames_state
 	c, err := fr.f.Start(g, r, FuncConfig{Workers: workers, State: state, OutSize: framesRecordSize, OutDepth: framesDepth,
 		OnRecord: func(_ uint64, rec []byte) {
-			fc.order.Add(binary.LittleEndian.Uint64(rec), binary.LittleEndian.Uint64(rec[8:]))
+			first, n := binary.LittleEndian.Uint64(rec), binary.LittleEndian.Uint64(rec[8:])
+			for i := range n {
+				fc.acc.Account(first+i, frameSize)
+			}
 		}})
 	if err != nil {
 		return nil, err
@@ -129,6 +106,6 @@ func (c *FrameConsumer) Stop(ctx context.Context, fills uint64) (Counters, error
 	cnt, err := c.c.Stop(ctx, fills)
 	// Stop has waited for the record reader: the order is this
 	// goroutine's now.
-	cnt.Frames, cnt.Gaps, cnt.Duplicates = c.order.Frames, c.order.Gaps, c.order.Duplicates
+	cnt.Frames, cnt.Gaps, cnt.Duplicates = c.acc.Frames, c.acc.Gaps, c.acc.Duplicates
 	return cnt, err
 }
