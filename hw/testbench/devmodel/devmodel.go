@@ -54,9 +54,9 @@ type Config struct {
 	// xdmamodel.AnyAlignment.
 	Align xdma.Alignments
 	// User, when set, is the user's FPGA logic at the IP's user ports
-	// (hw/testbench/rtlbridge, free-running): it feeds the stream
-	// channel and answers the user BAR in place of the Go source, the
-	// checking sink and plain registers.
+	// (hw/testbench/rtlbridge): it feeds the stream channel and answers
+	// the user BAR in place of the Go source, the checking sink and plain
+	// registers.
 	User *UserLogic
 	// QMP is the QMP socket of the QEMU that runs the rig, through which
 	// the control mailbox injects PCIe errors (QEMU's
@@ -77,6 +77,32 @@ type UserLogic struct {
 	// Reset, when set, resets the user logic when the function resets
 	// (axi_aresetn follows the PCIe reset), after the engine.
 	Reset UserReset
+	// Clock, when set, ties the user clock to the guest's virtual clock
+	// (a synchronised rtlbridge): QEMU's device ticks the model every
+	// quantum of CycleNS-long cycles of virtual time, and the rig runs
+	// the design up to that time, then the engine; it moves data and
+	// raises interrupts only then. Under QEMU's -icount, what the design
+	// sees of the guest and the guest of it then depend on the guest's
+	// instructions, not on the host's load. Without Clock, the design
+	// and the engine run on the host's time.
+	//
+	// The design's clock starts at the first tick after the card's
+	// first BAR access (in a guest, the driver's probe): the boot before
+	// it, hundreds of millions of cycles in which nothing reaches the
+	// card, is not co-simulated.
+	Clock UserClock
+	// CycleNS is the guest's virtual nanoseconds per user-clock cycle,
+	// with Clock; 0 means 4 (250 MHz, the XDMA IP's axi_aclk at 256
+	// bits on a Gen3 x8 link).
+	CycleNS uint64
+}
+
+// UserClock is a user design whose clock the rig grants a quantum at a
+// time: rtlbridge's synchronised Bridge.
+type UserClock interface {
+	Tick(ctx context.Context) error // runs one quantum
+	Cycle() uint64                  // cycles run so far
+	Quantum() uint64                // cycles a Tick runs
 }
 
 // UserReset resets the user logic and flushes the IP's stream FIFOs.
@@ -151,6 +177,12 @@ type Rig struct {
 	// writes it held back.
 	master          atomic.Bool
 	masterOffWrites atomic.Uint64
+	// userClock is where the design's clock stands against the guest's
+	// (UserLogic.Clock); clockOffset is the guest's time, in cycles,
+	// when the design's cycle 0 would have been. Only the request
+	// goroutine touches them.
+	userClock   userClockState
+	clockOffset uint64
 	// failResets makes every reset leave the BARs unanswered until it is
 	// cleared; failedReset says the last reset did, until the next one.
 	resetMu     sync.Mutex
@@ -174,6 +206,9 @@ func New(cfg Config) (*Rig, error) {
 	}
 	if cfg.CardMem <= 0 {
 		cfg.CardMem = 64 << 20
+	}
+	if u := cfg.User; u != nil && u.Clock != nil && u.CycleNS == 0 {
+		u.CycleNS = 4
 	}
 	r := &Rig{
 		cfg:      cfg,
@@ -204,6 +239,7 @@ func New(cfg Config) (*Rig, error) {
 	if r.fpga, err = listenPCI(filepath.Join(cfg.Dir, "fpga.sock")); err != nil {
 		return nil, err
 	}
+	r.fpga.ticked = r.ticked()
 	if r.ctl, err = newPort(filepath.Join(cfg.Dir, "ctl.sock"), rl.CtlMagic, 1); err != nil {
 		return nil, err
 	}
@@ -281,6 +317,9 @@ func (r *Rig) QEMUArgs() []string {
 	if r.cfg.User != nil {
 		userBAR = ",user-bar-size=4096"
 	}
+	if r.ticked() {
+		userBAR += fmt.Sprintf(",tick-ns=%d", r.cfg.User.Clock.Quantum()*r.cfg.User.CycleNS)
+	}
 	return append(iommu,
 		"-machine", "q35,memory-backend=ram0",
 		// Native PCIe hotplug on the root ports rather than ACPI's: QEMU
@@ -323,11 +362,26 @@ func (r *Rig) Serve(ctx context.Context) error {
 		return err
 	}
 	r.fpga.serve(r, r.fail)
-	r.wg.Add(2)
+	r.wg.Add(1)
 	go r.serveMailbox(ctx, r.ctl, rl.CtlMbox, r.control)
-	go r.runEngine(ctx)
+	if !r.ticked() {
+		r.wg.Add(1)
+		go r.runEngine(ctx)
+	}
 	return nil
 }
+
+// userClockState is the design's clock in a ticked rig.
+type userClockState int
+
+const (
+	clockHeld     userClockState = iota // no BAR access yet
+	clockAccessed                       // starts at the next tick
+	clockRunning
+)
+
+// ticked reports whether QEMU's virtual clock drives the card (UserLogic.Clock).
+func (r *Rig) ticked() bool { return r.cfg.User != nil && r.cfg.User.Clock != nil }
 
 // Err returns the first error the rig met serving the guest, the
 // descriptors it was handed that the engine's alignments forbid (a driver
@@ -480,6 +534,7 @@ func waitReadable(ctx context.Context, fd int) error {
 // register space, the user BAR plain registers, both 32 bits at a time (an
 // 8-byte access is two, not atomic against the engine's steps).
 func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
+	r.accessed()
 	if bar == pciBarUser && r.cfg.User != nil {
 		v := r.userRead(addr)
 		if size == 8 {
@@ -502,6 +557,7 @@ func (r *Rig) readBAR(bar int, addr uint64, size int) uint64 {
 }
 
 func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
+	r.accessed()
 	if bar == pciBarUser && r.cfg.User != nil {
 		r.userWrite(addr, uint32(v))
 		if size == 8 {
@@ -627,6 +683,11 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 			return uint32(unix.EBUSY), 0, 0 // the RTL's lines, not ours
 		}
 		return 0, r.engine.UserIRQ(a0), 0
+	case rl.CtlUserClock:
+		if !r.ticked() {
+			return 0, 0, 0
+		}
+		return 0, uint32(r.cfg.User.CycleNS), uint32(r.cfg.User.Clock.Quantum())
 	case rl.CtlStalled:
 		if a0 > 1 {
 			return einval, 0, 0
@@ -738,13 +799,7 @@ func (r *Rig) runEngine(ctx context.Context) {
 		irq = r.cfg.User.Interrupts
 	}
 	for {
-		for r.engine.Step() {
-		}
-		if irq != nil {
-			if ack := r.engine.UserIRQ(irq.IRQ()); ack != 0 {
-				irq.AckIRQ(ack)
-			}
-		}
+		r.stepEngine(irq)
 		// The user logic's interrupt lines are polled, like the source.
 		if r.engine.Busy() || irq != nil {
 			select {
@@ -759,6 +814,53 @@ func (r *Rig) runEngine(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-r.kick:
+		}
+	}
+}
+
+// tick runs the user clock up to ns of the guest's virtual clock, a
+// quantum at a time, the engine after each: QEMU's device waits for it
+// with the guest stopped. An AXI-Lite transaction the guest waited on
+// has run the design ahead (an MMIO read stalls the CPU, not the
+// card's clock): those quanta count, so the design's cycle stays within
+// a quantum of the guest's time unless a transaction holds it ahead.
+func (r *Rig) tick(ns uint64) {
+	u := r.cfg.User
+	now := ns / u.CycleNS
+	switch r.userClock {
+	case clockHeld:
+		r.stepEngine(u.Interrupts)
+		return
+	case clockAccessed:
+		r.clockOffset = now - min(now, u.Clock.Cycle())
+		r.userClock = clockRunning
+	}
+	target := now - r.clockOffset
+	for u.Clock.Cycle()+u.Clock.Quantum() <= target {
+		if err := u.Clock.Tick(context.Background()); err != nil {
+			r.fail(fmt.Errorf("devmodel: user clock at %d ns: %w", ns, err))
+			return
+		}
+		r.stepEngine(u.Interrupts)
+	}
+	r.stepEngine(u.Interrupts)
+}
+
+// accessed notes a BAR access: the design's clock starts at the next tick.
+func (r *Rig) accessed() {
+	if r.userClock == clockHeld {
+		r.userClock = clockAccessed
+	}
+}
+
+// stepEngine steps the engine while it progresses, then passes the user
+// logic's interrupt requests to it and its acknowledgements back.
+func (r *Rig) stepEngine(irq UserInterrupts) {
+	for r.engine.Step() {
+	}
+	if irq != nil {
+		if ack := r.engine.UserIRQ(irq.IRQ()); ack != 0 {
+			irq.AckIRQ(ack)
 		}
 	}
 }

@@ -27,6 +27,7 @@ const (
 	pciOpMode   = 3
 	pciOpReset  = 4
 	pciOpMaster = 5
+	pciOpTick   = 6
 	pciIRQEdge  = 1
 	pciIRQLevel = 2
 	// A translation request on the interrupt connection, and its answer.
@@ -46,6 +47,8 @@ type pciDevice interface {
 	setMode(mode int)
 	reset()
 	setBusMaster(on bool)
+	// tick runs the card up to ns of the guest's virtual clock.
+	tick(ns uint64)
 }
 
 // pciServer serves one xdma-model device.
@@ -62,6 +65,10 @@ type pciServer struct {
 	irqs  chan [8]byte
 	kick  chan struct{}
 	irqMu sync.Mutex
+	// ticked: the device ticks the model (tick-ns), and interrupts go
+	// only before an answer, never at a moment the host's scheduling
+	// picks.
+	ticked bool
 	// xlateMu keeps one translation request in flight.
 	xlateMu sync.Mutex
 
@@ -140,9 +147,20 @@ func closeAll(cs ...net.Conn) {
 }
 
 // serve answers requests until the device goes away, and sends the
-// interrupts queued by send.
+// interrupts queued by send: as they come, or, where the device ticks the
+// model, before the next answer.
 func (s *pciServer) serve(dev pciDevice, fail func(error)) {
-	s.wg.Add(2)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		if err := s.serveRequests(dev); !deviceGone(err) {
+			fail(err)
+		}
+	}()
+	if s.ticked {
+		return
+	}
+	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
 		for {
@@ -157,12 +175,6 @@ func (s *pciServer) serve(dev pciDevice, fail func(error)) {
 			case <-s.done:
 				return
 			}
-		}
-	}()
-	go func() {
-		defer s.wg.Done()
-		if err := s.serveRequests(dev); !deviceGone(err) {
-			fail(err)
 		}
 	}()
 }
@@ -204,8 +216,13 @@ func (s *pciServer) serveRequests(dev pciDevice) error {
 		addr := binary.LittleEndian.Uint64(req[8:])
 		data := binary.LittleEndian.Uint64(req[16:])
 		switch op {
-		case pciOpRead:
-			binary.LittleEndian.PutUint64(rsp[:], dev.readBAR(bar, addr, size))
+		case pciOpRead, pciOpTick:
+			if op == pciOpRead {
+				binary.LittleEndian.PutUint64(rsp[:], dev.readBAR(bar, addr, size))
+			} else {
+				dev.tick(data)
+				rsp = [8]byte{}
+			}
 			if err := s.flushIRQs(); err != nil {
 				return fmt.Errorf("devmodel: %s: interrupt: %w", s.sock, err)
 			}

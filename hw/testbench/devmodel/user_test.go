@@ -1,11 +1,20 @@
 package devmodel
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gpufpga/gpufpga/hw/testbench/rtlbridge"
 	"github.com/gpufpga/gpufpga/hw/testbench/xdmamodel"
@@ -29,16 +38,7 @@ func (b barRegs) WriteReg(off, v uint32)    { b.q.write(b.t, pciBarDMA, uint64(o
 func TestUserLogic(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	root := filepath.Join("..", "..", "..")
-	ex := filepath.Join(root, "hw", "rtl", "example")
-	bin, err := rtlbridge.Build(ctx, rtlbridge.Design{
-		Top: "gpufpga_example", Files: []string{filepath.Join(ex, "gpufpga_example.sv")}, IncDirs: []string{ex},
-		Params: map[string]string{"DATA_WIDTH": "64", "PAYLOAD_BYTES": "1000"},
-	}, rtlbridge.Dir(root))
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 64, Mode: rtlbridge.FreeRunning})
+	b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: buildExample(ctx, t), Width: 64, Mode: rtlbridge.FreeRunning})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,4 +138,176 @@ func TestUserLogic(t *testing.T) {
 	if err := rig.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// buildExample builds the example design at 64 bits.
+func buildExample(ctx context.Context, t *testing.T) string {
+	t.Helper()
+	root := filepath.Join("..", "..", "..")
+	ex := filepath.Join(root, "hw", "rtl", "example")
+	bin, err := rtlbridge.Build(ctx, rtlbridge.Design{
+		Top: "gpufpga_example", Files: []string{filepath.Join(ex, "gpufpga_example.sv")}, IncDirs: []string{ex},
+		Params: map[string]string{"DATA_WIDTH": "64", "PAYLOAD_BYTES": "1000"},
+	}, rtlbridge.Dir(root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+// tick is QEMU's device ticking the model at ns of the guest's virtual
+// clock; it returns once the model has answered.
+func (q *fakeQEMU) tick(t *testing.T, ns uint64) {
+	t.Helper()
+	q.send(t, pciOpTick, 0, 0, ns)
+	var v [8]byte
+	if _, err := io.ReadFull(q.req, v[:]); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// pending returns the interrupt messages already received, without
+// waiting for more.
+func (q *fakeQEMU) pending(t *testing.T) []string {
+	t.Helper()
+	raw, err := q.irq.(*net.UnixConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	var m [8]byte
+	for {
+		var n int
+		var rerr error
+		if err := raw.Read(func(fd uintptr) bool {
+			n, _, rerr = unix.Recvfrom(int(fd), m[:], unix.MSG_DONTWAIT)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if errors.Is(rerr, unix.EAGAIN) {
+			return out
+		}
+		if rerr != nil || n != len(m) {
+			t.Fatalf("interrupt connection: %d bytes, %v", n, rerr)
+		}
+		out = append(out, fmt.Sprintf("kind %d value %d", m[0], binary.LittleEndian.Uint32(m[4:])))
+	}
+}
+
+// Synchronised to the guest's clock (UserLogic.Clock), the design runs
+// only when QEMU's device ticks the model, a quantum of its cycles per
+// quantum of virtual time, and the engine moves its frames and raises
+// its interrupts then, before the tick's answer. The same ticks and
+// accesses give the same trace: the frames with their cycle stamps, the
+// engine's progress and the interrupts, tick by tick.
+func TestUserClockTicks(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	bin := buildExample(ctx, t)
+	const cycleNS, quantum = 4, 256
+	const descAddr, resAddr, slotAddr, slots, slotSize = 0x10000, 0x18000, 0x100000, 16, 2048
+	run := func() (trace []string, frames []byte) {
+		b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 64, Mode: rtlbridge.Synchronised, Quantum: quantum})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		rig, err := New(Config{Dir: t.TempDir(), GuestRAM: 16 << 20, VRAM: 1 << 20, CardMem: 1 << 20,
+			User: &UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b, Clock: b, CycleNS: cycleNS}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rig.Close()
+		if args := strings.Join(rig.QEMUArgs(), ","); !slices.Contains(strings.Split(args, ","), "tick-ns=1024") {
+			t.Fatalf("QEMU's device is not told to tick every quantum of 1024 ns: %s", args)
+		}
+		served := make(chan error, 1)
+		go func() { served <- rig.Serve(ctx) }()
+		dialCtl(t, rig.ctl.sock)
+		q := dialDevice(t, rig.fpga.sock)
+		if err := <-served; err != nil {
+			t.Fatal(err)
+		}
+		// Until the card's BARs are first reached (the driver's probe),
+		// the guest's boot ticks by and the design's clock waits.
+		var ns uint64
+		for range 10 {
+			ns += quantum * cycleNS
+			q.tick(t, ns)
+		}
+		if c := b.Cycle(); c != 0 {
+			t.Fatalf("the design ran %d cycles before any access to the card", c)
+		}
+		start := ns / cycleNS
+		var segs []sgl.Segment
+		for i := range slots {
+			segs = append(segs, sgl.Segment{Addr: slotAddr + uint64(i)*slotSize, Len: slotSize})
+		}
+		c, err := xdma.BuildChain(rig.ram[descAddr:resAddr], descAddr, segs, xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: resAddr, Completed: xdma.CompletedEach})
+		if err != nil {
+			t.Fatal(err)
+		}
+		regs := barRegs{t, q}
+		q.send(t, pciOpMaster, 0, 0, 1)
+		// Every channel's interrupt on, vector 0: each completed
+		// descriptor raises it (INTx and MSI-X messages both).
+		regs.WriteReg(xdma.Base(xdma.TargetIRQ, 0)+xdma.RegChanIntEnableW1S, 0xFFFFFFFF)
+		regs.WriteReg(xdma.Base(xdma.TargetC2H, 1)+xdma.RegIntEnable, xdma.ControlDefault)
+		xdma.Start(regs, xdma.C2H, 1, c, xdma.ControlDefault)
+		q.write(t, pciBarUser, 0x0C, 2000) // PERIOD: a frame every 2000 cycles
+		// The write's AXI-Lite transaction ran the design ahead of the
+		// guest's time (a read answered after it says it is done);
+		// nothing runs on the host's time after it.
+		completed := xdma.Base(xdma.TargetC2H, 1) + xdma.RegCompletedCount
+		regs.ReadReg(completed)
+		ahead := b.Cycle()
+		time.Sleep(100 * time.Millisecond)
+		if n := regs.ReadReg(completed); n != 0 || b.Cycle() != ahead {
+			t.Fatalf("untouched for 100 ms, the design ran from cycle %d to %d and the engine completed %d descriptors", ahead, b.Cycle(), n)
+		}
+		for i := 0; i < 200; i++ {
+			ns += quantum * cycleNS
+			q.tick(t, ns)
+			cyc := b.Cycle()
+			if want := ns/cycleNS - start; cyc > max(want, ahead) || cyc+quantum <= want {
+				t.Fatalf("tick %d at %d ns: the design is at cycle %d, want within a quantum below %d", i, ns, cyc, want)
+			}
+			trace = append(trace, fmt.Sprintf("tick %d: cycle %d, completed %d, interrupts %v", i, cyc, regs.ReadReg(completed), q.pending(t)))
+		}
+		if n := regs.ReadReg(completed); n != slots {
+			t.Fatalf("the engine completed %d descriptors after 200 ticks, want %d", n, slots)
+		}
+		if err := rig.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return trace, append([]byte(nil), rig.ram[slotAddr:slotAddr+slots*slotSize]...)
+	}
+	traceA, framesA := run()
+	traceB, framesB := run()
+	for i := range traceA {
+		if traceA[i] != traceB[i] {
+			t.Fatalf("two runs differ at %s / %s", traceA[i], traceB[i])
+		}
+	}
+	if !bytes.Equal(framesA, framesB) {
+		t.Fatal("two runs wrote different frames")
+	}
+	var chk frame.Checker
+	for i := range slots {
+		if _, err := chk.Check(framesA[i*slotSize : i*slotSize+frame.Size(1000)]); err != nil {
+			t.Fatalf("slot %d: %v", i, err)
+		}
+	}
+	irqs := 0
+	for _, l := range traceA {
+		if !strings.HasSuffix(l, "[]") {
+			irqs++
+			t.Log(l)
+		}
+	}
+	if irqs == 0 {
+		t.Fatalf("no interrupt reached QEMU's side with a tick's answer:\n%s", strings.Join(traceA, "\n"))
+	}
+	t.Logf("%d ticks, %d with interrupts; the last: %s", len(traceA), irqs, traceA[len(traceA)-1])
 }

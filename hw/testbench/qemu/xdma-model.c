@@ -27,7 +27,13 @@
  *     3 interrupt mode changed (data: 0 INTx, 1 MSI, 2 MSI-X), 4 reset,
  *     5 bus mastering changed (data: 1 on, 0 off), in order with the
  *     BAR writes around it, so that the model stops its DMA when the
- *     host cuts it off the bus, as a function does;
+ *     host cuts it off the bus, as a function does,
+ *     6 tick (data: the virtual clock in ns; answered by a u64, 0),
+ *     sent every tick-ns of QEMU's virtual clock when that property is
+ *     set: the model runs the card up to that time and answers once it
+ *     has, so its DMA and interrupts happen at points of the guest's
+ *     instruction stream that the virtual clock fixes (with -icount, the
+ *     same points whatever the host's load);
  *   interrupt connection, model to device: 8-byte messages
  *     { u8 kind; u8 pad[3]; u32 value }
  *     kind 1 edge on vector value (MSI-X, MSI), 2 INTx level value;
@@ -59,6 +65,7 @@
 #include "qemu/module.h"
 #include "qemu/rcu.h"
 #include "qemu/sockets.h"
+#include "qemu/timer.h"
 #include "qapi/error.h"
 #include "exec/memory.h"
 #include "hw/pci/pci.h"
@@ -85,6 +92,7 @@ enum {
     OP_MODE = 3,
     OP_RESET = 4,
     OP_MASTER = 5,
+    OP_TICK = 6,
 };
 
 enum {
@@ -127,6 +135,8 @@ struct XdmaModelState {
     int mode;
     bool gone;
     int pm_cap;             /* the power management capability's offset */
+    QEMUTimer *tick;        /* QEMU_CLOCK_VIRTUAL, every tick_ns; or NULL */
+    int64_t next_tick;      /* the tick timer's deadline, on a fixed grid */
 
     char *socket;
     uint16_t device_id;
@@ -134,6 +144,7 @@ struct XdmaModelState {
     uint32_t msix_vectors;
     uint32_t msi_vectors;
     bool bar64;
+    uint64_t tick_ns;
 };
 
 static void xdma_model_lost(XdmaModelState *s, const char *what)
@@ -415,6 +426,28 @@ static void xdma_bar_write(void *opaque, hwaddr addr, uint64_t val,
     xdma_model_send(bar->s, OP_WRITE, bar->index, size, addr, val);
 }
 
+/*
+ * The model's clock, tied to the guest's: the model runs the card up to
+ * the virtual time sent and answers, with the BQL held, once it has. Its
+ * interrupts arrive before the answer and are applied here. Deadlines
+ * stay on a grid of tick_ns from realize, whenever the timer ran.
+ */
+static void xdma_model_tick(void *opaque)
+{
+    XdmaModelState *s = opaque;
+    uint8_t rsp[8];
+
+    if (xdma_model_send(s, OP_TICK, 0, 0, 0,
+                        qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL)) &&
+        xdma_model_recv(s, rsp, sizeof(rsp))) {
+        xdma_model_irq_drain(s);
+    }
+    if (!s->gone) {
+        s->next_tick += s->tick_ns;
+        timer_mod(s->tick, s->next_tick);
+    }
+}
+
 static const MemoryRegionOps xdma_bar_ops = {
     .read = xdma_bar_read,
     .write = xdma_bar_write,
@@ -594,6 +627,11 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
         goto err_msix;
     }
     s->mode = MODE_INTX;
+    if (s->tick_ns) {
+        s->tick = timer_new_ns(QEMU_CLOCK_VIRTUAL, xdma_model_tick, s);
+        s->next_tick = qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL) + s->tick_ns;
+        timer_mod(s->tick, s->next_tick);
+    }
     return;
 
 err_msix:
@@ -614,6 +652,10 @@ static void xdma_model_exit(PCIDevice *pdev)
 {
     XdmaModelState *s = XDMA_MODEL(pdev);
 
+    if (s->tick) {
+        timer_free(s->tick);
+        s->tick = NULL;
+    }
     pcie_aer_exit(pdev);
     if (msix_present(pdev)) {
         msix_unuse_all_vectors(pdev);
@@ -659,6 +701,8 @@ static Property xdma_model_properties[] = {
     DEFINE_PROP_UINT32("msix-vectors", XdmaModelState, msix_vectors, 32),
     DEFINE_PROP_UINT32("msi-vectors", XdmaModelState, msi_vectors, 32),
     DEFINE_PROP_BOOL("bar64", XdmaModelState, bar64, false),
+    /* 0: the model runs on its own time (free-running). */
+    DEFINE_PROP_UINT64("tick-ns", XdmaModelState, tick_ns, 0),
     DEFINE_PROP_END_OF_LIST(),
 };
 

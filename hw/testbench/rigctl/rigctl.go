@@ -117,6 +117,18 @@ func (c *Control) SetUserIRQ(lines uint16) (ack uint16, err error) {
 	return uint16(v), nil
 }
 
+// UserClock returns how the user design's clock follows the guest's:
+// the guest's virtual nanoseconds per cycle and the cycles of a quantum,
+// within which the design keeps to the guest's time; 0 and 0 where it
+// runs on the host's time.
+func (c *Control) UserClock() (cycleNS, quantum uint64, err error) {
+	ns, q, err := c.mb.Call(rl.CtlUserClock, 0, 0, 0)
+	if err != nil {
+		return 0, 0, fmt.Errorf("rigctl: user clock: %w", err)
+	}
+	return uint64(ns), uint64(q), nil
+}
+
 // Stalled reports whether a channel runs a chain that an injected stall or
 // wedge holds: the engine fetched its descriptors, and is now stuck on it.
 func (c *Control) Stalled(dir xdma.Direction, ch int) (bool, error) {

@@ -58,6 +58,11 @@ const (
 	// on a rig whose user logic is the Go model's, and reads the
 	// usr_irq_ack pulses owed since the last call.
 	CtlUserIRQ = 16
+	// CtlUserClock reads how the user design's clock is tied to the
+	// guest's: val0 the guest's virtual nanoseconds per cycle and val1
+	// the cycles per quantum, or 0 and 0 where it runs on the host's
+	// time.
+	CtlUserClock = 17
 
 	// The classes of PCIe error CtlAER injects.
 	AERCorrectable = 0

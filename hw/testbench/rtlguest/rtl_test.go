@@ -5,6 +5,7 @@ package rtlguest
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ const (
 	regSent      = 0x28
 	regDropped   = 0x30
 	regQueued    = 0x38
+	regCycles    = 0x3C
 	regH2CGood   = 0x48
 	regH2CBad    = 0x4C
 	regIRQStatus = 0x54
@@ -67,9 +69,11 @@ func (b userBAR) write(off int, v uint32) {
 
 func (b userBAR) read64(off int) uint64 { return uint64(b.read(off)) | uint64(b.read(off+4))<<32 }
 
-// The design's frames stream through the driver into simulated GPU memory
-// and pass the frame checker; every frame the design generated was
-// consumed, dropped (each drop a gap at most) or is queued.
+// The design's frames stream through the driver into simulated GPU
+// memory and pass the frame checker: at a rate the guest sustains, with no
+// gap; then, the consumer paused, the design drops whole frames while the
+// IP's FIFO is full, and every frame it generated is accounted for
+// exactly: consumed, or dropped and seen as a gap.
 func TestRTLStream(t *testing.T) {
 	r := guestrig.Open(t)
 	bar := mapUserBAR(t)
@@ -98,12 +102,26 @@ func TestRTLStream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bar.write(regPeriod, 5000) // a frame every 5000 cycles
 	deadline := time.AfterFunc(2*time.Minute, func() { s.Stop() })
 	defer deadline.Stop()
-	const want = 200
+	bar.write(regSnapshot, 1)
+	gen0, dropped0 := bar.read64(regGenerated), bar.read64(regDropped)
+	clock := designClock(t, r, bar)
+	if clock == nil {
+		t.Fatal("the design runs on the host's time, where no rate is the guest's to sustain: vmtest's TestRTL ties it to the guest's clock")
+	}
+	// A frame every 12 500 cycles: 50 µs of the guest's time at 250 MHz,
+	// where the guest takes a frame in about 30.
+	bar.write(regPeriod, 12500)
 	var chk frame.Checker
-	for sl := range s.Slots() {
+	var latency []int64 // cycles; the estimate of now is within a quantum
+	next := s.Slots()
+	take := func() frame.Header {
+		t.Helper()
+		sl, ok := <-next
+		if !ok {
+			t.Fatalf("stream ended (%v) after %+v", s.Err(), chk.Stats)
+		}
 		b := mem[sl.Index*slot : sl.Index*slot+int(sl.Bytes)]
 		if _, err := chk.Check(b); err != nil {
 			t.Fatalf("slot %d (fill %d): %v", sl.Index, sl.Seq, err)
@@ -111,32 +129,112 @@ func TestRTLStream(t *testing.T) {
 		if !sl.EOP || sl.Bytes != size {
 			t.Fatalf("slot %+v: want one frame of %d bytes", sl, size)
 		}
+		h, _ := frame.Parse(b)
 		if err := s.Release(sl.Index); err != nil {
 			t.Fatal(err)
 		}
-		if chk.Frames == want {
-			break
-		}
+		return h
+	}
+	if h := take(); h.Seq != gen0 {
+		t.Fatalf("the first frame is number %d; the design had generated %d before", h.Seq, gen0)
+	}
+	for chk.Frames < 200 {
+		h := take()
+		latency = append(latency, int64(clock.now()-h.Timestamp))
+	}
+	if chk.Gaps != 0 {
+		t.Fatalf("at a frame every 12 500 cycles the consumer missed frames: %+v", chk.Stats)
+	}
+	// The consumer pauses: the slots, then the IP's FIFO fill, and the
+	// design drops whole frames.
+	time.Sleep(20 * time.Millisecond)
+	for chk.Gaps == 0 {
+		take()
+	}
+	for range 50 {
+		take()
 	}
 	bar.write(regPeriod, 0)
+	bar.write(regSnapshot, 1)
+	gen, dropped := bar.read64(regGenerated)-gen0, bar.read64(regDropped)-dropped0
+	for chk.Frames+chk.Gaps < gen {
+		take()
+	}
+	bar.write(regSnapshot, 1)
+	sent, queued := bar.read64(regSent), bar.read(regQueued)
+	if chk.Gaps != dropped || chk.Frames != gen-dropped || queued != 0 || chk.Duplicates != 0 || chk.CRCFailures != 0 {
+		t.Fatalf("design: generated %d, dropped %d, %d sent in all, %d queued; consumer %+v", gen, dropped, sent, queued, chk.Stats)
+	}
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	for range s.Slots() {
+	for range next {
 	}
-	if chk.Frames != want || chk.Duplicates != 0 || chk.CRCFailures != 0 {
-		t.Fatalf("stream ended (%v) with %+v, want %d frames", s.Err(), chk.Stats, want)
-	}
-	bar.write(regSnapshot, 1)
-	gen, sent, dropped, queued := bar.read64(regGenerated), bar.read64(regSent), bar.read64(regDropped), uint64(bar.read(regQueued))
-	if gen != sent+dropped+queued || sent < chk.Frames || chk.Gaps > dropped {
-		t.Fatalf("design: generated %d, sent %d, dropped %d, queued %d; consumer %+v", gen, sent, dropped, queued, chk.Stats)
-	}
-	t.Logf("design generated %d frames, sent %d, dropped %d; the driver's stream consumed %d with %d gaps", gen, sent, dropped, chk.Frames, chk.Gaps)
+	t.Logf("design generated %d frames and dropped %d; the driver's stream consumed %d, %d gaps", gen, dropped, chk.Frames, chk.Gaps)
+	slices.Sort(latency)
+	t.Logf("FPGA-to-consumer latency at the sustained rate, the design's cycle when a frame was due to the guest's when it checked it: median %d cycles, max %d (%d frames)",
+		latency[len(latency)/2], latency[len(latency)-1], len(latency))
 	if err := p.Unpin(); err != nil {
 		t.Fatal(err)
 	}
 	guest.CheckDmesg(t)
+}
+
+// cycleClock reads the design's cycle from the guest's clock: a design
+// synchronised to it runs cycleNS of the guest's time per cycle from the
+// cycle at ref.
+type cycleClock struct {
+	cycle   uint64
+	ref     time.Time
+	cycleNS uint64
+}
+
+func (c *cycleClock) now() uint64 {
+	return c.cycle + uint64(time.Since(c.ref).Nanoseconds())/c.cycleNS
+}
+
+// designClock samples the design's cycle counter against the guest's
+// clock; nil where the design runs on the host's time.
+func designClock(t *testing.T, r *guestrig.Rig, bar userBAR) *cycleClock {
+	t.Helper()
+	ns, _, err := r.Ctl.UserClock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns == 0 {
+		return nil
+	}
+	now := time.Now()
+	bar.write(regSnapshot, 1)
+	return &cycleClock{cycle: bar.read64(regCycles), ref: now, cycleNS: ns}
+}
+
+// Synchronised (vmtest's TestRTL), the design's clock is the guest's
+// instruction-counted one: a cycle per cycleNS of the guest's time,
+// within a quantum, and ahead by the quanta an AXI-Lite transaction holds
+// it (the CPU waits on an MMIO read; the card's clock runs on).
+func TestRTLClockFollowsGuest(t *testing.T) {
+	r := guestrig.Open(t)
+	ns, quantum, err := r.Ctl.UserClock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns == 0 {
+		t.Fatal("the design runs on the host's time: vmtest's TestRTL ties it to the guest's clock (devmodel.UserLogic.Clock)")
+	}
+	bar := mapUserBAR(t)
+	c0 := designClock(t, r, bar)
+	time.Sleep(10 * time.Millisecond)
+	c1 := designClock(t, r, bar)
+	want := uint64(c1.ref.Sub(c0.ref).Nanoseconds()) / ns
+	got := c1.cycle - c0.cycle
+	// Each sample is three transactions, each of which runs the design
+	// up to two quanta ahead, and the ticks a quantum behind.
+	slack := 8 * quantum
+	if got+slack < want || got > want+slack {
+		t.Fatalf("the design ran %d cycles in %v of the guest's time, want %d ± %d (%d ns a cycle)", got, c1.ref.Sub(c0.ref), want, slack, ns)
+	}
+	t.Logf("the design ran %d cycles in %v of the guest's time: %d expected, %d ns a cycle", got, c1.ref.Sub(c0.ref), want, ns)
 }
 
 // Frames sent by H2C through the driver reach the design's checker; a

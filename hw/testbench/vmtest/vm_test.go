@@ -55,10 +55,12 @@ func TestIOMMU(t *testing.T) {
 }
 
 // TestRTL boots the rig with the example user design (hw/rtl/example,
-// 256 bits), built with Verilator and co-simulated free-running at the
-// IP's user ports (hw/testbench/rtlbridge), in place of the Go source:
-// the shipped driver streams its frames and the guest reaches its
-// registers through the user BAR.
+// 256 bits), built with Verilator and co-simulated at the IP's user ports
+// (hw/testbench/rtlbridge), in place of the Go source: the shipped driver
+// streams its frames and the guest reaches its registers through the user
+// BAR. The design is synchronised to the guest's instruction-counted
+// clock, a 250 MHz user clock: what it drops depends on the guest's
+// instructions, not on this host's load.
 func TestRTL(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -71,16 +73,21 @@ func TestRTL(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 256, Mode: rtlbridge.FreeRunning, Stderr: os.Stderr})
+	// Quanta of 4096 cycles, 16 µs of the guest's time: a tick from
+	// QEMU costs more than the design's cycles in shorter ones.
+	b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 256, Mode: rtlbridge.Synchronised,
+		Quantum: 4096, C2HDepth: 4096, StallCycles: 1 << 40, Stderr: os.Stderr})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	Run(t, Options{Rig: devmodel.Config{User: &devmodel.UserLogic{C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b}}},
+	Run(t, Options{Synchronised: true, Rig: devmodel.Config{User: &devmodel.UserLogic{
+		C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b, Clock: b, CycleNS: 4}}},
 		"github.com/gpufpga/gpufpga/hw/testbench/rtlguest")
 	if err := b.Err(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("the design ran %d cycles", b.Cycle())
 }
 
 // TestDemo boots the rig for `make demo` alone.

@@ -52,6 +52,12 @@ type Options struct {
 	// 1 ns each; idle time passes in real time), so that guest CPU costs
 	// do not depend on the host's load.
 	ICount bool
+	// Synchronised runs one vCPU whose clock counts instructions, 1 ns
+	// each, and where idle time takes none (-icount sleep=off: the clock
+	// jumps to the next timer): the guest's virtual clock, which a
+	// synchronised user design's clock follows (devmodel.UserLogic.Clock),
+	// is then a function of the guest's instructions and timers alone.
+	Synchronised bool
 }
 
 // KernelVersion returns the Debian kernel release the rig boots: $KVER, or
@@ -135,16 +141,19 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		t.Fatal(err)
 	}
 	files = append(files, opts.Files...)
-	if opts.ICount && os.Getenv("VMTEST_QEMU") != "" {
-		t.Fatal("VMTEST_QEMU is set: it would replace the instruction-counting guest this run measures on")
+	if (opts.ICount || opts.Synchronised) && os.Getenv("VMTEST_QEMU") != "" {
+		t.Fatal("VMTEST_QEMU is set: it would replace the instruction-counting guest this run needs")
 	}
 	if os.Getenv("VMTEST_QEMU") == "" {
 		// KVM hangs on these machines; TCG always works.
 		// The rig's QEMU has only the devices the rig uses: no default
 		// VGA, NIC or parallel port.
 		cpus := fmt.Sprintf("-accel tcg,thread=multi -cpu max -smp %d", GuestCPUs)
-		if opts.ICount {
+		switch {
+		case opts.ICount:
 			cpus = "-accel tcg,thread=single -icount shift=0 -cpu max -smp 1"
+		case opts.Synchronised:
+			cpus = "-accel tcg,thread=single -icount shift=0,sleep=off -cpu max -smp 1"
 		}
 		t.Setenv("VMTEST_QEMU", fmt.Sprintf("%s %s -no-reboot -vga none -net none -parallel none", qemuBin, cpus))
 	}
