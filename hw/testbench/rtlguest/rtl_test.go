@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"github.com/gpufpga/gpufpga/hw/testbench/simgpu"
 	"github.com/gpufpga/gpufpga/pkg/frame"
 	"github.com/gpufpga/gpufpga/pkg/p2p"
+	"github.com/gpufpga/gpufpga/pkg/resident"
 	"github.com/gpufpga/gpufpga/pkg/userregs"
 )
 
@@ -175,6 +177,106 @@ func TestRTLStream(t *testing.T) {
 	t.Logf("FPGA-to-consumer latency at the sustained rate, the design's cycle when a frame was due to the guest's when it checked it: median %d cycles, max %d (%d frames)",
 		latency[len(latency)/2], latency[len(latency)-1], len(latency))
 	if err := p.Unpin(); err != nil {
+		t.Fatal(err)
+	}
+	guest.CheckDmesg(t)
+}
+
+// A GPU-resident stream fed by the design: the simulated GPU's persistent
+// consumer (simgpu.Consumer, as a resident kernel following
+// gpufpga_resident.h) takes each fill from its result record, checks its
+// frame and hands the slot back through its word; no system call goes by
+// per fill. Every frame the design generated is consumed, or dropped and
+// one gap.
+func TestRTLResidentStream(t *testing.T) {
+	r := guestrig.Open(t)
+	bar := mapUserBAR(t)
+	const nslots, slot = 16, 4096
+	pinAlloc := func(size uint64, p simgpu.Pattern) (*p2p.Pin, []byte) {
+		t.Helper()
+		a, err := r.GPU.Alloc(size, p, 11)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pin, err := r.Dev.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := a.Bytes()
+		if err != nil {
+			t.Fatal(err)
+		}
+		clear(b)
+		return pin, b
+	}
+	ringPin, ring := pinAlloc(nslots*slot, simgpu.Fragmented)
+	resPin, results := pinAlloc(uint64(nslots*resident.ResultSize), simgpu.Contiguous)
+	host, err := r.Dev.AllocHost(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wordPin, err := r.Dev.PinHost(host.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cons, err := simgpu.NewConsumer(ring, slot, nslots, results, host.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	consumed := make(chan error, 1)
+	go func() { consumed <- cons.Run(ctx) }()
+	stopConsumer := sync.OnceValue(func() error { cancel(); return <-consumed })
+	t.Cleanup(func() { stopConsumer() })
+	var slots []p2p.Segment
+	for i := range nslots {
+		slots = append(slots, p2p.Segment{Pin: ringPin, Offset: uint64(i) * slot, Len: slot})
+	}
+	s, err := r.Dev.StartResidentStream(1, slots, p2p.Resident{
+		Results:  p2p.Segment{Pin: resPin, Len: uint64(nslots * resident.ResultSize)},
+		Consumer: p2p.Segment{Pin: wordPin, Len: uint64(resident.ConsumerSize)},
+		Coalesce: 4,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bar.write(regSnapshot, 1)
+	gen0, dropped0 := bar.read64(regGenerated), bar.read64(regDropped)
+	bar.write(regPeriod, 12500)
+	waitFrames := func(what string, done func(frame.Stats) bool) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); !done(cons.Stats().Frames); time.Sleep(100 * time.Microsecond) {
+			if time.Now().After(deadline) || s.Err() != nil {
+				t.Fatalf("%s: consumer %+v, stream %v", what, cons.Stats(), s.Err())
+			}
+		}
+	}
+	waitFrames("200 frames", func(f frame.Stats) bool { return f.Frames >= 200 })
+	bar.write(regPeriod, 0)
+	bar.write(regSnapshot, 1)
+	gen, dropped := bar.read64(regGenerated)-gen0, bar.read64(regDropped)-dropped0
+	waitFrames("every frame generated", func(f frame.Stats) bool { return f.Frames+f.Gaps >= gen })
+	if err := s.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for range s.Slots() {
+		t.Fatal("a resident stream reported a slot")
+	}
+	if err := stopConsumer(); err != nil {
+		t.Fatal(err)
+	}
+	st := cons.Stats()
+	if f := st.Frames; f.Frames != gen-dropped || f.Gaps != dropped || f.Duplicates != 0 || f.CRCFailures != 0 || st.Consumed != s.Fills() {
+		t.Fatalf("design: generated %d, dropped %d; engine: %d fills; consumer %+v", gen, dropped, s.Fills(), st)
+	}
+	t.Logf("design generated %d frames and dropped %d; the resident consumer took %d fills, %d frames, %d gaps",
+		gen, dropped, st.Consumed, st.Frames.Frames, st.Frames.Gaps)
+	for _, p := range []*p2p.Pin{ringPin, resPin, wordPin} {
+		if err := p.Unpin(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := host.Free(); err != nil {
 		t.Fatal(err)
 	}
 	guest.CheckDmesg(t)
