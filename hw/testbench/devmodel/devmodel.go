@@ -12,6 +12,7 @@
 package devmodel
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -183,6 +184,7 @@ type Rig struct {
 	// goroutine touches them.
 	userClock   userClockState
 	clockOffset uint64
+	cycleNS     uint64 // UserLogic.CycleNS, or its default
 	// failResets makes every reset leave the BARs unanswered until it is
 	// cleared; failedReset says the last reset did, until the next one.
 	resetMu     sync.Mutex
@@ -207,9 +209,6 @@ func New(cfg Config) (*Rig, error) {
 	if cfg.CardMem <= 0 {
 		cfg.CardMem = 64 << 20
 	}
-	if u := cfg.User; u != nil && u.Clock != nil && u.CycleNS == 0 {
-		u.CycleNS = 4
-	}
 	r := &Rig{
 		cfg:      cfg,
 		ramPath:  filepath.Join(cfg.Dir, "guest-ram"),
@@ -217,6 +216,9 @@ func New(cfg Config) (*Rig, error) {
 		card:     make([]byte, cfg.CardMem),
 		sink:     &acq.Sink{},
 		kick:     make(chan struct{}, 1),
+	}
+	if u := cfg.User; u != nil && u.Clock != nil {
+		r.cycleNS = cmp.Or(u.CycleNS, 4)
 	}
 	r.source.set(acq.NewSource(cfg.Source))
 	ok := false
@@ -318,7 +320,7 @@ func (r *Rig) QEMUArgs() []string {
 		userBAR = ",user-bar-size=4096"
 	}
 	if r.ticked() {
-		userBAR += fmt.Sprintf(",tick-ns=%d", r.cfg.User.Clock.Quantum()*r.cfg.User.CycleNS)
+		userBAR += fmt.Sprintf(",tick-ns=%d", r.cfg.User.Clock.Quantum()*r.cycleNS)
 	}
 	return append(iommu,
 		"-machine", "q35,memory-backend=ram0",
@@ -687,7 +689,7 @@ func (r *Rig) control(op, a0, a1, a2 uint32) (uint32, uint32, uint32) {
 		if !r.ticked() {
 			return 0, 0, 0
 		}
-		return 0, uint32(r.cfg.User.CycleNS), uint32(r.cfg.User.Clock.Quantum())
+		return 0, uint32(r.cycleNS), uint32(r.cfg.User.Clock.Quantum())
 	case rl.CtlStalled:
 		if a0 > 1 {
 			return einval, 0, 0
@@ -826,7 +828,7 @@ func (r *Rig) runEngine(ctx context.Context) {
 // a quantum of the guest's time unless a transaction holds it ahead.
 func (r *Rig) tick(ns uint64) {
 	u := r.cfg.User
-	now := ns / u.CycleNS
+	now := ns / r.cycleNS
 	switch r.userClock {
 	case clockHeld:
 		r.stepEngine(u.Interrupts)
@@ -837,13 +839,23 @@ func (r *Rig) tick(ns uint64) {
 	}
 	target := now - r.clockOffset
 	for u.Clock.Cycle()+u.Clock.Quantum() <= target {
-		if err := u.Clock.Tick(context.Background()); err != nil {
+		if err := r.quantum(u.Clock); err != nil {
 			r.fail(fmt.Errorf("devmodel: user clock at %d ns: %w", ns, err))
 			return
 		}
 		r.stepEngine(u.Interrupts)
 	}
 	r.stepEngine(u.Interrupts)
+}
+
+// tickTimeout bounds a quantum: QEMU's device gives up on an answer after
+// 10 s and reads the card as gone.
+const tickTimeout = 8 * time.Second
+
+func (r *Rig) quantum(clk UserClock) error {
+	ctx, cancel := context.WithTimeout(context.Background(), tickTimeout)
+	defer cancel()
+	return clk.Tick(ctx)
 }
 
 // accessed notes a BAR access: the design's clock starts at the next tick.

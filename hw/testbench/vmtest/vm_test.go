@@ -81,7 +81,9 @@ func TestRTL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	Run(t, Options{Synchronised: true, Rig: devmodel.Config{User: &devmodel.UserLogic{
+	// The guest's limits are in its own time, a second of which costs
+	// this host tens.
+	Run(t, Options{Synchronised: true, TestTimeout: 20 * time.Second, VMTimeout: 15 * time.Minute, Rig: devmodel.Config{User: &devmodel.UserLogic{
 		C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b, Clock: b, CycleNS: 4}}},
 		"github.com/gpufpga/gpufpga/hw/testbench/rtlguest")
 	if err := b.Err(); err != nil {

@@ -141,6 +141,9 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		t.Fatal(err)
 	}
 	files = append(files, opts.Files...)
+	if u := opts.Rig.User; (u != nil && u.Clock != nil) != opts.Synchronised || opts.ICount && opts.Synchronised {
+		t.Fatal("vmtest: a user design's clock (devmodel.UserLogic.Clock) needs Synchronised, and Synchronised one, without ICount")
+	}
 	if (opts.ICount || opts.Synchronised) && os.Getenv("VMTEST_QEMU") != "" {
 		t.Fatal("VMTEST_QEMU is set: it would replace the instruction-counting guest this run needs")
 	}
@@ -228,6 +231,10 @@ func boot(t testing.TB, opts Options, files []string, kernel string, pkgs []stri
 	// instructions per allocation: not where costs are measured.
 	if !opts.ICount {
 		appendArgs = append(appendArgs, "slub_debug=FZPU")
+	}
+	if opts.Synchronised {
+		// The vCPU waits on the design's clock at every tick.
+		bootLimit *= 3
 	}
 	if DebugKernel() {
 		// Every KASAN report, not only the first; the guest's tests read
