@@ -207,6 +207,7 @@ func TestUserClockTicks(t *testing.T) {
 	bin := buildExample(ctx, t)
 	const cycleNS, quantum = 4, 256
 	const descAddr, resAddr, slotAddr, slots, slotSize = 0x10000, 0x18000, 0x100000, 16, 2048
+	const h2cDesc, h2cData = 0x20000, 0x200000
 	run := func() (trace []string, frames []byte) {
 		b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 64, Mode: rtlbridge.Synchronised, Quantum: quantum})
 		if err != nil {
@@ -255,16 +256,27 @@ func TestUserClockTicks(t *testing.T) {
 		regs.WriteReg(xdma.Base(xdma.TargetIRQ, 0)+xdma.RegChanIntEnableW1S, 0xFFFFFFFF)
 		regs.WriteReg(xdma.Base(xdma.TargetC2H, 1)+xdma.RegIntEnable, xdma.ControlDefault)
 		xdma.Start(regs, xdma.C2H, 1, c, xdma.ControlDefault)
+		// A frame to the design's H2C side, which the IP's H2C FIFO has
+		// room for: an engine running on the host's time would move it
+		// at once.
+		frame.Encode(rig.ram[h2cData:], 0, 0, 1000)
+		hc, err := xdma.BuildChain(rig.ram[h2cDesc:h2cDesc+0x1000], h2cDesc, []sgl.Segment{{Addr: h2cData, Len: uint64(frame.Size(1000))}},
+			xdma.ChainSpec{Dir: xdma.H2C, Stream: true, EOP: xdma.EOPEach})
+		if err != nil {
+			t.Fatal(err)
+		}
+		xdma.Start(regs, xdma.H2C, 1, hc, xdma.ControlDefault)
 		q.write(t, pciBarUser, 0x0C, 2000) // PERIOD: a frame every 2000 cycles
 		// The write's AXI-Lite transaction ran the design ahead of the
 		// guest's time (a read answered after it says it is done);
 		// nothing runs on the host's time after it.
 		completed := xdma.Base(xdma.TargetC2H, 1) + xdma.RegCompletedCount
+		h2cCompleted := xdma.Base(xdma.TargetH2C, 1) + xdma.RegCompletedCount
 		regs.ReadReg(completed)
 		ahead := b.Cycle()
 		time.Sleep(100 * time.Millisecond)
-		if n := regs.ReadReg(completed); n != 0 || b.Cycle() != ahead {
-			t.Fatalf("untouched for 100 ms, the design ran from cycle %d to %d and the engine completed %d descriptors", ahead, b.Cycle(), n)
+		if n, h := regs.ReadReg(completed), regs.ReadReg(h2cCompleted); n != 0 || h != 0 || b.Cycle() != ahead {
+			t.Fatalf("untouched for 100 ms, the design ran from cycle %d to %d and the engine completed %d C2H and %d H2C descriptors", ahead, b.Cycle(), n, h)
 		}
 		for i := 0; i < 200; i++ {
 			ns += quantum * cycleNS
@@ -275,8 +287,11 @@ func TestUserClockTicks(t *testing.T) {
 			}
 			trace = append(trace, fmt.Sprintf("tick %d: cycle %d, completed %d, interrupts %v", i, cyc, regs.ReadReg(completed), q.pending(t)))
 		}
-		if n := regs.ReadReg(completed); n != slots {
-			t.Fatalf("the engine completed %d descriptors after 200 ticks, want %d", n, slots)
+		if n, h := regs.ReadReg(completed), regs.ReadReg(h2cCompleted); n != slots || h != 1 {
+			t.Fatalf("the engine completed %d C2H and %d H2C descriptors after 200 ticks, want %d and 1", n, h, slots)
+		}
+		if good := q.read(t, pciBarUser, 0x48); good != 1 {
+			t.Fatalf("the design took %d good H2C frames, want 1", good)
 		}
 		if err := rig.Err(); err != nil {
 			t.Fatal(err)
