@@ -90,7 +90,7 @@ type UserLogic struct {
 	// The design's clock starts at the first tick after the card's
 	// first BAR access (in a guest, the driver's probe): the boot before
 	// it, hundreds of millions of cycles in which nothing reaches the
-	// card, is not co-simulated.
+	// card, is not co-simulated, and is ticked every millisecond only.
 	Clock UserClock
 	// CycleNS is the guest's virtual nanoseconds per user-clock cycle,
 	// with Clock; 0 means 4 (250 MHz, the XDMA IP's axi_aclk at 256
@@ -826,13 +826,13 @@ func (r *Rig) runEngine(ctx context.Context) {
 // has run the design ahead (an MMIO read stalls the CPU, not the
 // card's clock): those quanta count, so the design's cycle stays within
 // a quantum of the guest's time unless a transaction holds it ahead.
-func (r *Rig) tick(ns uint64) {
+func (r *Rig) tick(ns uint64) (next uint64) {
 	u := r.cfg.User
 	now := ns / r.cycleNS
 	switch r.userClock {
 	case clockHeld:
 		r.stepEngine(u.Interrupts)
-		return
+		return heldTickNS
 	case clockAccessed:
 		r.clockOffset = now - min(now, u.Clock.Cycle())
 		r.userClock = clockRunning
@@ -841,12 +841,18 @@ func (r *Rig) tick(ns uint64) {
 	for u.Clock.Cycle()+u.Clock.Quantum() <= target {
 		if err := r.quantum(u.Clock); err != nil {
 			r.fail(fmt.Errorf("devmodel: user clock at %d ns: %w", ns, err))
-			return
+			return 0
 		}
 		r.stepEngine(u.Interrupts)
 	}
 	r.stepEngine(u.Interrupts)
+	return 0
 }
+
+// heldTickNS is how often the card is ticked while the design's clock
+// waits for the first BAR access: nothing reaches the card before it, and
+// a tick every quantum would cost a boot tens of thousands of them.
+const heldTickNS = 1_000_000
 
 // tickTimeout bounds a quantum: QEMU's device gives up on an answer after
 // 10 s and reads the card as gone.

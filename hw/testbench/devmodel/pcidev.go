@@ -47,8 +47,10 @@ type pciDevice interface {
 	setMode(mode int)
 	reset()
 	setBusMaster(on bool)
-	// tick runs the card up to ns of the guest's virtual clock.
-	tick(ns uint64)
+	// tick runs the card up to ns of the guest's virtual clock and
+	// returns the ns to the next tick it needs: 0 for the device's
+	// tick-ns.
+	tick(ns uint64) (next uint64)
 }
 
 // pciServer serves one xdma-model device.
@@ -220,8 +222,7 @@ func (s *pciServer) serveRequests(dev pciDevice) error {
 			if op == pciOpRead {
 				binary.LittleEndian.PutUint64(rsp[:], dev.readBAR(bar, addr, size))
 			} else {
-				dev.tick(data)
-				rsp = [8]byte{}
+				binary.LittleEndian.PutUint64(rsp[:], dev.tick(data))
 			}
 			if err := s.flushIRQs(); err != nil {
 				return fmt.Errorf("devmodel: %s: interrupt: %w", s.sock, err)

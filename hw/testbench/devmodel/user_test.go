@@ -156,14 +156,16 @@ func buildExample(ctx context.Context, t *testing.T) string {
 }
 
 // tick is QEMU's device ticking the model at ns of the guest's virtual
-// clock; it returns once the model has answered.
-func (q *fakeQEMU) tick(t *testing.T, ns uint64) {
+// clock; it returns the model's answer: the ns to the next tick it needs,
+// 0 for tick-ns.
+func (q *fakeQEMU) tick(t *testing.T, ns uint64) uint64 {
 	t.Helper()
 	q.send(t, pciOpTick, 0, 0, ns)
 	var v [8]byte
 	if _, err := io.ReadFull(q.req, v[:]); err != nil {
 		t.Fatal(err)
 	}
+	return binary.LittleEndian.Uint64(v[:])
 }
 
 // pending returns the interrupt messages already received, without
@@ -231,11 +233,14 @@ func TestUserClockTicks(t *testing.T) {
 			t.Fatal(err)
 		}
 		// Until the card's BARs are first reached (the driver's probe),
-		// the guest's boot ticks by and the design's clock waits.
+		// the guest's boot ticks by, a millisecond at a time, and the
+		// design's clock waits.
 		var ns uint64
 		for range 10 {
 			ns += quantum * cycleNS
-			q.tick(t, ns)
+			if next := q.tick(t, ns); next != heldTickNS {
+				t.Fatalf("a held clock asks for the next tick in %d ns, want %d", next, heldTickNS)
+			}
 		}
 		if c := b.Cycle(); c != 0 {
 			t.Fatalf("the design ran %d cycles before any access to the card", c)
@@ -280,7 +285,9 @@ func TestUserClockTicks(t *testing.T) {
 		}
 		for i := 0; i < 200; i++ {
 			ns += quantum * cycleNS
-			q.tick(t, ns)
+			if next := q.tick(t, ns); next != 0 {
+				t.Fatalf("tick %d: a running clock asks for the next tick in %d ns, want every tick-ns", i, next)
+			}
 			cyc := b.Cycle()
 			if want := ns/cycleNS - start; cyc > max(want, ahead) || cyc+quantum <= want {
 				t.Fatalf("tick %d at %d ns: the design is at cycle %d, want within a quantum below %d", i, ns, cyc, want)

@@ -28,10 +28,11 @@
  *     5 bus mastering changed (data: 1 on, 0 off), in order with the
  *     BAR writes around it, so that the model stops its DMA when the
  *     host cuts it off the bus, as a function does,
- *     6 tick (data: the virtual clock in ns; answered by a u64, 0),
- *     sent every tick-ns of QEMU's virtual clock when that property is
- *     set: the model runs the card up to that time and answers once it
- *     has, so its DMA and interrupts happen at points of the guest's
+ *     6 tick (data: the virtual clock in ns; answered by a u64: the ns
+ *     to the next tick, 0 for tick-ns), sent every tick-ns of QEMU's
+ *     virtual clock when that property is set, or as the model asked:
+ *     the model runs the card up to that time and answers once it has,
+ *     so its DMA and interrupts happen at points of the guest's
  *     instruction stream that the virtual clock fixes (with -icount, the
  *     same points whatever the host's load);
  *   interrupt connection, model to device: 8-byte messages
@@ -429,21 +430,26 @@ static void xdma_bar_write(void *opaque, hwaddr addr, uint64_t val,
 /*
  * The model's clock, tied to the guest's: the model runs the card up to
  * the virtual time sent and answers, with the BQL held, once it has. Its
- * interrupts arrive before the answer and are applied here. Deadlines
- * stay on a grid of tick_ns from realize, whenever the timer ran.
+ * interrupts arrive before the answer and are applied here. The answer
+ * says when the model needs the next tick (a card with nothing to run
+ * asks for fewer); deadlines follow from the last deadline, whenever the
+ * timer ran, so they depend on the virtual clock alone.
  */
 static void xdma_model_tick(void *opaque)
 {
     XdmaModelState *s = opaque;
     uint8_t rsp[8];
+    uint64_t next;
 
-    if (xdma_model_send(s, OP_TICK, 0, 0, 0,
-                        qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL)) &&
-        xdma_model_recv(s, rsp, sizeof(rsp))) {
-        xdma_model_irq_drain(s);
+    if (!xdma_model_send(s, OP_TICK, 0, 0, 0,
+                         qemu_clock_get_ns(QEMU_CLOCK_VIRTUAL)) ||
+        !xdma_model_recv(s, rsp, sizeof(rsp))) {
+        return;
     }
+    xdma_model_irq_drain(s);
     if (!s->gone) {
-        s->next_tick += s->tick_ns;
+        next = ldq_le_p(rsp);
+        s->next_tick += next ? next : s->tick_ns;
         timer_mod(s->tick, s->next_tick);
     }
 }
