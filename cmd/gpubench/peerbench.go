@@ -34,6 +34,11 @@ type peerConfig struct {
 	// function; or "dispatcher", resident_consume (one warp polls the
 	// results and hands fills to the workers).
 	Consumer string
+	// Function is what the function consumer runs on each fill:
+	// "pattern", the pattern check, every word of the slot; or "empty",
+	// a function that reads nothing, for what the consumer costs on
+	// its own (-peer-function).
+	Function string
 	// Rings is how many rings run at once, each with its consumer and
 	// its producer, at the smallest slot size (-peer-rings, 2; 1 or 0:
 	// none). Every kernel of theirs must be resident at once: the
@@ -45,6 +50,17 @@ type peerConfig struct {
 //
 //go:embed pattern_func.ptx
 var patternFuncPTX []byte
+
+// emptyFuncPTX is empty_func.cu as `make ptx` compiled it.
+//
+//go:embed empty_func.ptx
+var emptyFuncPTX []byte
+
+// The function consumer's functions (-peer-function).
+const (
+	functionPattern = "pattern"
+	functionEmpty   = "empty"
+)
 
 // The peer pass's consumers.
 const (
@@ -68,6 +84,9 @@ func (c *peerConfig) defaults() {
 	if c.Consumer == "" {
 		c.Consumer = consumerFunction
 	}
+	if c.Function == "" {
+		c.Function = functionPattern
+	}
 }
 
 // startConsumer starts GPU 0's consumer on a ring; stop waits until the
@@ -87,7 +106,11 @@ func peerConsumer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg
 			return func(uint64) (resident.Counters, error) { return c.Stop() }, nil
 		}, func() error { return nil }, nil
 	case consumerFunction:
-		f, err := resident.LinkFunc(g0, "pattern_func.ptx", patternFuncPTX)
+		name, ptx := "pattern_func.ptx", patternFuncPTX
+		if cfg.Peer.Function == functionEmpty {
+			name, ptx = "empty_func.ptx", emptyFuncPTX
+		}
+		f, err := resident.LinkFunc(g0, name, ptx)
 		if err != nil {
 			return nil, nil, err
 		}
@@ -146,6 +169,7 @@ type peerPass struct {
 	ConsumerGPU int     `json:"consumer_gpu"`
 	NSlots      int     `json:"slots_per_ring"`
 	Consumer    string  `json:"consumer"`
+	Function    string  `json:"function,omitempty"` // the function consumer's
 	Rate        float64 `json:"throttled_rate_slots_per_s"`
 	// PingPong is each repeat's bare peer round trips (GPU 1 stores into
 	// GPU 0's memory, GPU 0 answers into GPU 1's, timed on GPU 1 by the
@@ -297,6 +321,9 @@ func (p *peerPass) goals() []goal {
 // context current: skipped, and said why, where GPU 0 has no peer GPU 1.
 func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (*peerPass, error) {
 	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate, Consumer: cfg.Peer.Consumer}
+	if p.Consumer == consumerFunction {
+		p.Function = cfg.Peer.Function
+	}
 	err := p.measure(ctx, g0, k, cfg)
 	if len(p.Runs) > 0 || p.Beside != nil {
 		p.Goals = p.goals()
