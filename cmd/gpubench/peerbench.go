@@ -317,6 +317,15 @@ func (p *peerPass) goals() []goal {
 	return append(out, noneGoal("lost slots in each repeat", lost), noneGoal("check errors in each repeat", errs))
 }
 
+// judge sets the pass's goals from what it ran. The goals are for
+// a consumer running a real function: an empty one's figures are a
+// diagnosis, and no goal is judged on them.
+func (p *peerPass) judge() {
+	if (len(p.Runs) > 0 || p.Beside != nil) && p.Function != functionEmpty {
+		p.Goals = p.goals()
+	}
+}
+
 // measurePeer runs the peer producer's part of a pass with GPU 0's
 // context current: skipped, and said why, where GPU 0 has no peer GPU 1.
 func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (*peerPass, error) {
@@ -325,9 +334,7 @@ func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg 
 		p.Function = cfg.Peer.Function
 	}
 	err := p.measure(ctx, g0, k, cfg)
-	if len(p.Runs) > 0 || p.Beside != nil {
-		p.Goals = p.goals()
-	}
+	p.judge()
 	if err != nil {
 		p.Error = err.Error()
 	}

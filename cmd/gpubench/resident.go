@@ -157,6 +157,9 @@ func printPeer(w io.Writer, p *peerPass) {
 			b.SlotBytes, b.Rings, sp(s["one_ring_alone.slots_per_s"], "%.0f"), sp(s["total_to_one_alone"], "%.3f"),
 			sp(s["slowest_to_one_alone"], "%.3f"), sp(s["lost"], "%.0f"), sp(s["errors"], "%.0f"))
 	}
+	if p.Function == functionEmpty {
+		fmt.Fprintln(w, "goals: none judged: the consumer ran an empty function, which reads nothing (-peer-function empty)")
+	}
 	for _, g := range p.Goals {
 		cmp := ">="
 		if g.AtMost {

@@ -188,6 +188,24 @@ func TestPrintPeer(t *testing.T) {
 	}
 }
 
+// The empty function's figures judge no goal: the are for a
+// consumer that runs a real function.
+func TestEmptyFunctionJudgesNoGoal(t *testing.T) {
+	runs := []peerSizeRun{{SlotBytes: 65536, Each: []peerRepeat{{ConsumerToAlone: 0.96, RTTToPingPong: 1.4}}}}
+	p := &peerPass{Consumer: consumerFunction, Function: functionEmpty, Runs: runs}
+	p.judge()
+	var b bytes.Buffer
+	printPeer(&b, p)
+	if len(p.Goals) != 0 || !strings.Contains(b.String(), "goals: none judged: the consumer ran an empty function") {
+		t.Errorf("empty function: %d goals, table:\n%s", len(p.Goals), b.String())
+	}
+	p = &peerPass{Consumer: consumerFunction, Function: functionPattern, Runs: runs}
+	p.judge()
+	if len(p.Goals) == 0 {
+		t.Error("the pattern check judged no goal")
+	}
+}
+
 // A slot lost, or a check error, while several rings ran at once fails
 // the pass's goals as it does in a ring's own runs, and the table says
 // what the rings made together.

@@ -380,6 +380,7 @@ const (
 	clockHeld     userClockState = iota // no BAR access yet
 	clockAccessed                       // starts at the next tick
 	clockRunning
+	clockFailed // the design failed a quantum: ticks answer at once
 )
 
 // ticked reports whether QEMU's virtual clock drives the card (UserLogic.Clock).
@@ -585,7 +586,9 @@ func (r *Rig) writeBAR(bar int, addr uint64, size int, v uint64) {
 // transaction that fails (an error response, none, or a dead RTL process)
 // reads all ones, as a completer abort does, and fails the rig.
 func (r *Rig) userRead(addr uint64) uint64 {
-	v, err := r.cfg.User.Regs.ReadReg(context.Background(), uint32(addr))
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
+	defer cancel()
+	v, err := r.cfg.User.Regs.ReadReg(ctx, uint32(addr))
 	if err != nil {
 		r.fail(fmt.Errorf("devmodel: user BAR read at %#x: %w", addr, err))
 		return 0xFFFFFFFF
@@ -594,7 +597,9 @@ func (r *Rig) userRead(addr uint64) uint64 {
 }
 
 func (r *Rig) userWrite(addr uint64, v uint32) {
-	if err := r.cfg.User.Regs.WriteReg(context.Background(), uint32(addr), v); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
+	defer cancel()
+	if err := r.cfg.User.Regs.WriteReg(ctx, uint32(addr), v); err != nil {
 		r.fail(fmt.Errorf("devmodel: user BAR write at %#x: %w", addr, err))
 	}
 }
@@ -832,15 +837,22 @@ func (r *Rig) tick(ns uint64) (next uint64) {
 	switch r.userClock {
 	case clockHeld:
 		r.stepEngine(u.Interrupts)
-		return heldTickNS
+		return max(heldTickNS, u.Clock.Quantum()*r.cycleNS)
 	case clockAccessed:
 		r.clockOffset = now - min(now, u.Clock.Cycle())
 		r.userClock = clockRunning
+	case clockFailed:
+		return 0
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), answerTimeout)
+	defer cancel()
 	target := now - r.clockOffset
 	for u.Clock.Cycle()+u.Clock.Quantum() <= target {
-		if err := r.quantum(u.Clock); err != nil {
+		if err := u.Clock.Tick(ctx); err != nil {
+			// The rig has failed: the ticks that follow answer at
+			// once, so the guest runs on to its own end.
 			r.fail(fmt.Errorf("devmodel: user clock at %d ns: %w", ns, err))
+			r.userClock = clockFailed
 			return 0
 		}
 		r.stepEngine(u.Interrupts)
@@ -854,15 +866,10 @@ func (r *Rig) tick(ns uint64) (next uint64) {
 // a tick every quantum would cost a boot tens of thousands of them.
 const heldTickNS = 1_000_000
 
-// tickTimeout bounds a quantum: QEMU's device gives up on an answer after
-// 10 s and reads the card as gone.
-const tickTimeout = 8 * time.Second
-
-func (r *Rig) quantum(clk UserClock) error {
-	ctx, cancel := context.WithTimeout(context.Background(), tickTimeout)
-	defer cancel()
-	return clk.Tick(ctx)
-}
+// answerTimeout bounds the work behind one of the device's requests: a
+// tick, or an AXI-Lite transaction. QEMU's device gives up on an answer
+// after 10 s and reads the card as gone from then on.
+const answerTimeout = 8 * time.Second
 
 // accessed notes a BAR access: the design's clock starts at the next tick.
 func (r *Rig) accessed() {

@@ -29,7 +29,7 @@
  *     BAR writes around it, so that the model stops its DMA when the
  *     host cuts it off the bus, as a function does,
  *     6 tick (data: the virtual clock in ns; answered by a u64: the ns
- *     to the next tick, 0 for tick-ns), sent every tick-ns of QEMU's
+ *     to the next tick, 0 for tick-ns, at most 1 s), sent every tick-ns of QEMU's
  *     virtual clock when that property is set, or as the model asked:
  *     the model runs the card up to that time and answers once it has,
  *     so its DMA and interrupts happen at points of the guest's
@@ -86,6 +86,7 @@ OBJECT_DECLARE_SIMPLE_TYPE(XdmaModelState, XDMA_MODEL)
 #define XDMA_MSIX_PBA           0x8fe0
 #define XDMA_MAX_VECTORS        32
 #define XDMA_MODEL_TIMEOUT_S    10
+#define XDMA_TICK_MAX_NS        1000000000  /* a tick, or the wait for the next */
 
 enum {
     OP_READ = 1,
@@ -136,8 +137,8 @@ struct XdmaModelState {
     int mode;
     bool gone;
     int pm_cap;             /* the power management capability's offset */
-    QEMUTimer *tick;        /* QEMU_CLOCK_VIRTUAL, every tick_ns; or NULL */
-    int64_t next_tick;      /* the tick timer's deadline, on a fixed grid */
+    QEMUTimer *tick;        /* QEMU_CLOCK_VIRTUAL, when tick_ns; or NULL */
+    int64_t next_tick;      /* its deadline: the last one plus the answer */
 
     char *socket;
     uint16_t device_id;
@@ -447,8 +448,11 @@ static void xdma_model_tick(void *opaque)
         return;
     }
     xdma_model_irq_drain(s);
+    next = ldq_le_p(rsp);
+    if (next > XDMA_TICK_MAX_NS) {
+        xdma_model_lost(s, "tick answer out of range");
+    }
     if (!s->gone) {
-        next = ldq_le_p(rsp);
         s->next_tick += next ? next : s->tick_ns;
         timer_mod(s->tick, s->next_tick);
     }
@@ -552,6 +556,11 @@ static void xdma_model_realize(PCIDevice *pdev, Error **errp)
         error_setg(errp, "xdma-model: at most %d MSI-X vectors, and a power "
                    "of two of at most %d MSI vectors", XDMA_MAX_VECTORS,
                    XDMA_MAX_VECTORS);
+        return;
+    }
+    if (s->tick_ns > XDMA_TICK_MAX_NS) {
+        error_setg(errp, "xdma-model: tick-ns must be at most %d",
+                   XDMA_TICK_MAX_NS);
         return;
     }
     if (s->user_bar_size && (s->user_bar_size < 4096 ||

@@ -82,8 +82,8 @@ func TestRTL(t *testing.T) {
 	}
 	defer b.Close()
 	// The guest's limits are in its own time, a second of which costs
-	// this host tens.
-	Run(t, Options{Synchronised: true, TestTimeout: 20 * time.Second, VMTimeout: 15 * time.Minute, Rig: devmodel.Config{User: &devmodel.UserLogic{
+	// this host tens: 10 s of it fit the VM's limit with the boot.
+	Run(t, Options{Synchronised: true, TestTimeout: 10 * time.Second, VMTimeout: 25 * time.Minute, Rig: devmodel.Config{User: &devmodel.UserLogic{
 		C2H: b.C2H(), H2C: b.H2C(), Regs: b, Interrupts: b, Reset: b, Clock: b, CycleNS: 4}}},
 		"github.com/gpufpga/gpufpga/hw/testbench/rtlguest")
 	if err := b.Err(); err != nil {

@@ -12,6 +12,7 @@ package vmtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -58,6 +59,20 @@ type Options struct {
 	// synchronised user design's clock follows (devmodel.UserLogic.Clock),
 	// is then a function of the guest's instructions and timers alone.
 	Synchronised bool
+}
+
+// validate refuses options that cannot run as asked.
+func (o Options) validate() error {
+	clock := o.Rig.User != nil && o.Rig.User.Clock != nil
+	switch {
+	case o.ICount && o.Synchronised:
+		return errors.New("vmtest: ICount and Synchronised both set: one instruction-counting guest, its idle time passing in real time or in none")
+	case clock && !o.Synchronised:
+		return errors.New("vmtest: a user design's clock tied to the guest's (devmodel.UserLogic.Clock) needs Synchronised: otherwise the guest's clock follows the host's")
+	case o.Synchronised && !clock:
+		return errors.New("vmtest: Synchronised without a user design's clock (devmodel.UserLogic.Clock): nothing follows the guest's clock")
+	}
+	return nil
 }
 
 // KernelVersion returns the Debian kernel release the rig boots: $KVER, or
@@ -116,6 +131,9 @@ const GuestCPUs = 2
 // was running.
 func Run(t *testing.T, opts Options, pkgs ...string) {
 	t.Helper()
+	if err := opts.validate(); err != nil {
+		t.Fatal(err)
+	}
 	kver, err := KernelVersion()
 	if err != nil {
 		t.Fatal(err)
@@ -141,9 +159,6 @@ func Run(t *testing.T, opts Options, pkgs ...string) {
 		t.Fatal(err)
 	}
 	files = append(files, opts.Files...)
-	if u := opts.Rig.User; (u != nil && u.Clock != nil) != opts.Synchronised || opts.ICount && opts.Synchronised {
-		t.Fatal("vmtest: a user design's clock (devmodel.UserLogic.Clock) needs Synchronised, and Synchronised one, without ICount")
-	}
 	if (opts.ICount || opts.Synchronised) && os.Getenv("VMTEST_QEMU") != "" {
 		t.Fatal("VMTEST_QEMU is set: it would replace the instruction-counting guest this run needs")
 	}
