@@ -60,15 +60,7 @@ func TestUserLogic(t *testing.T) {
 		t.Fatalf("user BAR ID register %#x", id)
 	}
 	// Slots of one frame each in guest RAM, then frames.
-	const descAddr, resAddr, slotAddr, slots, slotSize = 0x10000, 0x18000, 0x100000, 16, 2048
-	var segs []sgl.Segment
-	for i := range slots {
-		segs = append(segs, sgl.Segment{Addr: slotAddr + uint64(i)*slotSize, Len: slotSize})
-	}
-	c, err := xdma.BuildChain(rig.ram[descAddr:resAddr], descAddr, segs, xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: resAddr, Completed: xdma.CompletedEach})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := frameSlots(t, rig)
 	regs := barRegs{t, q}
 	q.send(t, pciOpMaster, 0, 0, 1) // bus mastering on, as the driver's probe does
 	xdma.Start(regs, xdma.C2H, 1, c, xdma.ControlDefault)
@@ -108,15 +100,9 @@ func TestUserLogic(t *testing.T) {
 	regs.WriteReg(irq+xdma.RegUserVector, 5)
 	regs.WriteReg(irq+xdma.RegUserIntEnableW1S, 1)
 	q.write(t, pciBarUser, 0x58, 1) // the design's IRQ_ENABLE
-	const h2cDesc, h2cData = 0x20000, 0x200000
 	frame.Encode(rig.ram[h2cData:], 0, 0, 1000)
 	rig.ram[h2cData+500] ^= 1
-	hc, err := xdma.BuildChain(rig.ram[h2cDesc:h2cDesc+0x1000], h2cDesc, []sgl.Segment{{Addr: h2cData, Len: uint64(frame.Size(1000))}},
-		xdma.ChainSpec{Dir: xdma.H2C, Stream: true, EOP: xdma.EOPEach})
-	if err != nil {
-		t.Fatal(err)
-	}
-	xdma.Start(regs, xdma.H2C, 1, hc, xdma.ControlDefault)
+	xdma.Start(regs, xdma.H2C, 1, h2cFrame(t, rig), xdma.ControlDefault)
 	if k, v := q.interrupt(t); k != pciIRQEdge || v != 5 {
 		t.Fatalf("interrupt message %d %d, want an edge on vector 5", k, v)
 	}
@@ -138,6 +124,39 @@ func TestUserLogic(t *testing.T) {
 	if err := rig.Err(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Where the tests' chains and data sit in guest RAM: a C2H chain of
+// slots of one frame each, with their results, and an H2C chain of one
+// frame.
+const (
+	descAddr, resAddr, slotAddr, slots, slotSize = 0x10000, 0x18000, 0x100000, 16, 2048
+	h2cDesc, h2cData                             = 0x20000, 0x200000
+)
+
+// frameSlots builds the C2H chain of slots.
+func frameSlots(t *testing.T, rig *Rig) xdma.Chain {
+	t.Helper()
+	var segs []sgl.Segment
+	for i := range slots {
+		segs = append(segs, sgl.Segment{Addr: slotAddr + uint64(i)*slotSize, Len: slotSize})
+	}
+	c, err := xdma.BuildChain(rig.ram[descAddr:resAddr], descAddr, segs, xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: resAddr, Completed: xdma.CompletedEach})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// h2cFrame builds the H2C chain of the one frame at h2cData.
+func h2cFrame(t *testing.T, rig *Rig) xdma.Chain {
+	t.Helper()
+	c, err := xdma.BuildChain(rig.ram[h2cDesc:h2cDesc+0x1000], h2cDesc, []sgl.Segment{{Addr: h2cData, Len: uint64(frame.Size(1000))}},
+		xdma.ChainSpec{Dir: xdma.H2C, Stream: true, EOP: xdma.EOPEach})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
 }
 
 // buildExample builds the example design at 64 bits.
@@ -208,8 +227,6 @@ func TestUserClockTicks(t *testing.T) {
 	defer cancel()
 	bin := buildExample(ctx, t)
 	const cycleNS, quantum = 4, 256
-	const descAddr, resAddr, slotAddr, slots, slotSize = 0x10000, 0x18000, 0x100000, 16, 2048
-	const h2cDesc, h2cData = 0x20000, 0x200000
 	run := func() (trace []string, frames []byte) {
 		b, err := rtlbridge.Start(ctx, rtlbridge.Options{Binary: bin, Width: 64, Mode: rtlbridge.Synchronised, Quantum: quantum})
 		if err != nil {
@@ -246,14 +263,7 @@ func TestUserClockTicks(t *testing.T) {
 			t.Fatalf("the design ran %d cycles before any access to the card", c)
 		}
 		start := ns / cycleNS
-		var segs []sgl.Segment
-		for i := range slots {
-			segs = append(segs, sgl.Segment{Addr: slotAddr + uint64(i)*slotSize, Len: slotSize})
-		}
-		c, err := xdma.BuildChain(rig.ram[descAddr:resAddr], descAddr, segs, xdma.ChainSpec{Dir: xdma.C2H, Stream: true, Results: resAddr, Completed: xdma.CompletedEach})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := frameSlots(t, rig)
 		regs := barRegs{t, q}
 		q.send(t, pciOpMaster, 0, 0, 1)
 		// Every channel's interrupt on, vector 0: each completed
@@ -265,12 +275,7 @@ func TestUserClockTicks(t *testing.T) {
 		// room for: an engine running on the host's time would move it
 		// at once.
 		frame.Encode(rig.ram[h2cData:], 0, 0, 1000)
-		hc, err := xdma.BuildChain(rig.ram[h2cDesc:h2cDesc+0x1000], h2cDesc, []sgl.Segment{{Addr: h2cData, Len: uint64(frame.Size(1000))}},
-			xdma.ChainSpec{Dir: xdma.H2C, Stream: true, EOP: xdma.EOPEach})
-		if err != nil {
-			t.Fatal(err)
-		}
-		xdma.Start(regs, xdma.H2C, 1, hc, xdma.ControlDefault)
+		xdma.Start(regs, xdma.H2C, 1, h2cFrame(t, rig), xdma.ControlDefault)
 		q.write(t, pciBarUser, 0x0C, 2000) // PERIOD: a frame every 2000 cycles
 		// The write's AXI-Lite transaction ran the design ahead of the
 		// guest's time (a read answered after it says it is done);
