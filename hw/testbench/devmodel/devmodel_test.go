@@ -79,6 +79,20 @@ func (q *fakeQEMU) interrupt(t *testing.T) (kind byte, value uint32) {
 	return m[0], binary.LittleEndian.Uint32(m[4:])
 }
 
+// connect serves rig as QEMU connects to it: the control port and the
+// device, in either order (the rig accepts both at once).
+func connect(ctx context.Context, t *testing.T, rig *Rig) (*fakeCtl, *fakeQEMU) {
+	t.Helper()
+	served := make(chan error, 1)
+	go func() { served <- rig.Serve(ctx) }()
+	c := dialCtl(t, rig.ctl.sock)
+	q := dialDevice(t, rig.fpga.sock)
+	if err := <-served; err != nil {
+		t.Fatal(err)
+	}
+	return c, q
+}
+
 type fakeCtl struct {
 	mbox    []byte
 	hostFds []int // the host's doorbell eventfds
@@ -154,13 +168,7 @@ func TestDeviceAndControlPort(t *testing.T) {
 	defer rig.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- rig.Serve(ctx) }()
-	c := dialCtl(t, rig.ctl.sock) // either order: the rig accepts both at once
-	q := dialDevice(t, rig.fpga.sock)
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
+	c, q := connect(ctx, t, rig)
 	if m := binary.LittleEndian.Uint32(c.mbox); m != rl.CtlMagic {
 		t.Fatalf("control port magic %#x", m)
 	}

@@ -49,13 +49,7 @@ func TestUserLogic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer rig.Close()
-	served := make(chan error, 1)
-	go func() { served <- rig.Serve(ctx) }()
-	dialCtl(t, rig.ctl.sock)
-	q := dialDevice(t, rig.fpga.sock)
-	if err := <-served; err != nil {
-		t.Fatal(err)
-	}
+	_, q := connect(ctx, t, rig)
 	if id := q.read(t, pciBarUser, 0); id != 0x47465831 {
 		t.Fatalf("user BAR ID register %#x", id)
 	}
@@ -242,13 +236,7 @@ func TestUserClockTicks(t *testing.T) {
 		if args := strings.Join(rig.QEMUArgs(), ","); !slices.Contains(strings.Split(args, ","), "tick-ns=1024") {
 			t.Fatalf("QEMU's device is not told to tick every quantum of 1024 ns: %s", args)
 		}
-		served := make(chan error, 1)
-		go func() { served <- rig.Serve(ctx) }()
-		dialCtl(t, rig.ctl.sock)
-		q := dialDevice(t, rig.fpga.sock)
-		if err := <-served; err != nil {
-			t.Fatal(err)
-		}
+		_, q := connect(ctx, t, rig)
 		// Until the card's BARs are first reached (the driver's probe),
 		// the guest's boot ticks by, a millisecond at a time, and the
 		// design's clock waits.
