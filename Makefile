@@ -131,8 +131,9 @@ vmtest-iommu: qemu
 	$(call vmtest_on,$(KVER_612),/boot/vmlinuz-$(KVER_612),$(CURDIR)/build/kmod-$(KVER_612),/lib/modules/$(KVER_612),open,TestIOMMU)
 
 # The example user design (hw/rtl/example, Verilator) in the rig in place of
-# the Go source, on 6.1: the driver streams its frames, the guest reaches
-# its registers through the user BAR (hw/testbench/rtlguest).
+# the Go source, on 6.1, its clock tied to the guest's instruction-counted
+# one: the driver streams its frames, the guest reaches its registers
+# through the user BAR (hw/testbench/rtlguest).
 vmtest-rtl: qemu
 	@test -n "$(KVER_61)" || { echo "vmtest: no 6.1 kernel headers: run make deps" >&2; exit 1; }
 	$(call debian_kmod,$(KVER_61))
