@@ -39,6 +39,11 @@ type peerConfig struct {
 	// a function that reads nothing, for what the consumer costs on
 	// its own (-peer-function).
 	Function string
+	// Word is where each ring's consumer word is: "consumer", GPU 0's
+	// memory, which the producer reads across the link; or "producer",
+	// GPU 1's, which the consumer writes across the link as GPU 0
+	// answers the ping-pong and the producer polls locally (-peer-word).
+	Word string
 	// Rings is how many rings run at once, each with its consumer and
 	// its producer, at the smallest slot size (-peer-rings, 2; 1 or 0:
 	// none). Every kernel of theirs must be resident at once: the
@@ -55,6 +60,12 @@ var patternFuncPTX []byte
 //
 //go:embed empty_func.ptx
 var emptyFuncPTX []byte
+
+// Where the consumer word is (-peer-word).
+const (
+	wordProducer = "producer"
+	wordConsumer = "consumer"
+)
 
 // The function consumer's functions (-peer-function).
 const (
@@ -86,6 +97,9 @@ func (c *peerConfig) defaults() {
 	}
 	if c.Function == "" {
 		c.Function = functionPattern
+	}
+	if c.Word == "" {
+		c.Word = wordConsumer
 	}
 }
 
@@ -170,6 +184,7 @@ type peerPass struct {
 	NSlots      int     `json:"slots_per_ring"`
 	Consumer    string  `json:"consumer"`
 	Function    string  `json:"function,omitempty"` // the function consumer's
+	Word        string  `json:"consumer_word"`      // whose memory holds it: producer or consumer
 	Rate        float64 `json:"throttled_rate_slots_per_s"`
 	// PingPong is each repeat's bare peer round trips (GPU 1 stores into
 	// GPU 0's memory, GPU 0 answers into GPU 1's, timed on GPU 1 by the
@@ -329,7 +344,7 @@ func (p *peerPass) judge() {
 // measurePeer runs the peer producer's part of a pass with GPU 0's
 // context current: skipped, and said why, where GPU 0 has no peer GPU 1.
 func measurePeer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg residentConfig) (*peerPass, error) {
-	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate, Consumer: cfg.Peer.Consumer}
+	p := &peerPass{ProducerGPU: 1, ConsumerGPU: 0, NSlots: cfg.Peer.NSlots, Rate: cfg.Peer.Rate, Consumer: cfg.Peer.Consumer, Word: cfg.Peer.Word}
 	if p.Consumer == consumerFunction {
 		p.Function = cfg.Peer.Function
 	}
@@ -425,8 +440,12 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 	}
 	p.PingPongSpread = map[string]spread{"p50_us": spreadOf(p50s), "p99_us": spreadOf(p99s)}
 	pp50, pp99 := median(p50s), median(p99s)
+	word := g0
+	if cfg.Peer.Word == wordProducer {
+		word = g1
+	}
 	for _, size := range cfg.Sizes {
-		run, err := measurePeerSize(ctx, g0, start, pk, cfg, size, pp50, pp99, p.Timer == "sm clock")
+		run, err := measurePeerSize(ctx, g0, word, start, pk, cfg, size, pp50, pp99, p.Timer == "sm clock")
 		if len(run.Each) > 0 {
 			p.Runs = append(p.Runs, run) // a failed size's runs before the failure too
 		}
@@ -435,7 +454,7 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 		}
 	}
 	if cfg.Peer.Rings > 1 && len(cfg.Sizes) > 0 {
-		b, err := measureBeside(ctx, g0, start, pk, cfg, cfg.Sizes[0])
+		b, err := measureBeside(ctx, g0, word, start, pk, cfg, cfg.Sizes[0])
 		if len(b.Each) > 0 {
 			p.Beside = &b
 		}
@@ -446,12 +465,13 @@ func (p *peerPass) measure(ctx context.Context, g0 *cuda.Device, k *resident.Ker
 	return nil
 }
 
-// measurePeerSize makes a ring of size-byte slots in GPU 0's memory and
+// measurePeerSize makes a ring of size-byte slots in GPU 0's memory (its
+// consumer word in word's) and
 // measures it cfg.Repeats times: the producer alone, the consumer against
 // it, and the round trips one fill at a time.
-func measurePeerSize(ctx context.Context, g0 *cuda.Device, start startConsumer, pk *resident.PeerKernels, cfg residentConfig,
+func measurePeerSize(ctx context.Context, g0, word *cuda.Device, start startConsumer, pk *resident.PeerKernels, cfg residentConfig,
 	size int, pp50, pp99 float64, smClock bool) (run peerSizeRun, err error) {
-	r, err := resident.NewPeerRing(g0, cfg.Peer.NSlots, size)
+	r, err := resident.NewPeerRing(g0, word, cfg.Peer.NSlots, size)
 	if err != nil {
 		return run, fmt.Errorf("the ring in GPU 0's memory: %w", err)
 	}

@@ -49,7 +49,7 @@ func (x besideRepeat) figures() map[string]float64 {
 
 // measureBeside runs cfg.Peer.Rings rings of size-byte slots at once,
 // cfg.Repeats times.
-func measureBeside(ctx context.Context, g0 *cuda.Device, start startConsumer, pk *resident.PeerKernels, cfg residentConfig,
+func measureBeside(ctx context.Context, g0, word *cuda.Device, start startConsumer, pk *resident.PeerKernels, cfg residentConfig,
 	size int) (b peerBeside, err error) {
 	b = peerBeside{Rings: cfg.Peer.Rings, SlotBytes: size}
 	// Every consumer's blocks must be resident at once, or one waits for
@@ -73,7 +73,7 @@ func measureBeside(ctx context.Context, g0 *cuda.Device, start startConsumer, pk
 		}
 	}()
 	for i := range rings {
-		if rings[i], err = resident.NewPeerRing(g0, cfg.Peer.NSlots, size); err != nil {
+		if rings[i], err = resident.NewPeerRing(g0, word, cfg.Peer.NSlots, size); err != nil {
 			return b, fmt.Errorf("ring %d in GPU 0's memory: %w", i, err)
 		}
 	}

@@ -48,6 +48,7 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-resident", "-peer-consumer", "warp"}, `-peer-consumer "warp": function or dispatcher`},
 		{[]string{"-resident", "-peer-rings", "0"}, "-peer-rings 0: at least 1"},
 		{[]string{"-resident", "-peer-function", "null"}, `-peer-function "null": pattern or empty`},
+		{[]string{"-resident", "-peer-word", "host"}, `-peer-word "host": consumer or producer`},
 		{[]string{"-resident", "-peer-function", "empty", "-peer-consumer", "dispatcher"}, "-peer-function empty runs in the function consumer, not dispatcher"},
 		{[]string{"-resident", "peer"}, `unexpected arguments ["peer"]`},
 		{[]string{"-resident-repeats", "x"}, `invalid value "x" for flag -resident-repeats: parse error`},

@@ -101,19 +101,24 @@ type GPURing struct {
 // NewGPURing allocates a ring of nslots slots of size bytes. The context
 // must be current.
 func NewGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU bool) (*GPURing, error) {
-	return newGPURing(g, nslots, size, where, resultsInGPU, false)
+	return newGPURing(g, nslots, size, where, resultsInGPU, nil)
 }
 
 // NewPeerRing allocates a ring a peer GPU writes as an FPGA does: its
-// slots, its results and its consumer word all in g's memory, which the
-// peer's kernels reach by g's addresses once it has peer access to g
-// (cuda.Device.EnablePeerAccess). The host reaches none of it: Consumed
-// reads the consumer word by a copy.
-func NewPeerRing(g *cuda.Device, nslots, size int) (*GPURing, error) {
-	return newGPURing(g, nslots, size, SlotsGPU, true, true)
+// slots and its results in g's memory, which the peer's kernels reach by
+// g's addresses once it has peer access to g
+// (cuda.Device.EnablePeerAccess), and its consumer word in word's memory:
+// g's, where the producer reads it across the link, or the producer's,
+// where g's consumer writes it across the link as it would an FPGA's
+// doorbell (then g needs peer access to word). The host reaches none of
+// it: ConsumedIndex reads the consumer word by a copy.
+func NewPeerRing(g, word *cuda.Device, nslots, size int) (*GPURing, error) {
+	return newGPURing(g, nslots, size, SlotsGPU, true, word)
 }
 
-func newGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU, consumerInGPU bool) (_ *GPURing, err error) {
+// newGPURing puts the consumer word in consumerOn's memory, or in host
+// memory mapped into g where consumerOn is nil.
+func newGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU bool, consumerOn *cuda.Device) (_ *GPURing, err error) {
 	if nslots < 1 || size < 16 || size%16 != 0 {
 		return nil, fmt.Errorf("%w: %d slots of %d bytes", ErrConfig, nslots, size)
 	}
@@ -136,8 +141,8 @@ func newGPURing(g *cuda.Device, nslots, size int, where Placement, resultsInGPU,
 		results, gr.ResultsDev = gr.results.Bytes(), gr.results.DevPtr
 	}
 	var consumer []byte
-	if consumerInGPU {
-		if gr.gpuCons, err = g.Alloc(uint64(ConsumerSize)); err != nil {
+	if consumerOn != nil {
+		if gr.gpuCons, err = consumerOn.Alloc(uint64(ConsumerSize)); err != nil {
 			return nil, err
 		}
 		gr.ConsumerDev = gr.gpuCons.Ptr

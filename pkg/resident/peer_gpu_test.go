@@ -55,7 +55,7 @@ func peers(t *testing.T) (g0, g1 *cuda.Device, pk *PeerKernels) {
 
 func peerRing(t *testing.T, g0 *cuda.Device, nslots, size int) *GPURing {
 	t.Helper()
-	r, err := NewPeerRing(g0, nslots, size)
+	r, err := NewPeerRing(g0, g0, nslots, size)
 	if err != nil {
 		t.Fatal(err)
 	}
