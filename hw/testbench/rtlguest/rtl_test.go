@@ -84,18 +84,7 @@ func TestRTLStream(t *testing.T) {
 	}
 	size := uint64(frame.Size(int(bar.read(regPayload))))
 	const n, slot = 16, 4096
-	a, err := r.GPU.Alloc(n*slot, simgpu.Fragmented, 11)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := r.Dev.PinGPU(a.VA, a.Size, p2p.PinOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	mem, err := a.Bytes()
-	if err != nil {
-		t.Fatal(err)
-	}
+	p, mem := pinGPU(t, r, n*slot, simgpu.Fragmented)
 	var slots []p2p.Segment
 	for i := range n {
 		slots = append(slots, p2p.Segment{Pin: p, Offset: uint64(i) * slot, Len: slot})
@@ -196,25 +185,8 @@ func TestRTLResidentStream(t *testing.T) {
 	r := guestrig.Open(t)
 	bar := mapUserBAR(t)
 	const nslots, slot = 16, 4096
-	pinAlloc := func(size uint64, p simgpu.Pattern) (*p2p.Pin, []byte) {
-		t.Helper()
-		a, err := r.GPU.Alloc(size, p, 11)
-		if err != nil {
-			t.Fatal(err)
-		}
-		pin, err := r.Dev.PinGPU(a.VA, a.Size, p2p.PinOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, err := a.Bytes()
-		if err != nil {
-			t.Fatal(err)
-		}
-		clear(b)
-		return pin, b
-	}
-	ringPin, ring := pinAlloc(nslots*slot, simgpu.Fragmented)
-	resPin, results := pinAlloc(uint64(nslots*resident.ResultSize), simgpu.Contiguous)
+	ringPin, ring := pinGPU(t, r, nslots*slot, simgpu.Fragmented)
+	resPin, results := pinGPU(t, r, uint64(nslots*resident.ResultSize), simgpu.Contiguous)
 	host, err := r.Dev.AllocHost(4096)
 	if err != nil {
 		t.Fatal(err)
@@ -285,6 +257,26 @@ func TestRTLResidentStream(t *testing.T) {
 		t.Fatal(err)
 	}
 	guest.CheckDmesg(t)
+}
+
+// pinGPU allocates size bytes of simulated GPU memory laid out as p,
+// zeroed, and pins them.
+func pinGPU(t *testing.T, r *guestrig.Rig, size uint64, p simgpu.Pattern) (*p2p.Pin, []byte) {
+	t.Helper()
+	a, err := r.GPU.Alloc(size, p, 11)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin, err := r.Dev.PinGPU(a.VA, a.Size, p2p.PinOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := a.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	clear(b)
+	return pin, b
 }
 
 // drainDesign stops the design's generator, waits until it has sent
