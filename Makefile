@@ -202,7 +202,7 @@ ptx:
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/func.cu -o pkg/resident/func.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/frm1.cu -o pkg/resident/frm1.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/frames_func.cu -o pkg/resident/frames_func.ptx
-	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h cmd/gpubench/pattern_func.cu -o cmd/gpubench/pattern_func.ptx
+	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/pattern_func.cu -o pkg/resident/pattern_func.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h cmd/gpubench/empty_func.cu -o cmd/gpubench/empty_func.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/peer.cu -o pkg/resident/peer.ptx
 	$(PTXCC) $(PTXFLAGS) -include pkg/resident/clang_cuda.h pkg/resident/testdata/sum.cu -o pkg/resident/testdata/sum.ptx
@@ -224,7 +224,7 @@ ptxcheck: $(PTXAS)
 			echo "== ptxas -arch=$$a $$p"; \
 			$(PTXAS) -arch=$$a -v $$p -o /dev/null || exit 1; \
 		done; \
-		for p in pkg/resident/func.ptx pkg/resident/frm1.ptx pkg/resident/frames_func.ptx cmd/gpubench/pattern_func.ptx cmd/gpubench/empty_func.ptx pkg/resident/testdata/sum.ptx examples/acquire/framestats_func.ptx; do \
+		for p in pkg/resident/func.ptx pkg/resident/frm1.ptx pkg/resident/frames_func.ptx pkg/resident/pattern_func.ptx cmd/gpubench/empty_func.ptx pkg/resident/testdata/sum.ptx examples/acquire/framestats_func.ptx; do \
 			echo "== ptxas -c -arch=$$a $$p (linked with a function, or into the consumer)"; \
 			$(PTXAS) -c -arch=$$a -v $$p -o /dev/null || exit 1; \
 		done; \

@@ -7,7 +7,6 @@ package main
 import (
 	"context"
 	_ "embed"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -18,9 +17,11 @@ import (
 
 // peerConfig is the peer producer's part of a pass.
 type peerConfig struct {
-	NSlots int // slots in each peer ring (default 256)
-	// Blocks is how many fills the producer writes at once (default:
-	// the ring's slots).
+	NSlots int // slots in each peer ring (default 1024)
+	// Blocks is how many fills the producer writes at once, at most
+	// the ring's slots (0: the ring's slots). The flag's default, 256,
+	// keeps two producers' grids resident on GPU 1 together (-peer-rings)
+	// whatever the slots.
 	Blocks int
 	// Rate is the throttled producer's fills per second (default 12.5 M:
 	// 4 KiB slots at 51 GB/s, PCIe Gen5 x16's payload), for slots of up
@@ -51,11 +52,6 @@ type peerConfig struct {
 	Rings int
 }
 
-// patternFuncPTX is pattern_func.cu as `make ptx` compiled it.
-//
-//go:embed pattern_func.ptx
-var patternFuncPTX []byte
-
 // emptyFuncPTX is empty_func.cu as `make ptx` compiled it.
 //
 //go:embed empty_func.ptx
@@ -81,7 +77,7 @@ const (
 
 func (c *peerConfig) defaults() {
 	if c.NSlots <= 0 {
-		c.NSlots = 256
+		c.NSlots = 1024
 	}
 	if c.Rate <= 0 {
 		c.Rate = 12.5e6
@@ -120,7 +116,7 @@ func peerConsumer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg
 			return func(uint64) (resident.Counters, error) { return c.Stop() }, nil
 		}, func() error { return nil }, nil
 	case consumerFunction:
-		name, ptx := "pattern_func.ptx", patternFuncPTX
+		name, ptx := "pattern_func.ptx", resident.PatternFuncPTX
 		if cfg.Peer.Function == functionEmpty {
 			name, ptx = "empty_func.ptx", emptyFuncPTX
 		}
@@ -129,8 +125,7 @@ func peerConsumer(ctx context.Context, g0 *cuda.Device, k *resident.Kernels, cfg
 			return nil, nil, err
 		}
 		return func(r *resident.GPURing) (func(uint64) (resident.Counters, error), error) {
-			state := binary.LittleEndian.AppendUint64(nil, r.NSrc) // struct pattern_state
-			state = binary.LittleEndian.AppendUint64(state, uint64(r.SlotSize))
+			state := resident.PatternState(r.NSrc, r.SlotSize)
 			// The consumer word is GPU 0's memory: read by a copy on
 			// the legacy stream, which the consumer's does not hold.
 			// Stop's goroutine reads it; a failed read is Stop's error.

@@ -1,9 +1,24 @@
 package resident
 
 import (
+	_ "embed" // PatternFuncPTX
 	"encoding/binary"
 	"fmt"
 )
+
+// PatternFuncPTX is a function for LinkFunc (pattern_func.cu, as `make
+// ptx` compiled it) that finds fill k bad unless every word of its slot
+// holds Word's and it fills the slot; its state is PatternState's.
+//
+//go:embed pattern_func.ptx
+var PatternFuncPTX []byte
+
+// PatternState is PatternFuncPTX's state (FuncConfig.State) for fills of
+// slotSize bytes with nsrc source patterns.
+func PatternState(nsrc uint64, slotSize int) []byte {
+	b := binary.LittleEndian.AppendUint64(nil, nsrc)
+	return binary.LittleEndian.AppendUint64(b, uint64(slotSize))
+}
 
 // golden is the pattern's multiplier (GOLDEN in resident.cu).
 const golden = 0x9e3779b97f4a7c15

@@ -43,6 +43,7 @@
 #define PEER_DRAIN 3 // waiting for every fill to be consumed
 #define PEER_PING 4 // peer_ping waiting for the answer to ping k
 #define PEER_PONG 5 // peer_pong waiting for ping k
+#define PEER_BACKWARDS 6 // a count read below a value it held before: at, then seen
 
 typedef unsigned long long u64;
 typedef unsigned int u32;
@@ -80,14 +81,22 @@ __device__ static void fail(struct peer_ctl *ctl, u64 code, u64 k, u64 seen)
 
 // Waits until *p >= want (acquire, system scope, or GPU scope where
 // local), up to timeout_ns or another block's failure; returns whether it
-// got there, the last value in *seen.
-__device__ static bool wait_at_least(const u64 *p, u64 want, bool local, u64 timeout_ns, const struct peer_ctl *ctl,
+// got there, the last value in *seen. *p only grows: *seen holds a value
+// it had before (0 for none), and a read below it fails the run
+// (PEER_BACKWARDS), the consumer's count having gone backwards.
+__device__ static bool wait_at_least(const u64 *p, u64 want, bool local, u64 timeout_ns, struct peer_ctl *ctl,
 				     u64 *seen)
 {
 	const u64 t = globaltimer();
-	u64 v, spins = 0;
+	u64 v, last = *seen, spins = 0;
 
 	while ((v = local ? ld_acquire_gpu(p) : ld_acquire_sys(p)) < want) {
+		if (v < last) {
+			fail(ctl, PEER_BACKWARDS, last, v);
+			*seen = v;
+			return false;
+		}
+		last = v;
 		if ((++spins & 63) == 0 && (globaltimer() - t > timeout_ns || ld_volatile64(&ctl->abort))) {
 			*seen = v;
 			return false;
@@ -109,6 +118,10 @@ __device__ static void poll_credits(const u64 *consumer, struct peer_ctl *ctl)
 	while (ld_volatile64(&ctl->exited) < gridDim.x - 1 && !ld_volatile64(&ctl->abort)) {
 		const u64 v = ld_acquire_sys(consumer);
 
+		if (v < last) {
+			fail(ctl, PEER_BACKWARDS, last, v);
+			return;
+		}
 		// The release passes on what the acquire saw: the
 		// consumer's clear of each status before its index.
 		if (v != last) {
@@ -259,7 +272,7 @@ peer_produce(unsigned char *slots, u64 slot_size, u64 *results, u64 nslots, cons
 extern "C" __global__ void peer_ping(u64 *ping, const u64 *pong, u64 n, u64 *rtt, u64 timeout_ns,
 				     struct peer_ctl *ctl)
 {
-	u64 i, seen;
+	u64 i, seen = 0;
 
 	if (threadIdx.x != 0 || blockIdx.x != 0)
 		return;
@@ -288,7 +301,7 @@ extern "C" __global__ void peer_ping(u64 *ping, const u64 *pong, u64 n, u64 *rtt
 // GPU's memory) reaches i, then store i to *pong (the producer GPU's).
 extern "C" __global__ void peer_pong(const u64 *ping, u64 *pong, u64 n, u64 timeout_ns, struct peer_ctl *ctl)
 {
-	u64 i, seen;
+	u64 i, seen = 0;
 
 	if (threadIdx.x != 0 || blockIdx.x != 0)
 		return;

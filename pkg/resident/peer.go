@@ -24,8 +24,13 @@ var PeerPTX []byte
 //go:embed peer.cu
 var PeerSource []byte
 
-// ErrPeer is a peer kernel that gave up waiting: PeerError says for what.
+// ErrPeer is a peer kernel that gave up waiting: the error says for what.
 var ErrPeer = errors.New("resident: peer kernel timed out")
+
+// ErrCountBackwards is a count a peer kernel read below a value it had
+// read before: the consumer index (or the ping-pong's answer) went
+// backwards, which the engine would take as slots taken back.
+var ErrCountBackwards = errors.New("resident: a count went backwards")
 
 // peerCtlSize is struct peer_ctl in peer.cu.
 const peerCtlSize = 12 * 8
@@ -37,6 +42,7 @@ const (
 	peerDrain     = 3
 	peerPing      = 4
 	peerPong      = 5
+	peerBackwards = 6
 )
 
 // peerCtl is struct peer_ctl once the kernel has ended.
@@ -89,6 +95,8 @@ func (c peerCtl) err(timeout time.Duration) error {
 		what = fmt.Sprintf("ping %d waited for its answer; the answer stood at %d", c.at, c.seen)
 	case peerPong:
 		what = fmt.Sprintf("pong waited for ping %d; the ping stood at %d", c.at, c.seen)
+	case peerBackwards:
+		return fmt.Errorf("%w: read %d after %d", ErrCountBackwards, c.seen, c.at)
 	default:
 		what = fmt.Sprintf("status %d at %d, seen %d", c.status, c.at, c.seen)
 	}

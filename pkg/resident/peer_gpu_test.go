@@ -134,6 +134,58 @@ func TestPeerProducerConsumed(t *testing.T) {
 	}
 }
 
+// The peer producer feeds the consumer a user's function is linked into
+// (the header's kernel, with the pattern check as the function): every
+// fill checked, none lost, none bad, at full rate, paced, and one at a
+// time, where every fill is at the head when its worker is done and the
+// worker publishes it itself. The producer fails the run with
+// ErrCountBackwards if the consumer index ever reads below a value it
+// held, which a worker's publishing racing the publisher's would show.
+func TestPeerProducerLinkedConsumer(t *testing.T) {
+	g0, _, pk := peers(t)
+	f, err := LinkFunc(g0, "pattern_func.ptx", PatternFuncPTX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	r := peerRing(t, g0, 16, 4096)
+	for _, workers := range []int{4, 15} {
+		for _, run := range []PeerRun{{Fills: 50000}, {Fills: 2000, Rate: 1e6}, {Fills: 200, Depth1: true}} {
+			if err := r.Reset(); err != nil {
+				t.Fatal(err)
+			}
+			var readErr error
+			published := func() uint64 {
+				n, err := r.ConsumedIndex()
+				if err != nil && readErr == nil {
+					readErr = err
+				}
+				return n
+			}
+			c, err := startWithin(f, g0, StreamRing{Slots: r.SlotsDev, SlotSize: r.SlotSize, NSlots: r.NSlots,
+				Results: r.ResultsDev, Consumer: r.ConsumerDev, Published: published},
+				FuncConfig{Workers: workers, State: PatternState(r.NSrc, r.SlotSize)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, perr := pk.Produce(context.Background(), r, run)
+			cnt, cerr := stopWithin(c, run.Fills)
+			if err := errors.Join(perr, cerr, readErr); err != nil {
+				t.Fatalf("%d workers, %+v: %v", workers, run, err)
+			}
+			consumed, err := r.ConsumedIndex()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if out.Fills != run.Fills || cnt.Slots != run.Fills || cnt.Published != run.Fills || consumed != run.Fills || cnt.Errors != 0 {
+				t.Errorf("%d workers, %+v: %d fills, %d consumed, %d published, index %d, %d errors (first %d)",
+					workers, run, out.Fills, cnt.Slots, cnt.Published, consumed, cnt.Errors, cnt.FirstError)
+			}
+			t.Logf("%d workers, %+v: %d fills in %v; round trips %v", workers, run, out.Fills, out.Elapsed, Summarize(out.RoundTripsClock))
+		}
+	}
+}
+
 // With no consumer, the producer runs out of credits, says so and where,
 // and ends by itself.
 func TestPeerProducerNoCredits(t *testing.T) {

@@ -80,9 +80,14 @@ func TestPeerCtlErrors(t *testing.T) {
 		{ctl(77, 1, 2), "resident: peer kernel timed out after 2s: status 77 at 1, seen 2"},
 	} {
 		err := tc.c.err(2 * time.Second)
-		if !errors.Is(err, ErrPeer) || err.Error() != tc.want {
+		if !errors.Is(err, ErrPeer) || errors.Is(err, ErrCountBackwards) || err.Error() != tc.want {
 			t.Errorf("status %d: %v, want %q", tc.c.status, err, tc.want)
 		}
+	}
+	// Not a timeout: the consumer broke its contract.
+	if err := ctl(peerBackwards, 40, 32).err(2 * time.Second); !errors.Is(err, ErrCountBackwards) || errors.Is(err, ErrPeer) ||
+		err.Error() != "resident: a count went backwards: read 32 after 40" {
+		t.Errorf("a count that went backwards: %v", err)
 	}
 }
 

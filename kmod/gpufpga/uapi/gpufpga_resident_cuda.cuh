@@ -85,6 +85,14 @@ __device__ static inline unsigned long long gpufpga_ld_acquire_gpu(const void *p
 	return v;
 }
 
+__device__ static inline unsigned long long gpufpga_ld_relaxed_gpu(const void *p)
+{
+	unsigned long long v;
+
+	asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
+
 __device__ static inline void gpufpga_st_release_sys(void *p, unsigned long long v)
 {
 	asm volatile("st.release.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
@@ -143,6 +151,38 @@ __device__ static inline const unsigned char *gpufpga_slot(const struct gpufpga_
 }
 
 /*
+ * gpufpga_wait_fill, also giving in *head a value published held while
+ * the result was polled (for gpufpga_release_head). Read beside every
+ * poll of the result, it adds nothing to the fill's latency.
+ */
+__device__ static inline int gpufpga_wait_fill_head(const struct gpufpga_dev_ring *r, unsigned long long k,
+						    unsigned long long *len, unsigned int *status,
+						    unsigned long long *head)
+{
+	const struct gpufpga_slot_result *res = &r->results[k % r->nslots];
+	unsigned long long v, h;
+	unsigned int polls = 0;
+
+	while (k >= r->nslots && gpufpga_ld_acquire_gpu(r->published) < k - r->nslots + 1)
+		if (++polls % GPUFPGA_STOP_POLLS == 0 && gpufpga_stopping(r))
+			return 0;
+	for (;;) {
+		/* Before the acquire, which would hold it back. */
+		h = gpufpga_ld_relaxed_gpu(r->published);
+		v = gpufpga_ld_acquire_sys(res);
+		if ((unsigned int)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC)
+			break;
+		if (++polls % GPUFPGA_STOP_POLLS == 0 && gpufpga_stopping(r))
+			return 0;
+	}
+	*len = v >> 32;
+	if (status)
+		*status = (unsigned int)v;
+	*head = h;
+	return 1;
+}
+
+/*
  * One thread waits for fill k: first until the fill before it in the
  * slot is published (its status cleared), then for the result, with
  * ld.acquire.sys: the slot's data is visible once it returns 1, with
@@ -153,37 +193,47 @@ __device__ static inline const unsigned char *gpufpga_slot(const struct gpufpga_
 __device__ static inline int gpufpga_wait_fill(const struct gpufpga_dev_ring *r, unsigned long long k,
 					       unsigned long long *len, unsigned int *status)
 {
-	const struct gpufpga_slot_result *res = &r->results[k % r->nslots];
-	unsigned long long v;
-	unsigned int polls = 0;
+	unsigned long long head;
 
-	while (k >= r->nslots && gpufpga_ld_acquire_gpu(r->published) < k - r->nslots + 1)
-		if (++polls % GPUFPGA_STOP_POLLS == 0 && gpufpga_stopping(r))
-			return 0;
-	for (;;) {
-		v = gpufpga_ld_acquire_sys(res);
-		if ((unsigned int)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC)
-			break;
-		if (++polls % GPUFPGA_STOP_POLLS == 0 && gpufpga_stopping(r))
-			return 0;
-	}
-	*len = v >> 32;
-	if (status)
-		*status = (unsigned int)v;
-	return 1;
+	return gpufpga_wait_fill_head(r, k, len, status, &head);
 }
 
 /*
- * One thread marks fill k consumed: its status cleared, then done (the
- * release orders the clear, and every read of the slot this thread made
- * or synchronised with, before the publisher sees it). Call it once all
- * reads of the slot are done.
+ * One thread marks fill k consumed, once every read of its slot that
+ * this thread made or synchronised with is done; head is a value that
+ * published held since fill k was claimed, read relaxed.
+ *
+ * The status is cleared first. Then, if head is k, every fill before k
+ * is published and nothing after k can be until k is: this thread is
+ * the only one that may move the count, and publishes k + 1 itself, to
+ * the driver and then to the workers, without the hop through done[] to
+ * the publisher. Its fence orders the reads of the slot and the clear
+ * before the count, and makes the read of head an acquire of the store
+ * that published k, so the driver's count never goes backwards.
+ * Otherwise done[k] tells the publisher (release at GPU scope: the
+ * publisher's release at system scope is cumulative over it).
  */
-__device__ static inline void gpufpga_release(const struct gpufpga_dev_ring *r, unsigned long long k)
+__device__ static inline void gpufpga_release_head(const struct gpufpga_dev_ring *r, unsigned long long k,
+						   unsigned long long head)
 {
 	gpufpga_st_relaxed_sys32(&r->results[k % r->nslots].status, 0);
-	gpufpga_st_release_gpu(&r->done[k % r->nslots], k + 1);
+	if (head == k) {
+		asm volatile("fence.acq_rel.sys;" ::: "memory");
+		asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(&r->consumer->consumed), "l"(k + 1) : "memory");
+		gpufpga_st_release_gpu(r->published, k + 1);
+	} else {
+		gpufpga_st_release_gpu(&r->done[k % r->nslots], k + 1);
+	}
 }
+
+/* gpufpga_release_head, reading published itself. */
+__device__ static inline void gpufpga_release(const struct gpufpga_dev_ring *r, unsigned long long k)
+{
+	gpufpga_release_head(r, k, gpufpga_ld_relaxed_gpu(r->published));
+}
+
+/* The head thread 0 saw while it waited for the block's fill. */
+static __shared__ unsigned long long gpufpga_s_head;
 
 /*
  * gpufpga_wait_fill for a whole block: thread 0 waits, every thread gets
@@ -192,6 +242,7 @@ __device__ static inline void gpufpga_release(const struct gpufpga_dev_ring *r, 
  * else with one thread ends that wait with gpufpga_block_barrier(), not
  * __syncthreads().
  */
+
 __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *r, unsigned long long k,
 						 unsigned long long *len)
 {
@@ -201,7 +252,7 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
 	int ok;
 
 	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
-		s_ok = gpufpga_wait_fill(r, k, &s_len, 0);
+		s_ok = gpufpga_wait_fill_head(r, k, &s_len, 0, &gpufpga_s_head);
 	gpufpga_block_barrier();
 	*len = s_len;
 	ok = s_ok;
@@ -213,18 +264,16 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
 
 /*
  * gpufpga_release for a whole block: once every thread is done reading
- * (the barrier), thread 0 releases. Every thread of the block must call
- * it.
+ * (the barrier), thread 0 releases, publishing the fill itself where
+ * every fill before it was published when it was claimed. Every thread
+ * of the block must call it, after gpufpga_block_claim(k).
  */
 __device__ static inline void gpufpga_block_release(const struct gpufpga_dev_ring *r, unsigned long long k)
 {
+	/* The barrier orders the block's reads before thread 0's release. */
 	gpufpga_block_barrier();
-	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
-		/* The barrier orders the block's reads before thread 0's
-		 * release at GPU scope. */
-		asm volatile("fence.acq_rel.gpu;" ::: "memory");
-		gpufpga_release(r, k);
-	}
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
+		gpufpga_release_head(r, k, gpufpga_s_head);
 }
 
 /*
@@ -234,19 +283,23 @@ __device__ static inline void gpufpga_block_release(const struct gpufpga_dev_rin
  * publishes how far every fill is done, to the driver
  * (consumer->consumed, st.release.sys) and to the workers (published),
  * once a round. One thread walking fill by fill makes a dependent load
- * per fill (gpufpga_publisher), and small slots wait on it. It returns,
- * in every lane, the count published, once the host asked the kernel to
- * stop and nothing more is done: store stop only once everything
- * produced has been published.
+ * per fill (gpufpga_publisher), and small slots wait on it. A worker
+ * that finds its fill at the head publishes it itself
+ * (gpufpga_release_head): each round also reads published and goes on
+ * from there. It returns, in every lane, the count published, once the
+ * host asked the kernel to stop and nothing more is done: store stop
+ * only once everything produced has been published.
  */
 __device__ static inline unsigned long long gpufpga_warp_publisher(const struct gpufpga_dev_ring *r)
 {
 	const unsigned int lane = threadIdx.x % 32;
 	unsigned long long pub = 0;
 	unsigned int idle = 0;	/* rounds that found nothing done */
+	int from_worker = 0;	/* pub last came from a worker's publishing */
 
 	for (;;) {
 		const unsigned long long k = pub + lane;
+		unsigned long long head = 0;
 		unsigned int done, count;
 		unsigned int stopping = 0;
 
@@ -254,10 +307,22 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 		 * means everything produced is published. */
 		if (lane == 0 && idle % GPUFPGA_STOP_POLLS == GPUFPGA_STOP_POLLS - 1)
 			stopping = gpufpga_stopping(r);
+		/* Before the acquires below, not to wait for them. */
+		if (lane == 0)
+			head = gpufpga_ld_relaxed_gpu(r->published);
 		/* Each lane's acquire synchronises with its fill's worker;
 		 * lanes from nslots on would look at a slot twice. */
 		done = __ballot_sync(0xffffffff,
 				     lane < r->nslots && gpufpga_ld_acquire_gpu(&r->done[k % r->nslots]) == k + 1);
+		head = __shfl_sync(0xffffffff, head, 0);
+		if (head > pub) {
+			/* Workers published from pub on: nothing at pub is
+			 * in done[], look again from head. */
+			pub = head;
+			from_worker = 1;
+			idle = 0;
+			continue;
+		}
 		count = ~done ? __ffs(~done) - 1 : 32;	/* the done prefix */
 		idle = count ? 0 : idle + 1;
 		if (count) {
@@ -266,11 +331,21 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 			 * lane 0's releases, which are cumulative over it. */
 			__syncwarp();
 			if (lane == 0) {
+				/* Makes the read of a worker's count an
+				 * acquire: its store to consumed lands first. */
+				if (from_worker)
+					asm volatile("fence.acq_rel.gpu;" ::: "memory");
 				gpufpga_st_release_sys(&r->consumer->consumed, pub);
 				gpufpga_st_release_gpu(r->published, pub);
 			}
+			from_worker = 0;
 		} else if (__shfl_sync(0xffffffff, stopping, 0)) {
-			return pub;
+			/* A worker's last count may reach published after
+			 * consumed, which the host saw before it stopped. */
+			if (lane == 0)
+				head = gpufpga_ld_acquire_sys(&r->consumer->consumed);
+			head = __shfl_sync(0xffffffff, head, 0);
+			return head > pub ? head : pub;
 		}
 	}
 }
@@ -284,21 +359,30 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
  */
 __device__ static inline unsigned long long gpufpga_publisher(const struct gpufpga_dev_ring *r)
 {
-	unsigned long long pub = 0;
+	unsigned long long pub = 0, head;
 	unsigned int idle = 0;
 
 	for (;;) {
 		unsigned long long was = pub;
 		int stopping = idle % GPUFPGA_STOP_POLLS == GPUFPGA_STOP_POLLS - 1 && gpufpga_stopping(r);
 
+		/* Workers publish fills they find at the head: from there. */
+		head = gpufpga_ld_acquire_gpu(r->published);
+		if (head > pub)
+			pub = head;
 		while (gpufpga_ld_acquire_gpu(&r->done[pub % r->nslots]) == pub + 1)
 			pub++;
-		idle = pub != was ? 0 : idle + 1;
 		if (pub != was) {
-			gpufpga_st_release_sys(&r->consumer->consumed, pub);
-			gpufpga_st_release_gpu(r->published, pub);
+			idle = 0;
+			if (pub != head) {
+				gpufpga_st_release_sys(&r->consumer->consumed, pub);
+				gpufpga_st_release_gpu(r->published, pub);
+			}
 		} else if (stopping) {
-			return pub;
+			head = gpufpga_ld_acquire_sys(&r->consumer->consumed);
+			return head > pub ? head : pub;
+		} else {
+			idle++;
 		}
 	}
 }
