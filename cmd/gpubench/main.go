@@ -164,12 +164,12 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.IntVar(&rc.LatencyFills, "resident-rtt", 2000, "GPU-resident: round trips measured for each path")
 	fs.IntVar(&rc.Repeats, "resident-repeats", 5, "GPU-resident: runs of every figure, reported as the median and the spread")
 	fs.BoolVar(&rc.PeerOnly, "peer-only", false, "GPU-resident: the bare round trips and the peer producer (GPU 1 writing GPU 0's memory) alone")
-	fs.IntVar(&rc.Peer.NSlots, "peer-slots", 1024, "peer producer: slots in each ring")
-	fs.IntVar(&rc.Peer.Blocks, "peer-blocks", 256, "peer producer: fills written at once, at most the ring's slots; 0: the ring's slots")
+	fs.IntVar(&rc.Peer.NSlots, "peer-slots", defaultPeerSlots, "peer producer: slots in each ring")
+	fs.IntVar(&rc.Peer.Blocks, "peer-blocks", defaultPeerBlocks, "peer producer: fills written at once, at most the ring's slots")
 	fs.Float64Var(&rc.Peer.Rate, "peer-rate", 12.5e6, "peer producer: the throttled rate, slots per second, for slots of 4 KiB or less")
 	fs.DurationVar(&rc.Peer.Timeout, "peer-timeout", 2*time.Second, "peer producer: bound of each wait of its kernels")
 	fs.StringVar(&rc.Peer.Function, "peer-function", functionPattern, "peer producer: what the function consumer runs on each fill, pattern (the pattern check, every word) or empty (nothing read: the consumer's own cost)")
-	fs.StringVar(&rc.Peer.Word, "peer-word", wordConsumer, "peer producer: whose memory holds each ring's consumer word, consumer (GPU 0's: the producer reads it across the link) or producer (GPU 1's: the consumer writes it across the link, as GPU 0 answers the ping-pong)")
+	fs.StringVar(&rc.Peer.Word, "peer-word", wordProducer, "peer producer: whose memory holds each ring's consumer word, producer (GPU 1's: the consumer writes it across the link, as GPU 0 answers the ping-pong, and the producer polls it locally, as an engine its own register) or consumer (GPU 0's: the producer reads it across the link)")
 	fs.IntVar(&rc.Peer.Rings, "peer-rings", 2, "peer producer: rings consumed at once on GPU 0, each its consumer and producer, at the smallest slot size (1: none)")
 	fs.StringVar(&rc.Peer.Consumer, "peer-consumer", consumerFunction, "peer producer: GPU 0's consumer, function (the pattern check linked into the consumer a user's function runs in) or dispatcher (resident_consume)")
 	if err := fs.Parse(args); err != nil {
@@ -184,8 +184,8 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 		return o, fmt.Errorf("-resident-repeats %d: at least 1", rc.Repeats)
 	case rc.Peer.Rate <= 0:
 		return o, fmt.Errorf("-peer-rate %g: above 0", rc.Peer.Rate)
-	case rc.Peer.NSlots < 1 || rc.Peer.Blocks < 0 || rc.Peer.Timeout <= 0:
-		return o, fmt.Errorf("-peer-slots %d, -peer-blocks %d, -peer-timeout %v: slots and a timeout above 0, blocks at least 0",
+	case rc.Peer.NSlots < 1 || rc.Peer.Blocks < 1 || rc.Peer.Timeout <= 0:
+		return o, fmt.Errorf("-peer-slots %d, -peer-blocks %d, -peer-timeout %v: slots, blocks and a timeout above 0",
 			rc.Peer.NSlots, rc.Peer.Blocks, rc.Peer.Timeout)
 	case rc.Peer.Consumer != consumerFunction && rc.Peer.Consumer != consumerDispatcher:
 		return o, fmt.Errorf("-peer-consumer %q: %s or %s", rc.Peer.Consumer, consumerFunction, consumerDispatcher)

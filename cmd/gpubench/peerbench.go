@@ -17,11 +17,9 @@ import (
 
 // peerConfig is the peer producer's part of a pass.
 type peerConfig struct {
-	NSlots int // slots in each peer ring (default 1024)
+	NSlots int // slots in each peer ring (default defaultPeerSlots)
 	// Blocks is how many fills the producer writes at once, at most
-	// the ring's slots (0: the ring's slots). The flag's default, 256,
-	// keeps two producers' grids resident on GPU 1 together (-peer-rings)
-	// whatever the slots.
+	// the ring's slots (default defaultPeerBlocks).
 	Blocks int
 	// Rate is the throttled producer's fills per second (default 12.5 M:
 	// 4 KiB slots at 51 GB/s, PCIe Gen5 x16's payload), for slots of up
@@ -40,10 +38,12 @@ type peerConfig struct {
 	// a function that reads nothing, for what the consumer costs on
 	// its own (-peer-function).
 	Function string
-	// Word is where each ring's consumer word is: "consumer", GPU 0's
-	// memory, which the producer reads across the link; or "producer",
-	// GPU 1's, which the consumer writes across the link as GPU 0
-	// answers the ping-pong and the producer polls locally (-peer-word).
+	// Word is where each ring's consumer word is (-peer-word):
+	// "producer" (the default), GPU 1's memory, which the consumer writes
+	// across the link as GPU 0 answers the ping-pong, and the producer
+	// polls locally, as an engine polls its own register; or "consumer",
+	// GPU 0's, which the producer reads across the link, a read at a time
+	// (about 0.93 µs each), so a count lands up to a read late.
 	Word string
 	// Rings is how many rings run at once, each with its consumer and
 	// its producer, at the smallest slot size (-peer-rings, 2; 1 or 0:
@@ -56,6 +56,17 @@ type peerConfig struct {
 //
 //go:embed empty_func.ptx
 var emptyFuncPTX []byte
+
+// A peer ring's slots, and the fills its producer writes at once. 256
+// slots of 64 KiB held the consumer to 0.93 of the producer alone: fills
+// are published in order, each waiting for the slowest worker before it,
+// and 256 of them are 45 µs of the link. Writing as many fills at once
+// as 1024 slots, two rings' producers did not fit on GPU 1 together,
+// and one ring starved.
+const (
+	defaultPeerSlots  = 1024
+	defaultPeerBlocks = 256
+)
 
 // Where the consumer word is (-peer-word).
 const (
@@ -77,7 +88,10 @@ const (
 
 func (c *peerConfig) defaults() {
 	if c.NSlots <= 0 {
-		c.NSlots = 1024
+		c.NSlots = defaultPeerSlots
+	}
+	if c.Blocks <= 0 {
+		c.Blocks = defaultPeerBlocks
 	}
 	if c.Rate <= 0 {
 		c.Rate = 12.5e6
@@ -95,7 +109,7 @@ func (c *peerConfig) defaults() {
 		c.Function = functionPattern
 	}
 	if c.Word == "" {
-		c.Word = wordConsumer
+		c.Word = wordProducer
 	}
 }
 

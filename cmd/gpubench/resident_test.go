@@ -27,7 +27,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.resident || o.rc.PeerOnly || o.rc.Repeats != 5 || o.rc.Peer.NSlots != 1024 || o.rc.Peer.Rate != 12.5e6 ||
-		o.rc.Peer.Timeout != 2*time.Second || o.rc.Peer.Blocks != 256 || o.out != "-" {
+		o.rc.Peer.Timeout != 2*time.Second || o.rc.Peer.Blocks != 256 || o.rc.Peer.Word != wordProducer || o.out != "-" {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = parse(t, "-resident", "-peer-only", "-resident-repeats", "3", "-out", "results", "-peer-rate", "1e6", "-peer-slots", "128")
@@ -44,7 +44,8 @@ func TestParseFlags(t *testing.T) {
 		{[]string{"-peer-only"}, "-peer-only needs -resident"},
 		{[]string{"-resident", "-resident-repeats", "0"}, "-resident-repeats 0: at least 1"},
 		{[]string{"-resident", "-peer-rate", "0"}, "-peer-rate 0: above 0"},
-		{[]string{"-resident", "-peer-slots", "0"}, "-peer-slots 0, -peer-blocks 256, -peer-timeout 2s: slots and a timeout above 0, blocks at least 0"},
+		{[]string{"-resident", "-peer-slots", "0"}, "-peer-slots 0, -peer-blocks 256, -peer-timeout 2s: slots, blocks and a timeout above 0"},
+		{[]string{"-resident", "-peer-blocks", "0"}, "-peer-slots 1024, -peer-blocks 0, -peer-timeout 2s: slots, blocks and a timeout above 0"},
 		{[]string{"-resident", "-peer-consumer", "warp"}, `-peer-consumer "warp": function or dispatcher`},
 		{[]string{"-resident", "-peer-rings", "0"}, "-peer-rings 0: at least 1"},
 		{[]string{"-resident", "-peer-function", "null"}, `-peer-function "null": pattern or empty`},

@@ -40,7 +40,8 @@ struct counters {
 	u64 bytes;
 	u64 errors;
 	u64 first_error; // k + 1 of the first bad fill, 0 for none
-	u64 reserved[4];
+	u64 heads;       // fills the block published itself, at the head
+	u64 reserved[3];
 };
 
 struct ctl {
@@ -62,7 +63,7 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 	      u64 out_size, u64 out_depth)
 {
 	struct gpufpga_dev_ring r = {slots, slot_size, results, nslots, consumer, done, done + nslots, &ctl->stop};
-	struct counters c = {0, 0, 0, 0, {0, 0, 0, 0}};
+	struct counters c = {0, 0, 0, 0, 0, {0, 0, 0}};
 	__shared__ int s_go;
 	u64 k, len, i, out_read = 0; // out_read: thread 0's
 
@@ -132,13 +133,14 @@ resident_func(unsigned char *slots, u64 slot_size, struct gpufpga_slot_result *r
 			if (out_depth)
 				asm volatile("fence.acq_rel.sys;" ::: "memory");
 		}
-		gpufpga_block_release(&r, k);
+		c.heads += gpufpga_block_release(&r, k);
 	}
 	if (threadIdx.x == 0) {
 		st_volatile64(&ctl->c[blockIdx.x].slots, c.slots);
 		st_volatile64(&ctl->c[blockIdx.x].bytes, c.bytes);
 		st_volatile64(&ctl->c[blockIdx.x].errors, c.errors);
 		st_volatile64(&ctl->c[blockIdx.x].first_error, c.first_error);
+		st_volatile64(&ctl->c[blockIdx.x].heads, c.heads);
 		asm volatile("fence.sc.sys;" ::: "memory");
 	}
 }

@@ -226,6 +226,7 @@ func (f *Func) Start(g *cuda.Device, r StreamRing, cfg FuncConfig) (*FuncConsume
 			if fe := binary.LittleEndian.Uint64(rec[24:]); fe != 0 && (c.FirstError == 0 || fe < c.FirstError) {
 				c.FirstError = fe
 			}
+			c.HeadPublished += binary.LittleEndian.Uint64(rec[32:])
 		}
 		return c, nil
 	})

@@ -314,6 +314,10 @@ type Counters struct {
 	FirstError uint64 `json:"first_error"`
 	// Published is how far the consumer published (resident only).
 	Published uint64 `json:"published,omitempty"`
+	// HeadPublished is how many fills their worker published itself,
+	// every fill before them having been published when it was claimed
+	// (the function consumer only); the publisher published the rest.
+	HeadPublished uint64 `json:"head_published,omitempty"`
 	// Frames, Gaps and Duplicates count FRM1 frames (Frames.Start):
 	// frames checked, frames missing between fills, frames at or behind
 	// the last one seen.

@@ -90,13 +90,16 @@ __device__ static bool wait_at_least(const u64 *p, u64 want, bool local, u64 tim
 	const u64 t = globaltimer();
 	u64 v, last = *seen, spins = 0;
 
-	while ((v = local ? ld_acquire_gpu(p) : ld_acquire_sys(p)) < want) {
+	for (;;) {
+		v = local ? ld_acquire_gpu(p) : ld_acquire_sys(p);
 		if (v < last) {
 			fail(ctl, PEER_BACKWARDS, last, v);
 			*seen = v;
 			return false;
 		}
 		last = v;
+		if (v >= want)
+			break;
 		if ((++spins & 63) == 0 && (globaltimer() - t > timeout_ns || ld_volatile64(&ctl->abort))) {
 			*seen = v;
 			return false;

@@ -191,9 +191,10 @@ type PeerProduced struct {
 // Produce runs peer_produce on the producer GPU over r, a ring in the
 // consumer GPU's memory (NewPeerRing) whose consumer, if any, is
 // running, and waits for it, on the calling goroutine. A kernel that gave
-// up waiting fails with ErrPeer, saying for what; one that outlives its
-// own bounds by 10 s, or ctx, fails with ErrStalled and leaves its memory
-// allocated (freeing it would wait for the kernel).
+// up waiting fails with ErrPeer, saying for what; one that read the
+// consumer index below a value it had read, with ErrCountBackwards; one
+// that outlives its own bounds by 10 s, or ctx, fails with ErrStalled and
+// leaves its memory allocated (freeing it would wait for the kernel).
 func (k *PeerKernels) Produce(ctx context.Context, r *GPURing, run PeerRun) (out PeerProduced, err error) {
 	if run.Duration <= 0 && run.Fills == 0 {
 		return out, fmt.Errorf("%w: a peer run needs a duration or a number of fills", ErrConfig)

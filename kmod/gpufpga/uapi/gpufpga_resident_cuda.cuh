@@ -6,7 +6,8 @@
  *
  * The kernel: a grid of 1-D blocks, 1 + W of them, all resident at once
  * (W + 1 at most the GPU's multiprocessors). Block 0's first warp
- * publishes (gpufpga_warp_publisher, all 32 lanes); worker block
+ * publishes (gpufpga_warp_publisher, all 32 lanes), and a worker whose
+ * fill is the next to publish publishes it itself; worker block
  * w (1..W) takes fills k = w - 1, w - 1 + W, w - 1 + 2W, ...:
  *
  *	__global__ void my_consumer(struct gpufpga_dev_ring r)
@@ -26,7 +27,9 @@
  *
  * The host side: the ring, results and consumer word of a resident
  * stream (gpufpga.h's GPUFPGA_STREAM_RESIDENT); done[] and published in
- * GPU memory, zero at launch; stop a word of host memory mapped into the
+ * GPU memory, zero at launch, for the header's functions alone (a fill
+ * its worker published never appears in done[]: publish with the
+ * header's publishers); stop a word of host memory mapped into the
  * GPU, zero at launch. Launch the kernel on a non-blocking stream
  * (cuStreamCreate with CU_STREAM_NON_BLOCKING) before the stream starts;
  * once the stream has ended and consumer->consumed has reached the fills
@@ -120,6 +123,11 @@ __device__ static inline void gpufpga_st_relaxed_sys32(void *p, unsigned int v)
 	asm volatile("st.relaxed.sys.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
+__device__ static inline void gpufpga_st_relaxed_sys(void *p, unsigned long long v)
+{
+	asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
 /*
  * Whether the host has asked the kernel to stop: a read of host memory
  * across PCIe. Every spinning thread reading the one word at once makes
@@ -151,16 +159,17 @@ __device__ static inline const unsigned char *gpufpga_slot(const struct gpufpga_
 }
 
 /*
- * gpufpga_wait_fill, also giving in *head a value published held while
- * the result was polled (for gpufpga_release_head). Read beside every
- * poll of the result, it adds nothing to the fill's latency.
+ * gpufpga_wait_fill, also giving in *head (if not NULL) a value this
+ * ring's published held while the result was polled, for
+ * gpufpga_release_head. Read beside every poll of the result, it adds
+ * nothing to the fill's latency.
  */
 __device__ static inline int gpufpga_wait_fill_head(const struct gpufpga_dev_ring *r, unsigned long long k,
 						    unsigned long long *len, unsigned int *status,
 						    unsigned long long *head)
 {
 	const struct gpufpga_slot_result *res = &r->results[k % r->nslots];
-	unsigned long long v, h;
+	unsigned long long v, h = 0;
 	unsigned int polls = 0;
 
 	while (k >= r->nslots && gpufpga_ld_acquire_gpu(r->published) < k - r->nslots + 1)
@@ -168,7 +177,8 @@ __device__ static inline int gpufpga_wait_fill_head(const struct gpufpga_dev_rin
 			return 0;
 	for (;;) {
 		/* Before the acquire, which would hold it back. */
-		h = gpufpga_ld_relaxed_gpu(r->published);
+		if (head)
+			h = gpufpga_ld_relaxed_gpu(r->published);
 		v = gpufpga_ld_acquire_sys(res);
 		if ((unsigned int)v >> GPUFPGA_RESULT_MAGIC_SHIFT == GPUFPGA_RESULT_MAGIC)
 			break;
@@ -178,7 +188,8 @@ __device__ static inline int gpufpga_wait_fill_head(const struct gpufpga_dev_rin
 	*len = v >> 32;
 	if (status)
 		*status = (unsigned int)v;
-	*head = h;
+	if (head)
+		*head = h;
 	return 1;
 }
 
@@ -193,15 +204,16 @@ __device__ static inline int gpufpga_wait_fill_head(const struct gpufpga_dev_rin
 __device__ static inline int gpufpga_wait_fill(const struct gpufpga_dev_ring *r, unsigned long long k,
 					       unsigned long long *len, unsigned int *status)
 {
-	unsigned long long head;
-
-	return gpufpga_wait_fill_head(r, k, len, status, &head);
+	return gpufpga_wait_fill_head(r, k, len, status, 0);
 }
 
 /*
  * One thread marks fill k consumed, once every read of its slot that
- * this thread made or synchronised with is done; head is a value that
- * published held since fill k was claimed, read relaxed.
+ * this thread made or synchronised with is done; head is a value this
+ * ring's published held, read by this thread before the call (relaxed
+ * will do: the fence below makes it an acquire). Any such value works,
+ * since published cannot pass k until fill k is released; a value from
+ * anywhere else could publish fills not yet consumed.
  *
  * The status is cleared first. Then, if head is k, every fill before k
  * is published and nothing after k can be until k is: this thread is
@@ -211,29 +223,41 @@ __device__ static inline int gpufpga_wait_fill(const struct gpufpga_dev_ring *r,
  * before the count, and makes the read of head an acquire of the store
  * that published k, so the driver's count never goes backwards.
  * Otherwise done[k] tells the publisher (release at GPU scope: the
- * publisher's release at system scope is cumulative over it).
+ * publisher's release at system scope is cumulative over it). Returns
+ * whether it published the fill itself.
  */
-__device__ static inline void gpufpga_release_head(const struct gpufpga_dev_ring *r, unsigned long long k,
-						   unsigned long long head)
+__device__ static inline int gpufpga_release_head(const struct gpufpga_dev_ring *r, unsigned long long k,
+						  unsigned long long head)
 {
 	gpufpga_st_relaxed_sys32(&r->results[k % r->nslots].status, 0);
-	if (head == k) {
-		asm volatile("fence.acq_rel.sys;" ::: "memory");
-		asm volatile("st.relaxed.sys.u64 [%0], %1;" ::"l"(&r->consumer->consumed), "l"(k + 1) : "memory");
-		gpufpga_st_release_gpu(r->published, k + 1);
-	} else {
+	if (head != k) {
 		gpufpga_st_release_gpu(&r->done[k % r->nslots], k + 1);
+		return 0;
 	}
+	asm volatile("fence.acq_rel.sys;" ::: "memory");
+	gpufpga_st_relaxed_sys(&r->consumer->consumed, k + 1);
+	gpufpga_st_release_gpu(r->published, k + 1);
+	return 1;
 }
 
 /* gpufpga_release_head, reading published itself. */
-__device__ static inline void gpufpga_release(const struct gpufpga_dev_ring *r, unsigned long long k)
+__device__ static inline int gpufpga_release(const struct gpufpga_dev_ring *r, unsigned long long k)
 {
-	gpufpga_release_head(r, k, gpufpga_ld_relaxed_gpu(r->published));
+	return gpufpga_release_head(r, k, gpufpga_ld_relaxed_gpu(r->published));
 }
 
-/* The head thread 0 saw while it waited for the block's fill. */
-static __shared__ unsigned long long gpufpga_s_head;
+/*
+ * What published held while thread 0 waited for the block's last claim,
+ * and whose published it was: a kernel may claim on several rings, or
+ * several fills, before it releases. Any value a ring's published held
+ * before fill k's release will do for it (it cannot pass k until then);
+ * another ring's will not. Claim and release in the same translation
+ * unit: each has its own.
+ */
+static __shared__ struct {
+	const unsigned long long *published;
+	unsigned long long head;
+} gpufpga_s_claim;
 
 /*
  * gpufpga_wait_fill for a whole block: thread 0 waits, every thread gets
@@ -242,7 +266,6 @@ static __shared__ unsigned long long gpufpga_s_head;
  * else with one thread ends that wait with gpufpga_block_barrier(), not
  * __syncthreads().
  */
-
 __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *r, unsigned long long k,
 						 unsigned long long *len)
 {
@@ -251,8 +274,10 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
 
 	int ok;
 
-	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
-		s_ok = gpufpga_wait_fill_head(r, k, &s_len, 0, &gpufpga_s_head);
+	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
+		s_ok = gpufpga_wait_fill_head(r, k, &s_len, 0, &gpufpga_s_claim.head);
+		gpufpga_s_claim.published = r->published;
+	}
 	gpufpga_block_barrier();
 	*len = s_len;
 	ok = s_ok;
@@ -265,15 +290,20 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
 /*
  * gpufpga_release for a whole block: once every thread is done reading
  * (the barrier), thread 0 releases, publishing the fill itself where
- * every fill before it was published when it was claimed. Every thread
- * of the block must call it, after gpufpga_block_claim(k).
+ * every fill before it was published while it waited for the claim.
+ * Every thread of the block must call it, after gpufpga_block_claim(k).
+ * Returns, in thread 0, whether it published the fill itself (0 in the
+ * other threads).
  */
-__device__ static inline void gpufpga_block_release(const struct gpufpga_dev_ring *r, unsigned long long k)
+__device__ static inline int gpufpga_block_release(const struct gpufpga_dev_ring *r, unsigned long long k)
 {
 	/* The barrier orders the block's reads before thread 0's release. */
 	gpufpga_block_barrier();
-	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0)
-		gpufpga_release_head(r, k, gpufpga_s_head);
+	if (threadIdx.x != 0 || threadIdx.y != 0 || threadIdx.z != 0)
+		return 0;
+	if (gpufpga_s_claim.published != r->published)
+		return gpufpga_release(r, k);
+	return gpufpga_release_head(r, k, gpufpga_s_claim.head);
 }
 
 /*
@@ -316,8 +346,10 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 				     lane < r->nslots && gpufpga_ld_acquire_gpu(&r->done[k % r->nslots]) == k + 1);
 		head = __shfl_sync(0xffffffff, head, 0);
 		if (head > pub) {
-			/* Workers published from pub on: nothing at pub is
-			 * in done[], look again from head. */
+			/*
+			 * Workers published from pub on: nothing at pub is
+			 * in done[], look again from head.
+			 */
 			pub = head;
 			from_worker = 1;
 			idle = 0;
@@ -331,8 +363,10 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 			 * lane 0's releases, which are cumulative over it. */
 			__syncwarp();
 			if (lane == 0) {
-				/* Makes the read of a worker's count an
-				 * acquire: its store to consumed lands first. */
+				/*
+				 * Makes the read of a worker's count an
+				 * acquire: its store to consumed lands first.
+				 */
 				if (from_worker)
 					asm volatile("fence.acq_rel.gpu;" ::: "memory");
 				gpufpga_st_release_sys(&r->consumer->consumed, pub);
@@ -340,12 +374,16 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 			}
 			from_worker = 0;
 		} else if (__shfl_sync(0xffffffff, stopping, 0)) {
-			/* A worker's last count may reach published after
-			 * consumed, which the host saw before it stopped. */
+			/*
+			 * A worker's last count may reach published after
+			 * consumed, which the host saw before it stopped.
+			 */
+			unsigned long long seen = 0;
+
 			if (lane == 0)
-				head = gpufpga_ld_acquire_sys(&r->consumer->consumed);
-			head = __shfl_sync(0xffffffff, head, 0);
-			return head > pub ? head : pub;
+				seen = gpufpga_ld_acquire_sys(&r->consumer->consumed);
+			seen = __shfl_sync(0xffffffff, seen, 0);
+			return seen > pub ? seen : pub;
 		}
 	}
 }
@@ -379,8 +417,10 @@ __device__ static inline unsigned long long gpufpga_publisher(const struct gpufp
 				gpufpga_st_release_gpu(r->published, pub);
 			}
 		} else if (stopping) {
-			head = gpufpga_ld_acquire_sys(&r->consumer->consumed);
-			return head > pub ? head : pub;
+			/* What the host saw: see gpufpga_warp_publisher. */
+			const unsigned long long seen = gpufpga_ld_acquire_sys(&r->consumer->consumed);
+
+			return seen > pub ? seen : pub;
 		} else {
 			idle++;
 		}
