@@ -169,7 +169,7 @@ func parseFlags(fs *flag.FlagSet, args []string) (options, error) {
 	fs.Float64Var(&rc.Peer.Rate, "peer-rate", 12.5e6, "peer producer: the throttled rate, slots per second, for slots of 4 KiB or less")
 	fs.DurationVar(&rc.Peer.Timeout, "peer-timeout", 2*time.Second, "peer producer: bound of each wait of its kernels")
 	fs.StringVar(&rc.Peer.Function, "peer-function", functionPattern, "peer producer: what the function consumer runs on each fill, pattern (the pattern check, every word) or empty (nothing read: the consumer's own cost)")
-	fs.StringVar(&rc.Peer.Word, "peer-word", wordProducer, "peer producer: whose memory holds each ring's consumer word, producer (GPU 1's: the consumer writes it across the link, as GPU 0 answers the ping-pong, and the producer polls it locally, as an engine its own register) or consumer (GPU 0's: the producer reads it across the link)")
+	fs.StringVar(&rc.Peer.Word, "peer-word", wordConsumer, "peer producer: whose memory holds each ring's consumer word, consumer (GPU 0's: the producer reads it across the link) or producer (GPU 1's: the consumer writes it across the link, as GPU 0 answers the ping-pong, and the producer polls it locally)")
 	fs.IntVar(&rc.Peer.Rings, "peer-rings", 2, "peer producer: rings consumed at once on GPU 0, each its consumer and producer, at the smallest slot size (1: none)")
 	fs.StringVar(&rc.Peer.Consumer, "peer-consumer", consumerFunction, "peer producer: GPU 0's consumer, function (the pattern check linked into the consumer a user's function runs in) or dispatcher (resident_consume)")
 	if err := fs.Parse(args); err != nil {

@@ -27,7 +27,7 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if o.resident || o.rc.PeerOnly || o.rc.Repeats != 5 || o.rc.Peer.NSlots != 1024 || o.rc.Peer.Rate != 12.5e6 ||
-		o.rc.Peer.Timeout != 2*time.Second || o.rc.Peer.Blocks != 256 || o.rc.Peer.Word != wordProducer || o.out != "-" {
+		o.rc.Peer.Timeout != 2*time.Second || o.rc.Peer.Blocks != 256 || o.rc.Peer.Word != wordConsumer || o.out != "-" {
 		t.Errorf("defaults: %+v", o)
 	}
 	o, err = parse(t, "-resident", "-peer-only", "-resident-repeats", "3", "-out", "results", "-peer-rate", "1e6", "-peer-slots", "128")
