@@ -46,7 +46,7 @@ type peerConfig struct {
 	// the producer polls locally. The producer's memory takes 0.04 off
 	// the round trip's ratio to the ping-pong but two rings' consumers,
 	// each publishing across the link, took 1.59 of one ring at 4 KiB
-	// where GPU 0's took 1.94.
+	// where GPU 0's took 1.92.
 	Word string
 	// Rings is how many rings run at once, each with its consumer and
 	// its producer, at the smallest slot size (-peer-rings, 2; 1 or 0:
@@ -245,12 +245,15 @@ type peerRepeat struct {
 	// RTT is depth 1: fill k's result written to GPU 1 seeing the
 	// consumer index past k, by the pass's Timer; RTTGlobaltimer by
 	// %globaltimer.
-	RTT             resident.Latency `json:"round_trip"`
-	RTTGlobaltimer  resident.Latency `json:"round_trip_globaltimer"`
-	Timer           string           `json:"round_trip_timer"` // RTT's clock, the pass's unless its run gave none
-	ConsumerToAlone float64          `json:"consumer_to_producer_alone"`
-	RTTToPingPong   float64          `json:"round_trip_p50_to_pingpong_p50"`
-	RTT99ToPingPong float64          `json:"round_trip_p99_to_pingpong_p99"`
+	RTT            resident.Latency `json:"round_trip"`
+	RTTGlobaltimer resident.Latency `json:"round_trip_globaltimer"`
+	Timer          string           `json:"round_trip_timer"` // RTT's clock, the pass's unless its run gave none
+	// RTTHeadPublished is how many of the round trips' fills their own
+	// worker published (the function consumer only).
+	RTTHeadPublished uint64  `json:"round_trip_head_published,omitempty"`
+	ConsumerToAlone  float64 `json:"consumer_to_producer_alone"`
+	RTTToPingPong    float64 `json:"round_trip_p50_to_pingpong_p50"`
+	RTT99ToPingPong  float64 `json:"round_trip_p99_to_pingpong_p99"`
 }
 
 // figures are a repeat's numbers by their JSON paths, for the spread.
@@ -599,6 +602,8 @@ func measurePeerRepeat(ctx context.Context, start startConsumer, pk *resident.Pe
 	if smClock && out.RoundTripsClock != nil {
 		x.RTT, x.Timer = resident.Summarize(out.RoundTripsClock), "sm clock"
 	}
+	// Fills published by their own worker, where the consumer counts them.
+	x.RTTHeadPublished = x.Counters.HeadPublished
 	x.Counters = counters // the throughput run's
 	return x, nil
 }

@@ -48,9 +48,9 @@
  *    slot (k - nslots) is published, whose status was cleared before that:
  *    otherwise the old fill's status reads as the new one's;
  *  - the status is cleared before the fill is published, and the fill is
- *    published (st.release.sys, in order, never backwards) only once
- *    every read of its slot is done: the driver then lets the engine
- *    write the slot again (gpufpga_block_release, the publisher);
+ *    published (a release at system scope, in order, never backwards)
+ *    only once every read of its slot is done: the driver then lets the
+ *    engine write the slot again (gpufpga_block_release, the publisher);
  *  - a fill's length is the engine's: check it against slot_size
  *    before reading that many bytes of the slot.
  * Requires sm_70 and PTX ISA 6.0 (ld.acquire, st.release and scopes).
@@ -276,13 +276,16 @@ __device__ static inline int gpufpga_block_claim(const struct gpufpga_dev_ring *
 
 	if (threadIdx.x == 0 && threadIdx.y == 0 && threadIdx.z == 0) {
 		s_ok = gpufpga_wait_fill_head(r, k, &s_len, 0, &gpufpga_s_claim.head);
-		gpufpga_s_claim.published = r->published;
+		/* A claim that found stop read no head of this ring. */
+		gpufpga_s_claim.published = s_ok ? r->published : 0;
 	}
 	gpufpga_block_barrier();
 	*len = s_len;
 	ok = s_ok;
-	/* s_len and s_ok are the next claim's: every thread has read them
-	 * before thread 0 can write them again. */
+	/*
+	 * s_len and s_ok are the next claim's: every thread has read them
+	 * before thread 0 can write them again.
+	 */
 	gpufpga_block_barrier();
 	return ok;
 }
@@ -333,15 +336,19 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 		unsigned int done, count;
 		unsigned int stopping = 0;
 
-		/* Read before done[]: a stop seen with nothing more done
-		 * means everything produced is published. */
+		/*
+		 * Read before done[]: a stop seen with nothing more done
+		 * means everything produced is published.
+		 */
 		if (lane == 0 && idle % GPUFPGA_STOP_POLLS == GPUFPGA_STOP_POLLS - 1)
 			stopping = gpufpga_stopping(r);
 		/* Before the acquires below, not to wait for them. */
 		if (lane == 0)
 			head = gpufpga_ld_relaxed_gpu(r->published);
-		/* Each lane's acquire synchronises with its fill's worker;
-		 * lanes from nslots on would look at a slot twice. */
+		/*
+		 * Each lane's acquire synchronises with its fill's worker;
+		 * lanes from nslots on would look at a slot twice.
+		 */
 		done = __ballot_sync(0xffffffff,
 				     lane < r->nslots && gpufpga_ld_acquire_gpu(&r->done[k % r->nslots]) == k + 1);
 		head = __shfl_sync(0xffffffff, head, 0);
@@ -359,8 +366,10 @@ __device__ static inline unsigned long long gpufpga_warp_publisher(const struct 
 		idle = count ? 0 : idle + 1;
 		if (count) {
 			pub += count;
-			/* bar.warp.sync orders every lane's acquire before
-			 * lane 0's releases, which are cumulative over it. */
+			/*
+			 * bar.warp.sync orders every lane's acquire before
+			 * lane 0's releases, which are cumulative over it.
+			 */
 			__syncwarp();
 			if (lane == 0) {
 				/*
