@@ -89,9 +89,27 @@ struct state {
 };
 
 // Block 0's shared view of the control warps' progress.
-__shared__ volatile u64 s_pub;   // published, by the publisher
+__shared__ volatile u64 s_pub;   // published, by the publisher (release, cta)
 __shared__ volatile u64 s_final; // fills dispatched in all, once stopping
 __shared__ volatile int s_stopping, s_pub_done;
+
+// s_pub with release and acquire semantics within the block: the
+// publisher's clears of the statuses happen before the dispatcher's reads
+// of the same results. Without them, a clear still on its way to host
+// memory lost to the dispatcher's next read, and the previous fill's
+// status was taken for the new one's.
+__device__ static inline void st_release_cta(volatile u64 *p, u64 v)
+{
+	asm volatile("st.release.cta.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+__device__ static inline u64 ld_acquire_cta(const volatile u64 *p)
+{
+	u64 v;
+
+	asm volatile("ld.acquire.cta.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+	return v;
+}
 
 // The dispatcher (warp 0): reads results 32 at a time, hands filled slots
 // to the workers in order; once nothing is in flight and *stop is set, it
@@ -103,7 +121,7 @@ __device__ static void dispatch(struct slot_result *results, u64 nslots, const u
 	u64 disp = 0;
 
 	for (;;) {
-		const u64 pub = s_pub;
+		const u64 pub = ld_acquire_cta(&s_pub);
 		u64 n = pub + nslots - disp, v = 0;
 		u32 mask, count;
 
@@ -205,7 +223,7 @@ __device__ static void publish(struct slot_result *results, u64 nslots, u64 *con
 			warp_sync();
 			if (lane == 0) {
 				st_release_sys(consumer, pub);
-				s_pub = pub;
+				st_release_cta(&s_pub, pub);
 			}
 			continue;
 		}
